@@ -1,0 +1,13 @@
+// Each layer's bindings register themselves on the module from their own file.
+// Rules for every binding: release the GIL around anything that blocks or communicates
+// (py::call_guard<py::gil_scoped_release>()), and let cadre::Error cross into Python only
+// through the translator in module.cc.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace cadre::python {
+
+void BindBase(pybind11::module_& m);
+
+}  // namespace cadre::python

@@ -1,0 +1,11 @@
+// Subcommands of the `cadre` program. Each Add*Command registers one subcommand on the app;
+// its callback stores the process exit code in *exit_code (0 success, 1 failure, 2 bad usage).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace cadre::cli {
+
+void AddVersionCommand(CLI::App& app, int* exit_code);
+
+}  // namespace cadre::cli

@@ -1,0 +1,36 @@
+// cadre: the command-line entry point. Parses the subcommand and hands off to a layer.
+#include <exception>
+#include <iostream>
+
+#include "cadre/base/status.h"
+#include "cadre/cli/commands.h"
+
+namespace {
+
+using AddCommand = void (*)(CLI::App&, int*);
+
+constexpr AddCommand kCommands[] = {
+    cadre::cli::AddVersionCommand,
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cadre — distributed deep-learning training"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  for (AddCommand add : kCommands) add(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  } catch (const cadre::Error& e) {
+    std::cerr << "cadre: " << e.what() << "\n";
+    return e.code() == cadre::Code::kInvalidArgument ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "cadre: " << e.what() << "\n";
+    return 1;
+  }
+  return exit_code;
+}

@@ -1,0 +1,85 @@
+// Collectives as options objects plus free functions (Gloo's shape). All of them:
+// - are called by every rank of the communicator, in the same order;
+// - accept in-place use where noted (input == output);
+// - accept a count of zero (they still synchronise nothing and return at once);
+// - throw cadre::Error (kTimeout, kIo, kProtocol, kMismatch) naming the faulty peer.
+// Counts are in elements of `dtype`; buffers are plain host memory.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/comm/communicator.h"
+#include "cadre/comm/types.h"
+
+namespace cadre::comm {
+
+enum class AllreduceAlgorithm {
+  kAuto,              // chosen by size and topology
+  kRing,              // reduce-scatter + allgather around a ring: bandwidth-optimal, large sizes
+  kHalvingDoubling,   // recursive halving-doubling: log(p) steps, small sizes
+  kHierarchical,      // reduce-scatter inside hosts, ring across hosts, allgather inside
+};
+
+struct AllreduceOptions {
+  const void* input = nullptr;  // may equal output
+  void* output = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
+  // Bytes per pipelined piece; 0 = the implementation's default. Tests set it tiny to force the
+  // chunking paths.
+  size_t segment_bytes = 0;
+  std::optional<Duration> timeout;  // default: the communicator's
+};
+void Allreduce(Communicator& comm, const AllreduceOptions& options);
+
+struct BroadcastOptions {
+  void* buffer = nullptr;  // input on root, output elsewhere
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+  std::optional<Duration> timeout;
+};
+void Broadcast(Communicator& comm, const BroadcastOptions& options);
+
+// Every rank contributes counts[rank] elements; output holds all contributions in rank order
+// (sum(counts) elements). Allgather is the case of equal counts.
+struct AllgatherOptions {
+  const void* input = nullptr;  // may point into output at this rank's slot
+  void* output = nullptr;
+  std::vector<size_t> counts;   // one per rank
+  DataType dtype = DataType::kFloat32;
+  std::optional<Duration> timeout;
+};
+void Allgather(Communicator& comm, const AllgatherOptions& options);
+
+// input holds sum(counts) elements; rank r receives the reduction of block r (counts[r] elements).
+struct ReduceScatterOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::vector<size_t> counts;  // one per rank
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::optional<Duration> timeout;
+};
+void ReduceScatter(Communicator& comm, const ReduceScatterOptions& options);
+
+// Rank r sends send_counts[j] elements to rank j (blocks in rank order) and receives
+// recv_counts[j] from rank j. Every rank must agree: send_counts of j == recv_counts at j's peer.
+struct AlltoallOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::vector<size_t> send_counts;
+  std::vector<size_t> recv_counts;
+  DataType dtype = DataType::kFloat32;
+  std::optional<Duration> timeout;
+};
+void Alltoall(Communicator& comm, const AlltoallOptions& options);
+
+void Barrier(Communicator& comm, std::optional<Duration> timeout = std::nullopt);
+
+}  // namespace cadre::comm

@@ -1,0 +1,74 @@
+// Communicator: a group of ranks that can run collectives together.
+//
+// Create() rendezvouses through the store (every rank of the group calls it with the same store
+// and size), authenticates each connection with the job token, and learns the topology from the
+// ranks' host names: ranks with the same host are "local" and talk over shared memory, others over
+// TCP. A Communicator is an object, not global state: one process may hold many (threads as ranks
+// in tests). It is not thread-safe: one thread at a time issues collectives on it, and every rank
+// must issue the same collectives in the same order.
+//
+// Failures: when a peer dies, closes, stalls past the timeout, or sends a malformed frame, the
+// collective throws cadre::Error naming that peer ("rank 3 (host learner-2)") on every surviving
+// rank within the timeout. After such an error the communicator is broken: further calls throw.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/store/store.h"
+
+namespace cadre::comm {
+
+struct Topology {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;   // index among the ranks on this host
+  int local_size = 1;   // ranks on this host
+  int cross_rank = 0;   // index of this host among the hosts (ordered by their lowest rank)
+  int cross_size = 1;   // number of hosts
+  bool homogeneous = true;  // every host holds the same number of ranks
+  std::vector<std::string> hosts;  // host name of each rank
+};
+
+struct CommunicatorOptions {
+  int rank = 0;
+  int size = 1;
+  std::shared_ptr<store::Store> store;
+  // Secret shared by the job's ranks; peers without it are refused at the handshake.
+  std::string token;
+  // Name of this rank's host; empty means gethostname(). Ranks with equal host names share memory.
+  std::string host;
+  // Address to listen on for TCP peers; empty means this host's name resolved, else 127.0.0.1.
+  std::string bind_address;
+  // How long any one collective (and the rendezvous) may wait on a peer.
+  Duration timeout = std::chrono::seconds(60);
+  // Use shared memory between ranks on one host (TCP otherwise).
+  bool use_shm = true;
+};
+
+class Communicator {
+ public:
+  // Collective over all `options.size` ranks. Throws cadre::Error on failure.
+  static std::unique_ptr<Communicator> Create(CommunicatorOptions options);
+
+  virtual ~Communicator() = default;
+
+  int rank() const { return topology().rank; }
+  int size() const { return topology().size; }
+  virtual const Topology& topology() const = 0;
+  virtual Duration timeout() const = 0;
+
+  // A communicator over a subset of this one's ranks, listed in the same order by every member
+  // (non-members do not call). `name` keeps the subgroup's rendezvous keys apart from others'.
+  virtual std::unique_ptr<Communicator> Subgroup(const std::vector<int>& ranks,
+                                                 const std::string& name) = 0;
+
+  // Ranks of this host's group and of the group of ranks with this local_rank on every host —
+  // the building blocks of hierarchical algorithms. Created on first use, collectively.
+  virtual Communicator& Local() = 0;
+  virtual Communicator& Cross() = 0;
+};
+
+}  // namespace cadre::comm
