@@ -1,0 +1,111 @@
+// TcpStore: the Store that ranks of a job share over TCP.
+//
+// TcpStoreServer holds the keys. It runs its own event-loop thread, accepts any number of
+// clients, and authenticates each with the job-token handshake (net/handshake.h) before serving
+// it. get() and wait() are answered when the keys exist: the server parks the request and wakes
+// it on set()/add(), or answers kTimeout naming the missing keys when the request's timeout
+// passes. A client that sends garbage, fails the handshake, stalls in the handshake, or
+// disconnects is closed alone; the server and every other client carry on.
+//
+// TcpStore is the client, a store::Store. It connects (retrying until its connect timeout, since
+// the server may start later), handshakes, and then sends one request at a time over one
+// connection; it is thread-safe (a mutex serialises requests). Store errors keep their codes:
+// kTimeout for missing keys, kInvalidArgument for add() on a non-counter; kIo when the server is
+// gone or stalls (the client then reconnects on its next call), kAuth for a wrong token.
+//
+// The job runner runs a TcpStoreServer and gives learners CADRE_STORE=host:port and
+// CADRE_JOB_TOKEN; ConnectStoreFromEnv() is the learner's side of that contract.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cadre/base/deadline.h"
+#include "cadre/net/socket.h"
+#include "cadre/store/store.h"
+
+namespace cadre::store {
+
+// Largest key and value accepted by the server (a larger request closes that client).
+inline constexpr size_t kMaxKeyBytes = 4096;
+inline constexpr size_t kMaxValueBytes = size_t{256} << 20;
+
+struct TcpStoreServerOptions {
+  // Address to listen on; "" or "0.0.0.0" for every interface. Port 0 picks a free port.
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  // The job token every client must prove it holds.
+  std::string token;
+  // A connection that has not finished the handshake by then is closed.
+  Duration handshake_timeout = std::chrono::seconds(10);
+};
+
+class TcpStoreServerImpl;
+
+class TcpStoreServer {
+ public:
+  // Binds, listens and starts the server thread. Throws cadre::Error (kIo naming host:port when
+  // the address cannot be bound).
+  explicit TcpStoreServer(TcpStoreServerOptions options);
+  // Stops the thread and closes every connection; parked clients see the connection close.
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  uint16_t port() const;
+  // "host:port" as clients should dial it (the listen host, 127.0.0.1 for a wildcard).
+  std::string address() const;
+  // Authenticated clients connected right now (for tests and diagnostics).
+  size_t num_clients() const;
+
+ private:
+  std::unique_ptr<TcpStoreServerImpl> impl_;
+  std::thread thread_;
+};
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  std::string token;
+  // How this client names itself to the server (it appears in the server's log lines).
+  std::string identity = "store-client";
+  // How long to keep retrying the first connection (and each reconnection).
+  Duration connect_timeout = std::chrono::seconds(60);
+  // The store's timeout for get()/wait() (Store::timeout()).
+  Duration timeout = Store::kDefaultTimeout;
+};
+
+class TcpStore final : public Store {
+ public:
+  // Connects and handshakes; throws cadre::Error when that fails within connect_timeout.
+  explicit TcpStore(TcpStoreOptions options);
+  ~TcpStore() override;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  using Store::wait;
+
+ private:
+  struct Reply;
+  // Sends one request and reads its reply; throws cadre::Error. Caller holds mu_.
+  Reply Call(uint8_t type, const std::vector<uint8_t>& payload, Duration server_wait);
+  void EnsureConnectedLocked();
+
+  TcpStoreOptions options_;
+  std::mutex mu_;
+  net::Socket socket_;     // GUARDED_BY(mu_); invalid after an I/O error until reconnected
+  uint64_t next_tag_ = 1;  // GUARDED_BY(mu_)
+};
+
+// The learner side of the job runner's contract: connects to CADRE_STORE (host:port) with the
+// token in CADRE_JOB_TOKEN. Throws cadre::Error(kInvalidArgument) naming the variable when one is
+// missing or malformed, and the connection errors of TcpStore otherwise.
+std::shared_ptr<Store> ConnectStoreFromEnv(std::string identity = "store-client",
+                                           Duration timeout = Store::kDefaultTimeout);
+
+}  // namespace cadre::store
