@@ -1,0 +1,311 @@
+#include "cadre/launch/netem/network_emulator.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include "cadre/base/logging.h"
+#include "cadre/launch/netem/command.h"
+#include "cadre/launch/netem/traffic_control.h"
+
+namespace cadre::netem {
+namespace {
+
+constexpr int kMaxHosts = 1000;
+constexpr size_t kMaxJobId = 40;
+constexpr const char* kBridge = "br0";
+constexpr const char* kHostDevice = "eth0";
+constexpr const char* kPrefixLength = "/15";
+
+bool ValidJobId(const std::string& id) {
+  if (id.empty() || id.size() > kMaxJobId || id == "." || id == "..") return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// RFC 1123 host name labels joined by dots, at most 64 bytes (what sethostname accepts).
+bool ValidHostName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name.front() == '-' || name.front() == '.') return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status ValidateOptions(const EmulatorOptions& o) {
+  if (o.hosts < 1 || o.hosts > kMaxHosts) {
+    return InvalidArgument("netem: hosts must be 1.." + std::to_string(kMaxHosts) + ", got " +
+                           std::to_string(o.hosts));
+  }
+  if (o.link.rate_bits_per_s == 0) return InvalidArgument("netem: the link has no rate");
+  if (o.link.loss < 0.0 || o.link.loss >= 1.0) {
+    return InvalidArgument("netem: link loss must be in [0, 1)");
+  }
+  if (!ValidJobId(o.job_id)) {
+    return InvalidArgument("netem: job id '" + o.job_id + "' must be 1.." +
+                           std::to_string(kMaxJobId) + " characters of [A-Za-z0-9_.-]");
+  }
+  if (!o.host_names.empty() && static_cast<int>(o.host_names.size()) != o.hosts) {
+    return InvalidArgument("netem: " + std::to_string(o.host_names.size()) +
+                           " host names given for " + std::to_string(o.hosts) + " hosts");
+  }
+  for (size_t i = 0; i < o.host_names.size(); ++i) {
+    if (!ValidHostName(o.host_names[i])) {
+      return InvalidArgument("netem: host name '" + o.host_names[i] + "' of host " +
+                             std::to_string(i) + " is not a valid host name");
+    }
+  }
+  if (o.state_dir.empty()) return InvalidArgument("netem: empty state directory");
+  return Status::Ok();
+}
+
+Status OpenNetns(const std::string& name, int* fd) {
+  std::string path = std::string(kNetnsRunDir) + "/" + name;
+  *fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (*fd < 0) return IoError("cannot open " + path + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string BenchmarkAddress(uint32_t offset) {
+  uint32_t a = (198u << 24) | (18u << 16) | (offset & 0x1ffff);
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%u.%u.%u.%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
+  return buf;
+}
+
+Status NetworkEmulator::Create(const EmulatorOptions& options,
+                               std::unique_ptr<NetworkEmulator>* out) {
+  CADRE_RETURN_IF_ERROR(ValidateOptions(options));
+  Deadline sweep_deadline(options.command_timeout * 4);
+  Status swept = SweepStaleJobs(options.state_dir, "cadre-", sweep_deadline);
+  if (!swept.ok()) {
+    CADRE_LOG(WARNING) << swept.message();
+  }
+
+  std::unique_ptr<NetworkEmulator> emu(new NetworkEmulator());
+  emu->link_ = options.link;
+  emu->command_timeout_ = options.command_timeout;
+  const std::string prefix = "cadre-" + options.job_id;
+  emu->state_path_ = options.state_dir + "/" + prefix + ".state";
+  emu->switch_netns_ = prefix + "-sw";
+  emu->switch_address_ = BenchmarkAddress(1);
+  std::vector<std::string> names = {emu->switch_netns_};
+  for (int i = 0; i < options.hosts; ++i) {
+    EmulatedHost host;
+    host.netns = prefix + "-h" + std::to_string(i);
+    host.netns_path = std::string(kNetnsRunDir) + "/" + host.netns;
+    host.address = BenchmarkAddress(static_cast<uint32_t>(2 + i));
+    host.host_name = options.host_names.empty() ? host.netns : options.host_names[i];
+    host.device = kHostDevice;
+    names.push_back(host.netns);
+    emu->hosts_.push_back(std::move(host));
+  }
+
+  // The sweep above removed the records of dead owners, so a record still here is a live job.
+  JobState existing;
+  if (ReadJobState(emu->state_path_, &existing).ok()) {
+    emu->destroyed_ = true;  // nothing of ours to remove
+    return Status(Code::kAlreadyExists, "netem: job '" + options.job_id +
+                                            "' already has an emulated network, owned by "
+                                            "running pid " +
+                                            std::to_string(existing.owner_pid));
+  }
+  for (const auto& name : names) {
+    if (NetnsExists(name)) {
+      emu->destroyed_ = true;
+      return Status(Code::kAlreadyExists, "netem: network namespace " + name +
+                                              " already exists and no cadre job "
+                                              "owns it; remove it with `ip netns delete " +
+                                              name + "`");
+    }
+  }
+  // Recorded before anything exists, so that no kill can leave an unrecorded namespace.
+  CADRE_RETURN_IF_ERROR(WriteJobState(emu->state_path_, StateForThisProcess(names)));
+
+  Status built = emu->Build(options);
+  if (!built.ok()) {
+    Status cleaned = emu->Destroy();
+    if (!cleaned.ok()) {
+      CADRE_LOG(WARNING) << "netem: cleanup after failure: " << cleaned.message();
+    }
+    return built;
+  }
+  *out = std::move(emu);
+  return Status::Ok();
+}
+
+std::unique_ptr<NetworkEmulator> NetworkEmulator::CreateOrThrow(const EmulatorOptions& options) {
+  std::unique_ptr<NetworkEmulator> emu;
+  ThrowIfError(Create(options, &emu));
+  return emu;
+}
+
+Status NetworkEmulator::Build(const EmulatorOptions& options) {
+  Deadline deadline(command_timeout_ * (8 + 12 * static_cast<int64_t>(hosts_.size())));
+  const std::string& sw = switch_netns_;
+  CADRE_RETURN_IF_ERROR(RunChecked({"ip", "netns", "add", sw}, deadline));
+  created_.push_back(sw);
+  CADRE_RETURN_IF_ERROR(OpenNetns(sw, &switch_fd_));
+  CADRE_RETURN_IF_ERROR(RunChecked({"ip", "-n", sw, "link", "set", "lo", "up"}, deadline));
+  CADRE_RETURN_IF_ERROR(
+      RunChecked({"ip", "-n", sw, "link", "add", kBridge, "type", "bridge"}, deadline));
+  CADRE_RETURN_IF_ERROR(RunChecked(
+      {"ip", "-n", sw, "addr", "add", switch_address_ + kPrefixLength, "dev", kBridge}, deadline));
+  CADRE_RETURN_IF_ERROR(RunChecked({"ip", "-n", sw, "link", "set", kBridge, "up"}, deadline));
+
+  for (int i = 0; i < size(); ++i) CADRE_RETURN_IF_ERROR(BuildHost(i, deadline));
+
+  // Shaping. The first hop also probes for netem: without it, the rate limit still applies.
+  bool with_netem = link_.wants_delay_or_loss();
+  delay_loss_emulated_ = true;
+  const HopShape hop = HopShapeFor(link_);
+  for (int i = 0; i < size(); ++i) {
+    const EmulatedHost& h = hosts_[i];
+    const std::string bridge_port = "v" + std::to_string(i);
+    for (int end = 0; end < 2; ++end) {
+      const std::string& ns = end == 0 ? h.netns : sw;
+      const std::string& dev = end == 0 ? h.device : bridge_port;
+      Status s = ShapeEgress(ns, dev, hop, with_netem, deadline);
+      if (s.code() == Code::kUnavailable) {
+        std::string why = "link " + link_.ToString() +
+                          " asks for delay/loss, but this kernel has no netem qdisc (sch_netem) "
+                          "to emulate them (" +
+                          s.message() + ")";
+        if (options.require_delay_loss) return Status(Code::kUnavailable, "netem: " + why);
+        CADRE_LOG(WARNING) << "netem: " << why << "; emulating the rate "
+                           << FormatRate(link_.rate_bits_per_s) << " only";
+        with_netem = false;
+        delay_loss_emulated_ = false;
+        continue;  // ShapeEgress installed the rate limit before netem failed
+      }
+      CADRE_RETURN_IF_ERROR(s.WithContext("netem: shaping " + dev + " in " + ns));
+    }
+  }
+  return Status::Ok();
+}
+
+Status NetworkEmulator::BuildHost(int i, Deadline deadline) {
+  const EmulatedHost& h = hosts_[i];
+  const std::string& sw = switch_netns_;
+  const std::string port = "v" + std::to_string(i);
+  CADRE_RETURN_IF_ERROR(RunChecked({"ip", "netns", "add", h.netns}, deadline));
+  created_.push_back(h.netns);
+  int fd = -1;
+  CADRE_RETURN_IF_ERROR(OpenNetns(h.netns, &fd));
+  host_fds_.push_back(fd);
+  CADRE_RETURN_IF_ERROR(RunChecked({"ip", "-n", h.netns, "link", "set", "lo", "up"}, deadline));
+  // Both ends are made in the switch's namespace and the host's end is moved in one command, so
+  // no interface ever appears in the caller's namespace.
+  CADRE_RETURN_IF_ERROR(RunChecked({"ip", "-n", sw, "link", "add", port, "type", "veth", "peer",
+                                    "name", h.device, "netns", h.netns},
+                                   deadline));
+  CADRE_RETURN_IF_ERROR(
+      RunChecked({"ip", "-n", sw, "link", "set", port, "master", kBridge, "up"}, deadline));
+  CADRE_RETURN_IF_ERROR(RunChecked(
+      {"ip", "-n", h.netns, "addr", "add", h.address + kPrefixLength, "dev", h.device}, deadline));
+  return RunChecked({"ip", "-n", h.netns, "link", "set", h.device, "up"}, deadline);
+}
+
+NetworkEmulator::~NetworkEmulator() {
+  Status s = Destroy();
+  if (!s.ok()) {
+    CADRE_LOG(ERROR) << "netem: " << s.message();
+  }
+}
+
+Status NetworkEmulator::Destroy() {
+  if (destroyed_) return Status::Ok();
+  destroyed_ = true;
+  for (int fd : host_fds_) close(fd);
+  host_fds_.clear();
+  if (switch_fd_ >= 0) close(switch_fd_);
+  switch_fd_ = -1;
+  // Hosts first, the switch last (the reverse of creation): its namespace holds the bridge.
+  std::vector<std::string> names(created_.rbegin(), created_.rend());
+  Deadline deadline(command_timeout_ * static_cast<int64_t>(names.size()));
+  Status s = DeleteNamespaces(names, deadline);
+  if (!s.ok()) {
+    return s.WithContext("cannot remove emulated network (record kept in " + state_path_ +
+                         " for a later sweep)");
+  }
+  std::remove(state_path_.c_str());
+  return Status::Ok();
+}
+
+int NetworkEmulator::EnterHost(int i) const noexcept {
+  if (i < 0 || i >= static_cast<int>(host_fds_.size())) return EINVAL;
+  if (setns(host_fds_[i], CLONE_NEWNET) != 0) return errno;
+  if (unshare(CLONE_NEWUTS) != 0) return errno;
+  const std::string& name = hosts_[i].host_name;
+  if (sethostname(name.data(), name.size()) != 0) return errno;
+  return 0;
+}
+
+Status NetworkEmulator::RunInNetns(int fd, const std::string& name,
+                                   const std::function<void()>& fn) const {
+  int err = 0;
+  std::exception_ptr thrown;
+  std::thread worker([&] {
+    if (setns(fd, CLONE_NEWNET) != 0) {
+      err = errno;
+      return;
+    }
+    try {
+      fn();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+  });
+  worker.join();
+  if (err != 0) return IoError("netem: cannot enter namespace " + name + ": " + std::strerror(err));
+  if (thrown) std::rethrow_exception(thrown);
+  return Status::Ok();
+}
+
+Status NetworkEmulator::RunInHost(int i, const std::function<void()>& fn) const {
+  if (i < 0 || i >= static_cast<int>(host_fds_.size())) {
+    return InvalidArgument("netem: no host " + std::to_string(i) + " (have " +
+                           std::to_string(host_fds_.size()) + ")");
+  }
+  return RunInNetns(host_fds_[i], hosts_[i].netns, fn);
+}
+
+Status NetworkEmulator::RunInSwitch(const std::function<void()>& fn) const {
+  if (switch_fd_ < 0) return InvalidArgument("netem: the emulated network was destroyed");
+  return RunInNetns(switch_fd_, switch_netns_, fn);
+}
+
+Status CheckNetnsSupport(Duration timeout) {
+  if (geteuid() != 0) {
+    return Status(Code::kUnavailable, "network emulation needs root (creates network namespaces)");
+  }
+  Deadline deadline(timeout);
+  const std::string probe = "cadre-probe-" + std::to_string(getpid());
+  Status s = RunChecked({"ip", "netns", "add", probe}, deadline);
+  if (!s.ok()) {
+    return Status(Code::kUnavailable, "cannot create network namespaces: " + s.message());
+  }
+  s = RunChecked(
+      {"ip", "-n", probe, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"},
+      deadline);
+  Status removed = DeleteNamespaces({probe}, deadline);
+  if (!s.ok()) return Status(Code::kUnavailable, "cannot create veth links: " + s.message());
+  if (!removed.ok()) return Status(Code::kUnavailable, removed.message());
+  return Status::Ok();
+}
+
+}  // namespace cadre::netem

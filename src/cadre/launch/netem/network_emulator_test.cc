@@ -1,0 +1,386 @@
+// Tests on real network namespaces. They skip themselves unless the process may create
+// namespaces (root, `ip netns` permitted). Every test uses its own job id and state directory, so
+// test cases may run in parallel.
+#include "cadre/launch/netem/network_emulator.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "cadre/launch/netem/command.h"
+
+namespace cadre::netem {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+
+constexpr int kPort = 5000;
+
+std::set<std::string> Namespaces() {
+  std::string out;
+  EXPECT_TRUE(RunChecked({"ip", "netns", "list"}, Deadline(seconds(30)), &out).ok());
+  std::set<std::string> names;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) names.insert(line.substr(0, line.find(' ')));
+  return names;
+}
+
+std::set<std::string> RootInterfaces() {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator("/sys/class/net")) {
+    names.insert(entry.path().filename());
+  }
+  return names;
+}
+
+sockaddr_in Address(const std::string& ip) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(kPort);
+  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  return a;
+}
+
+int Listen(const std::string& ip) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a = Address(ip);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 4) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval tv{30, 0};  // accept gives up rather than hang the test
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+int Connect(const std::string& ip) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in a = Address(ip);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool WriteAll(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, data, n);
+    if (w <= 0) return false;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Forks a child that enters host `i` and runs `body` there; the child exits with body's result,
+// or 100 + errno when it could not enter the host. alarm() bounds it if the test goes wrong.
+pid_t SpawnInHost(const NetworkEmulator& emu, int i, int (*body)(const NetworkEmulator&, int)) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);
+    int err = emu.EnterHost(i);
+    _exit(err != 0 ? 100 + err : body(emu, i));
+  }
+  return pid;
+}
+
+// The child's exit code, waiting at most `timeout` (then it is killed and -1 returned).
+int WaitChild(pid_t pid, seconds timeout = seconds(60)) {
+  Deadline deadline(timeout);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (deadline.expired()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+class NetworkEmulatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static const Status support = CheckNetnsSupport();
+    if (!support.ok()) GTEST_SKIP() << "needs network namespaces: " << support.message();
+    char tmpl[] = "/tmp/cadre-netem-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    state_dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (!state_dir_.empty()) fs::remove_all(state_dir_);
+  }
+
+  EmulatorOptions Options(int hosts, const std::string& link) {
+    EmulatorOptions o;
+    o.hosts = hosts;
+    o.link = ParseLinkSpecOrThrow(link);
+    // Unique per process and test (ids are at most 40 characters).
+    std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    o.job_id = "t" + std::to_string(getpid()) + "-" + test.substr(0, 24);
+    o.state_dir = state_dir_;
+    return o;
+  }
+
+  std::unique_ptr<NetworkEmulator> Create(const EmulatorOptions& o) {
+    std::unique_ptr<NetworkEmulator> emu;
+    Status s = NetworkEmulator::Create(o, &emu);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return emu;
+  }
+
+  std::string state_dir_;
+};
+
+int ConnectToHost1AndCheckName(const NetworkEmulator& emu, int i) {
+  char name[65] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || emu.hosts()[i].host_name != name) return 2;
+  int fd = Connect(emu.hosts()[1].address);
+  if (fd < 0) return 3;
+  char reply[4] = {};
+  if (!WriteAll(fd, "ping", 4) || read(fd, reply, 4) != 4) return 4;
+  return std::string(reply, 4) == "pong" ? 0 : 5;
+}
+
+int EchoOnce(const NetworkEmulator& emu, int i) {
+  int listener = Listen(emu.hosts()[i].address);
+  if (listener < 0) return 2;
+  int fd = accept(listener, nullptr, nullptr);
+  char buf[4];
+  if (fd < 0 || read(fd, buf, 4) != 4) return 3;
+  return WriteAll(fd, "pong", 4) ? 0 : 4;
+}
+
+TEST_F(NetworkEmulatorTest, HostsConnectOverTcpAndOnlyEmulatedAddressesExist) {
+  std::set<std::string> root_before = RootInterfaces();
+  EmulatorOptions o = Options(3, "1gbit");
+  o.host_names = {"learner-1", "learner-2", "learner-3"};
+  auto emu = Create(o);
+  ASSERT_TRUE(emu);
+  ASSERT_EQ(emu->size(), 3);
+  EXPECT_EQ(emu->switch_address(), "198.18.0.1");
+  EXPECT_EQ(emu->hosts()[0].address, "198.18.0.2");
+  EXPECT_EQ(emu->hosts()[2].address, "198.18.0.4");
+  EXPECT_EQ(emu->hosts()[1].host_name, "learner-2");
+  std::set<std::string> present = Namespaces();
+  for (const auto& h : emu->hosts()) EXPECT_TRUE(present.count(h.netns)) << h.netns;
+  EXPECT_TRUE(present.count(emu->switch_netns()));
+  // The caller's namespace is untouched: no veth or bridge appeared in it.
+  EXPECT_EQ(RootInterfaces(), root_before);
+
+  pid_t server = SpawnInHost(*emu, 1, EchoOnce);
+  // The server may not listen yet: retry the client a few times rather than sleep.
+  int client_rc = -1;
+  for (int attempt = 0; attempt < 50 && client_rc != 0; ++attempt) {
+    client_rc = WaitChild(SpawnInHost(*emu, 0, ConnectToHost1AndCheckName));
+    if (client_rc == 2) break;  // wrong host name: retrying will not help
+    if (client_rc != 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(client_rc, 0) << "2: wrong host name, 3: connect failed, 4/5: exchange failed";
+  EXPECT_EQ(WaitChild(server), 0);
+
+  // The switch namespace can serve too (where a runner would put the job's store).
+  int listener = -1;
+  ASSERT_TRUE(emu->RunInSwitch([&] { listener = Listen(emu->switch_address()); }).ok());
+  ASSERT_GE(listener, 0);
+  int client = -1;
+  ASSERT_TRUE(emu->RunInHost(2, [&] { client = Connect(emu->switch_address()); }).ok());
+  EXPECT_GE(client, 0);
+  close(client);
+  close(listener);
+  EXPECT_EQ(emu->RunInHost(3, [] {}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(emu->EnterHost(7), EINVAL);
+}
+
+int Send4MiB(const NetworkEmulator& emu, int) {
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    fd = Connect(emu.hosts()[1].address);
+    if (fd < 0) usleep(50'000);
+  }
+  if (fd < 0) return 3;
+  std::string chunk(64 * 1024, 'x');
+  for (int i = 0; i < 64; ++i) {
+    if (!WriteAll(fd, chunk.data(), chunk.size())) return 4;
+  }
+  shutdown(fd, SHUT_WR);
+  char c;
+  return read(fd, &c, 1) == 0 ? 0 : 5;  // wait for the receiver to have everything
+}
+
+TEST_F(NetworkEmulatorTest, RateIsShapedInBothDirections) {
+  auto emu = Create(Options(2, "50mbit"));
+  ASSERT_TRUE(emu);
+  // Both ends of each host's link carry the rate limit (upload and download).
+  for (const auto& [ns, dev] : {std::pair{emu->hosts()[0].netns, std::string("eth0")},
+                                std::pair{emu->switch_netns(), std::string("v0")}}) {
+    std::string out;
+    ASSERT_TRUE(
+        RunChecked({"tc", "-n", ns, "class", "show", "dev", dev}, Deadline(seconds(30)), &out)
+            .ok());
+    EXPECT_NE(out.find("rate 50Mbit"), std::string::npos) << ns << " " << dev << ": " << out;
+  }
+
+  int listener = -1;
+  ASSERT_TRUE(emu->RunInHost(1, [&] { listener = Listen(emu->hosts()[1].address); }).ok());
+  ASSERT_GE(listener, 0);
+  pid_t sender = SpawnInHost(*emu, 0, Send4MiB);
+  int fd = accept(listener, nullptr, nullptr);
+  ASSERT_GE(fd, 0) << "sender did not connect";
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  auto start = Clock::now();
+  size_t total = 0;
+  std::vector<char> buf(1 << 16);
+  while (true) {
+    ssize_t n = read(fd, buf.data(), buf.size());
+    if (n <= 0) break;
+    total += static_cast<size_t>(n);
+  }
+  double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  close(fd);
+  close(listener);
+  EXPECT_EQ(WaitChild(sender), 0);
+  ASSERT_EQ(total, 4u << 20);
+  // A lower bound only (a loaded machine may be slower, never faster than the link).
+  double ideal = static_cast<double>(total) * 8.0 / 50e6;
+  EXPECT_GE(elapsed, 0.7 * ideal) << "4 MiB took " << elapsed << " s; 50 Mbit/s needs " << ideal;
+}
+
+TEST_F(NetworkEmulatorTest, DestroyRemovesEverything) {
+  auto emu = Create(Options(2, "1gbit"));
+  ASSERT_TRUE(emu);
+  std::vector<std::string> names = {emu->switch_netns()};
+  for (const auto& h : emu->hosts()) names.push_back(h.netns);
+  std::string record = state_dir_ + "/cadre-" + Options(2, "1gbit").job_id + ".state";
+  EXPECT_TRUE(fs::exists(record));
+  emu.reset();
+  std::set<std::string> present = Namespaces();
+  for (const auto& n : names) EXPECT_FALSE(present.count(n)) << n << " left behind";
+  EXPECT_FALSE(fs::exists(record));
+}
+
+TEST_F(NetworkEmulatorTest, LiveJobIsNeitherSweptNorDuplicated) {
+  EmulatorOptions o = Options(1, "1gbit");
+  auto emu = Create(o);
+  ASSERT_TRUE(emu);
+  ASSERT_TRUE(SweepStaleJobs(state_dir_, "cadre-", Deadline(seconds(30))).ok());
+  EXPECT_TRUE(Namespaces().count(emu->hosts()[0].netns));
+  std::unique_ptr<NetworkEmulator> second;
+  Status s = NetworkEmulator::Create(o, &second);
+  EXPECT_EQ(s.code(), Code::kAlreadyExists) << s.ToString();
+  EXPECT_NE(s.message().find(std::to_string(getpid())), std::string::npos);
+  EXPECT_TRUE(Namespaces().count(emu->hosts()[0].netns));  // the failed Create removed nothing
+}
+
+TEST_F(NetworkEmulatorTest, SweepRemovesLeftoversOfAKilledOwner) {
+  EmulatorOptions o = Options(2, "1gbit");
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t owner = fork();
+  if (owner == 0) {
+    std::unique_ptr<NetworkEmulator> emu;
+    char ok = NetworkEmulator::Create(o, &emu).ok() ? 'y' : 'n';
+    (void)!write(ready[1], &ok, 1);
+    pause();  // killed by the test
+    _exit(0);
+  }
+  close(ready[1]);
+  char ok = 0;
+  ASSERT_EQ(read(ready[0], &ok, 1), 1);
+  close(ready[0]);
+  kill(owner, SIGKILL);
+  WaitChild(owner);
+  ASSERT_EQ(ok, 'y');
+  const std::string host0 = "cadre-" + o.job_id + "-h0";
+  ASSERT_TRUE(Namespaces().count(host0)) << "SIGKILL leaves the namespaces behind";
+
+  std::vector<std::string> removed;
+  Status s = SweepStaleJobs(state_dir_, "cadre-", Deadline(seconds(60)), &removed);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(removed.size(), 3u);
+  std::set<std::string> present = Namespaces();
+  for (const auto& n : removed) EXPECT_FALSE(present.count(n)) << n;
+  EXPECT_FALSE(present.count(host0));
+  EXPECT_TRUE(fs::is_empty(state_dir_));
+}
+
+TEST_F(NetworkEmulatorTest, DelayAndLossAreEmulatedOrReportedNeverFaked) {
+  EmulatorOptions o = Options(2, "1gbit,20ms");
+  o.require_delay_loss = true;
+  std::unique_ptr<NetworkEmulator> emu;
+  Status s = NetworkEmulator::Create(o, &emu);
+  if (!s.ok()) {
+    // This kernel has no netem: a clear error, and nothing left behind.
+    EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+    EXPECT_NE(s.message().find("netem"), std::string::npos);
+    EXPECT_FALSE(Namespaces().count("cadre-" + o.job_id + "-sw"));
+    o.require_delay_loss = false;
+    emu = Create(o);
+    ASSERT_TRUE(emu);
+    EXPECT_FALSE(emu->delay_loss_emulated());
+    return;
+  }
+  ASSERT_TRUE(emu->delay_loss_emulated());
+  // With netem: a TCP handshake takes one round trip, at least 2 x 20 ms (a lower bound only).
+  int listener = -1;
+  ASSERT_TRUE(emu->RunInHost(1, [&] { listener = Listen(emu->hosts()[1].address); }).ok());
+  auto start = Clock::now();
+  int fd = -1;
+  ASSERT_TRUE(emu->RunInHost(0, [&] { fd = Connect(emu->hosts()[1].address); }).ok());
+  double rtt = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_GE(fd, 0);
+  EXPECT_GE(rtt, 0.9 * 0.040);
+  close(fd);
+  close(listener);
+}
+
+TEST(NetworkEmulatorOptionsTest, BadOptionsAreRejectedBeforeAnythingIsCreated) {
+  EmulatorOptions o;
+  o.link = ParseLinkSpecOrThrow("1gbit");
+  o.job_id = "bad/id";
+  std::unique_ptr<NetworkEmulator> emu;
+  Status s = NetworkEmulator::Create(o, &emu);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("job id 'bad/id'"), std::string::npos);
+  o.job_id = "ok";
+  o.hosts = 0;
+  EXPECT_NE(NetworkEmulator::Create(o, &emu).message().find("hosts must be"), std::string::npos);
+  o.hosts = 2;
+  o.host_names = {"a"};
+  EXPECT_NE(NetworkEmulator::Create(o, &emu).message().find("1 host names given for 2"),
+            std::string::npos);
+  o.host_names = {"a", "b_c"};
+  EXPECT_NE(NetworkEmulator::Create(o, &emu).message().find("'b_c' of host 1"), std::string::npos);
+  EXPECT_EQ(emu, nullptr);
+}
+
+TEST(BenchmarkAddressTest, StaysInTheBenchmarkingRange) {
+  EXPECT_EQ(BenchmarkAddress(1), "198.18.0.1");
+  EXPECT_EQ(BenchmarkAddress(256), "198.18.1.0");
+  EXPECT_EQ(BenchmarkAddress(0x1ffff), "198.19.255.255");
+  EXPECT_EQ(BenchmarkAddress(0x20000), "198.18.0.0");  // wraps inside the /15, never leaves it
+}
+
+}  // namespace
+}  // namespace cadre::netem
