@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "cadre/launch/netem/command.h"
+#include "cadre/launch/netem/emulator_test_fixture.h"
 
 namespace cadre::netem {
 namespace {
@@ -118,39 +119,7 @@ int WaitChild(pid_t pid, seconds timeout = seconds(60)) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-class NetworkEmulatorTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    static const Status support = CheckNetnsSupport();
-    if (!support.ok()) GTEST_SKIP() << "needs network namespaces: " << support.message();
-    char tmpl[] = "/tmp/cadre-netem-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    state_dir_ = tmpl;
-  }
-  void TearDown() override {
-    if (!state_dir_.empty()) fs::remove_all(state_dir_);
-  }
-
-  EmulatorOptions Options(int hosts, const std::string& link) {
-    EmulatorOptions o;
-    o.hosts = hosts;
-    o.link = ParseLinkSpecOrThrow(link);
-    // Unique per process and test (ids are at most 40 characters).
-    std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    o.job_id = "t" + std::to_string(getpid()) + "-" + test.substr(0, 24);
-    o.state_dir = state_dir_;
-    return o;
-  }
-
-  std::unique_ptr<NetworkEmulator> Create(const EmulatorOptions& o) {
-    std::unique_ptr<NetworkEmulator> emu;
-    Status s = NetworkEmulator::Create(o, &emu);
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    return emu;
-  }
-
-  std::string state_dir_;
-};
+using NetworkEmulatorTest = EmulatorTest;
 
 int ConnectToHost1AndCheckName(const NetworkEmulator& emu, int i) {
   char name[65] = {};
