@@ -1,0 +1,214 @@
+// TcpStore server against clients that misbehave: silence, garbage, oversized or malformed
+// frames, before and after authentication, and from another process. In every case the server
+// closes only that client and keeps serving the others.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
+
+#include "cadre/base/status.h"
+#include "cadre/net/frame.h"
+#include "cadre/net/handshake.h"
+#include "cadre/net/wire.h"
+#include "cadre/store/tcp_store.h"
+#include "cadre/store/tcp_store_protocol.h"
+
+namespace cadre::store {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr char kToken[] = "hostile-test-token";
+
+net::Socket RawConnect(uint16_t port) {
+  net::Socket s;
+  Status st = net::Socket::Connect("127.0.0.1", port, Deadline(10s), &s);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return s;
+}
+
+// Reads until the server closes the connection; returns the Status that ended the read.
+Status DrainUntilClosed(net::Socket& s, Duration within) {
+  Deadline deadline(within);
+  uint8_t buf[4096];
+  for (;;) {
+    Status st = s.RecvAll(buf, 1, deadline);
+    if (!st.ok()) return st;
+  }
+}
+
+void ExpectServes(const TcpStoreServer& server, const std::string& key) {
+  TcpStoreOptions o;
+  o.port = server.port();
+  o.token = kToken;
+  o.connect_timeout = 10s;
+  o.timeout = 10s;
+  TcpStore s(o);
+  s.set_string(key, "alive");
+  EXPECT_EQ(s.get_string(key), "alive");
+}
+
+TEST(TcpStoreHostileTest, SilentClientIsClosedAfterTheHandshakeTimeout) {
+  TcpStoreServerOptions o;
+  o.token = kToken;
+  o.handshake_timeout = 200ms;
+  TcpStoreServer server(o);
+  net::Socket silent = RawConnect(server.port());
+  ExpectServes(server, "while-silent");  // a silent peer does not block others
+  Status closed = DrainUntilClosed(silent, 10s);
+  EXPECT_EQ(closed.code(), Code::kIo) << closed.ToString();  // closed, not our timeout
+  ExpectServes(server, "after-silent");
+}
+
+TEST(TcpStoreHostileTest, GarbageBeforeTheHandshakeClosesOnlyThatClient) {
+  TcpStoreServerOptions o;
+  o.token = kToken;
+  TcpStoreServer server(o);
+  const std::string payloads[] = {
+      "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", std::string(100000, '\xff'),
+      std::string(3, 'C'),  // then close: a truncated header
+  };
+  for (const auto& junk : payloads) {
+    net::Socket s = RawConnect(server.port());
+    ASSERT_TRUE(s.SendAll(junk.data(), junk.size(), Deadline(5s)).ok() || junk.size() > 1000);
+    if (junk.size() == 3) {
+      s.Close();
+    } else {
+      EXPECT_EQ(DrainUntilClosed(s, 10s).code(), Code::kIo);
+    }
+  }
+  // A header claiming a terabyte payload before authenticating.
+  net::Socket s = RawConnect(server.port());
+  uint8_t header[net::kFrameHeaderSize];
+  net::EncodeFrameHeader({net::kProtocolVersion, net::frame_type::kHello, 0, 0, uint64_t{1} << 40},
+                         header);
+  ASSERT_TRUE(s.SendAll(header, sizeof(header), Deadline(5s)).ok());
+  EXPECT_EQ(DrainUntilClosed(s, 10s).code(), Code::kIo);
+  ExpectServes(server, "after-garbage");
+}
+
+// An authenticated raw connection, for sending frames a real client never would.
+net::Socket Authenticated(uint16_t port) {
+  net::Socket s = RawConnect(port);
+  std::string peer;
+  Status st = net::ClientHandshake(s, kToken, "raw", Deadline(10s), &peer);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(peer, "store");
+  return s;
+}
+
+TEST(TcpStoreHostileTest, BadFramesAfterTheHandshakeCloseOnlyThatClient) {
+  TcpStoreServerOptions o;
+  o.token = kToken;
+  TcpStoreServer server(o);
+  std::vector<std::pair<uint8_t, std::vector<uint8_t>>> bad = {
+      {wire::kOk, {}},                           // a reply type sent as a request
+      {net::frame_type::kTransportFirst, {}},    // another layer's frame
+      {wire::kSet, {1, 2, 3}},                   // truncated key length
+      {wire::kCheck, {0xff, 0xff, 0xff, 0x7f}},  // absurd key count
+  };
+  net::WireWriter extra;
+  extra.PutString("k");
+  extra.PutI64(1);
+  extra.PutU8(9);  // trailing byte after a valid ADD
+  bad.emplace_back(wire::kAdd, extra.Take());
+  for (auto& [type, payload] : bad) {
+    net::Socket s = Authenticated(server.port());
+    ASSERT_TRUE(net::SendFrame(s, type, 0, 1, payload, Deadline(5s)).ok());
+    EXPECT_EQ(DrainUntilClosed(s, 10s).code(), Code::kIo) << int(type);
+  }
+  ExpectServes(server, "after-bad-frames");
+  // Nothing was applied by the rejected ADD.
+  TcpStoreOptions co;
+  co.port = server.port();
+  co.token = kToken;
+  TcpStore s(co);
+  EXPECT_FALSE(s.check({"k"}));
+}
+
+TEST(TcpStoreHostileTest, PipelinedRequestsOnOneConnectionAreAnsweredInOrder) {
+  // A GET parked, then a SET on the same connection that wakes it.
+  TcpStoreServerOptions o;
+  o.token = kToken;
+  TcpStoreServer server(o);
+  net::Socket s = Authenticated(server.port());
+  net::WireWriter get;
+  get.PutU64(10000);
+  get.PutString("key");
+  net::WireWriter set;
+  set.PutString("key");
+  set.PutString("value");
+  ASSERT_TRUE(net::SendFrame(s, wire::kGet, 0, 1, get.data(), Deadline(5s)).ok());
+  ASSERT_TRUE(net::SendFrame(s, wire::kSet, 0, 2, set.data(), Deadline(5s)).ok());
+  net::FrameHeader h;
+  std::vector<uint8_t> payload;
+  ASSERT_TRUE(net::RecvFrame(s, wire::kMaxPayload, Deadline(10s), &h, &payload).ok());
+  EXPECT_EQ(h.tag, 2u);
+  EXPECT_EQ(h.type, wire::kOk);
+  ASSERT_TRUE(net::RecvFrame(s, wire::kMaxPayload, Deadline(10s), &h, &payload).ok());
+  EXPECT_EQ(h.tag, 1u);
+  EXPECT_EQ(h.type, wire::kValue);
+  EXPECT_EQ(std::string(payload.begin(), payload.end()), "value");
+}
+
+// The server runs in a child process; the parent attacks its port, then uses it properly.
+TEST(TcpStoreHostileTest, ServerInAnotherProcessSurvivesGarbage) {
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Child: only async-signal-safe exits; a watchdog ends it if the parent never does.
+    ::alarm(30);
+    ::close(to_parent[0]);
+    ::close(to_child[1]);
+    int code = 0;
+    try {
+      TcpStoreServerOptions o;
+      o.token = kToken;
+      TcpStoreServer server(o);
+      uint16_t port = server.port();
+      if (::write(to_parent[1], &port, sizeof(port)) != sizeof(port)) ::_exit(3);
+      char c;
+      while (::read(to_child[0], &c, 1) > 0) {
+      }  // serve until the parent closes the pipe
+    } catch (...) {
+      code = 2;
+    }
+    ::_exit(code);
+  }
+  ::close(to_parent[1]);
+  ::close(to_child[0]);
+  uint16_t port = 0;
+  ASSERT_EQ(::read(to_parent[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+  for (int i = 0; i < 20; ++i) {
+    net::Socket s = RawConnect(port);
+    std::string junk(static_cast<size_t>(1 + i * 997), static_cast<char>(i * 37));
+    (void)s.SendAll(junk.data(), junk.size(), Deadline(5s));
+    // A whole bad header gets the connection closed at once; wait for that on some of them.
+    if (i % 2 == 0 && junk.size() >= net::kFrameHeaderSize) {
+      EXPECT_EQ(DrainUntilClosed(s, 10s).code(), Code::kIo);
+    }
+  }
+  TcpStoreOptions o;
+  o.port = port;
+  o.token = kToken;
+  o.connect_timeout = 10s;
+  TcpStore store(o);
+  store.set_string("survived", "yes");
+  EXPECT_EQ(store.get_string("survived"), "yes");
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, WNOHANG), 0) << "the server process died";
+  ::close(to_child[1]);
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ::close(to_parent[0]);
+}
+
+}  // namespace
+}  // namespace cadre::store

@@ -1,0 +1,231 @@
+#include "cadre/store/tcp_store.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <thread>
+
+#include "cadre/base/status.h"
+#include "cadre/net/frame.h"
+#include "cadre/net/handshake.h"
+#include "cadre/store/tcp_store_protocol.h"
+
+namespace cadre::store {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr char kToken[] = "job-token-123";
+
+TcpStoreServerOptions ServerOptions() {
+  TcpStoreServerOptions o;
+  o.token = kToken;
+  return o;
+}
+
+TcpStoreOptions ClientOptions(const TcpStoreServer& server, std::string token = kToken) {
+  TcpStoreOptions o;
+  o.port = server.port();
+  o.token = std::move(token);
+  o.connect_timeout = 10s;
+  o.timeout = 10s;
+  return o;
+}
+
+std::string WhatOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(TcpStoreTest, SetGetAddCheck) {
+  TcpStoreServer server(ServerOptions());
+  TcpStore s(ClientOptions(server));
+  EXPECT_FALSE(s.check({"a"}));
+  s.set_string("a", "hello");
+  EXPECT_EQ(s.get_string("a"), "hello");
+  s.set("empty", {});
+  EXPECT_TRUE(s.get("empty").empty());
+  EXPECT_TRUE(s.check({"a", "empty"}));
+  EXPECT_FALSE(s.check({"a", "b"}));
+  EXPECT_EQ(s.add("n", 5), 5);
+  EXPECT_EQ(s.add("n", -7), -2);
+  EXPECT_EQ(s.get_string("n"), "-2");
+  Bytes big(3 << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i % 251);
+  s.set("big", big);
+  EXPECT_EQ(s.get("big"), big);
+  EXPECT_EQ(server.num_clients(), 1u);
+}
+
+TEST(TcpStoreTest, GetAndWaitBlockUntilAnotherClientSets) {
+  TcpStoreServer server(ServerOptions());
+  TcpStore reader(ClientOptions(server)), writer(ClientOptions(server));
+  std::thread t([&] {
+    std::this_thread::sleep_for(50ms);
+    writer.set_string("addr/1", "127.0.0.1:4000");
+    std::this_thread::sleep_for(20ms);
+    writer.add("ready", 1);
+  });
+  EXPECT_EQ(reader.get_string("addr/1"), "127.0.0.1:4000");
+  reader.wait({"addr/1", "ready"});
+  t.join();
+}
+
+TEST(TcpStoreTest, ManyClientsCountTogether) {
+  TcpStoreServer server(ServerOptions());
+  constexpr int kClients = 8, kAdds = 50;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      TcpStore s(ClientOptions(server));
+      for (int j = 0; j < kAdds; ++j) s.add("counter", 1);
+      s.set_string("done/" + std::to_string(i), "1");
+    });
+  }
+  TcpStore observer(ClientOptions(server));
+  std::vector<std::string> keys;
+  for (int i = 0; i < kClients; ++i) keys.push_back("done/" + std::to_string(i));
+  observer.wait(keys);
+  EXPECT_EQ(observer.add("counter", 0), kClients * kAdds);
+  for (auto& t : threads) t.join();
+}
+
+TEST(TcpStoreTest, OneClientSharedByThreads) {
+  TcpStoreServer server(ServerOptions());
+  TcpStore s(ClientOptions(server));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      for (int j = 0; j < 50; ++j) {
+        s.add("shared", 1);
+        s.set_string("t" + std::to_string(i), std::to_string(j));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(s.add("shared", 0), 200);
+  EXPECT_EQ(s.get_string("t3"), "49");
+}
+
+TEST(TcpStoreTest, WaitTimesOutNamingOnlyTheMissingKeys) {
+  TcpStoreServer server(ServerOptions());
+  TcpStore s(ClientOptions(server));
+  s.set_string("present", "1");
+  try {
+    s.wait({"present", "absent"}, 100ms);
+    FAIL() << "wait returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("'absent'"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("'present'"), std::string::npos) << e.what();
+  }
+  s.set_timeout(100ms);
+  EXPECT_NE(WhatOf([&] { s.get("nope"); }).find("'nope'"), std::string::npos);
+  // The connection is still in step after timeouts.
+  s.set_string("after", "ok");
+  EXPECT_EQ(s.get_string("after"), "ok");
+}
+
+TEST(TcpStoreTest, AddOnNonCounterIsInvalidArgumentAndKeepsTheConnection) {
+  TcpStoreServer server(ServerOptions());
+  TcpStore s(ClientOptions(server));
+  s.set_string("x", "hello");
+  try {
+    s.add("x", 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos);
+  }
+  EXPECT_EQ(s.add("y", 2), 2);
+}
+
+TEST(TcpStoreTest, OversizedKeyIsRefusedBeforeSending) {
+  TcpStoreServer server(ServerOptions());
+  TcpStore s(ClientOptions(server));
+  try {
+    s.set_string(std::string(kMaxKeyBytes + 1, 'k'), "v");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidArgument);
+  }
+  s.set_string("k", "v");
+}
+
+TEST(TcpStoreTest, WrongTokenIsRefusedAndOthersKeepWorking) {
+  TcpStoreServer server(ServerOptions());
+  TcpStore good(ClientOptions(server));
+  try {
+    TcpStore bad(ClientOptions(server, "not-the-token"));
+    FAIL() << "connected with a wrong token";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kAuth) << e.what();
+  }
+  good.set_string("still", "here");
+  EXPECT_EQ(good.get_string("still"), "here");
+}
+
+TEST(TcpStoreTest, ServerStoppingWakesParkedClientsWithAnError) {
+  auto server = std::make_unique<TcpStoreServer>(ServerOptions());
+  TcpStore s(ClientOptions(*server));
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    server.reset();
+  });
+  try {
+    s.wait({"never"}, 30s);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kIo) << e.what();
+  }
+  stopper.join();
+}
+
+TEST(TcpStoreTest, ConnectTimesOutAgainstAStalledServer) {
+  // A listener that accepts TCP connections but never handshakes.
+  net::Socket listener;
+  ASSERT_TRUE(net::Socket::Listen("127.0.0.1", 0, 4, &listener).ok());
+  TcpStoreOptions o;
+  o.port = listener.local_port();
+  o.token = kToken;
+  o.connect_timeout = 200ms;
+  try {
+    TcpStore s(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kTimeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(o.port)), std::string::npos);
+  }
+}
+
+TEST(ConnectStoreFromEnvTest, NamesMissingOrMalformedVariables) {
+  unsetenv("CADRE_STORE");
+  unsetenv("CADRE_JOB_TOKEN");
+  EXPECT_NE(WhatOf([] { ConnectStoreFromEnv(); }).find("CADRE_STORE"), std::string::npos);
+  setenv("CADRE_STORE", "127.0.0.1:notaport", 1);
+  setenv("CADRE_JOB_TOKEN", kToken, 1);
+  EXPECT_NE(WhatOf([] { ConnectStoreFromEnv(); }).find("CADRE_STORE='127.0.0.1:notaport'"),
+            std::string::npos);
+  setenv("CADRE_STORE", "127.0.0.1:1", 1);
+  unsetenv("CADRE_JOB_TOKEN");
+  EXPECT_NE(WhatOf([] { ConnectStoreFromEnv(); }).find("CADRE_JOB_TOKEN"), std::string::npos);
+}
+
+TEST(ConnectStoreFromEnvTest, ConnectsWithTheJobsVariables) {
+  TcpStoreServer server(ServerOptions());
+  setenv("CADRE_STORE", server.address().c_str(), 1);
+  setenv("CADRE_JOB_TOKEN", kToken, 1);
+  auto store = ConnectStoreFromEnv("rank 0", 10s);
+  store->set_string("k", "v");
+  EXPECT_EQ(store->get_string("k"), "v");
+  unsetenv("CADRE_STORE");
+  unsetenv("CADRE_JOB_TOKEN");
+}
+
+}  // namespace
+}  // namespace cadre::store
