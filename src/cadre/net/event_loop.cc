@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "cadre/base/logging.h"
+
 namespace cadre::net {
 
 EventLoop::EventLoop() {
@@ -156,7 +158,11 @@ void EventLoop::Run() {
       if (stopped_) break;
     }
     int n = ::epoll_wait(epoll_fd_, events, kMaxEvents, NextTimeoutMs());
-    if (n < 0 && errno != EINTR) break;  // only EBADF/EINVAL: a bug; do not spin
+    if (n < 0 && errno != EINTR) {
+      // Only EBADF/EINVAL/EFAULT, i.e. a bug: stop rather than spin.
+      CADRE_LOG(ERROR) << "event loop stopped: epoll_wait: " << std::strerror(errno);
+      break;
+    }
     for (int i = 0; i < n; ++i) {
       uint64_t id = events[i].data.u64;
       if (id == 0) {

@@ -10,6 +10,7 @@
 // Construction failure (no epoll/eventfd) throws cadre::Error(kIo).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -54,7 +55,7 @@ class EventLoop {
   void Run();
   void Stop();
 
-  bool InLoopThread() const { return std::this_thread::get_id() == loop_thread_; }
+  bool InLoopThread() const { return std::this_thread::get_id() == loop_thread_.load(); }
 
  private:
   struct Handler {
@@ -70,7 +71,7 @@ class EventLoop {
 
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
-  std::thread::id loop_thread_;
+  std::atomic<std::thread::id> loop_thread_{};
 
   // Loop-thread state. Registrations are keyed by a fresh id (stored in epoll_event.data), so an
   // event collected for a descriptor that was removed and reused is never misdelivered.

@@ -17,7 +17,7 @@ constexpr size_t kMaxReasonSize = 512;
 std::vector<uint8_t> EncodeFrame(uint8_t type, const std::vector<uint8_t>& payload) {
   std::vector<uint8_t> out(kFrameHeaderSize + payload.size());
   EncodeFrameHeader(FrameHeader{kProtocolVersion, type, 0, 0, payload.size()}, out.data());
-  std::memcpy(out.data() + kFrameHeaderSize, payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(out.data() + kFrameHeaderSize, payload.data(), payload.size());
   return out;
 }
 

@@ -78,6 +78,16 @@ Status PollFor(int fd, short events, Deadline deadline, std::string_view what) {
   }
 }
 
+// True when the socket is connected to itself (local and peer address equal).
+bool IsSelfConnected(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t llen = sizeof(local), plen = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0) return false;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) return false;
+  return FormatSockaddr(reinterpret_cast<sockaddr*>(&local)) ==
+         FormatSockaddr(reinterpret_cast<sockaddr*>(&peer));
+}
+
 bool RetryableConnectError(int err) {
   return err == ECONNREFUSED || err == ECONNRESET || err == ETIMEDOUT || err == EHOSTUNREACH ||
          err == ENETUNREACH || err == EAGAIN || err == ECONNABORTED;
@@ -106,6 +116,12 @@ Status ConnectOnce(const addrinfo* ai, Deadline deadline, Socket* out, int* err)
       *err = so_error;
       return SysError("connect", so_error);
     }
+  }
+  // Connecting to a free port in the ephemeral range can "succeed" by TCP simultaneous open
+  // onto itself; that is nobody listening, so report it as a refusal to be retried.
+  if (IsSelfConnected(fd)) {
+    *err = ECONNREFUSED;
+    return IoError("connect: connected to itself (nobody listening)");
   }
   CADRE_RETURN_IF_ERROR(s.SetNoDelay(true));
   *out = std::move(s);

@@ -57,8 +57,10 @@ TcpStore::Reply TcpStore::Call(uint8_t type, const std::vector<uint8_t>& payload
   EnsureConnectedLocked();
   std::string where = "store at " + net::HostPort{options_.host, options_.port}.ToString();
   // The server answers parked requests itself when server_wait passes; the extra store timeout
-  // covers a server that is alive but slow, and bounds the wait on one that stalls.
-  Deadline deadline(server_wait + timeout());
+  // covers a server that is alive but slow, and bounds the wait on one that stalls. Both are
+  // capped (at about 35 years) so the deadline cannot overflow.
+  constexpr Duration kCap(int64_t{1} << 40);
+  Deadline deadline(std::min(server_wait, kCap) + std::min(timeout(), kCap));
   uint64_t tag = next_tag_++;
   Reply reply;
   net::FrameHeader h;
