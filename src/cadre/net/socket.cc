@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "cadre/net/resolver.h"
+
 namespace cadre::net {
 namespace {
 
@@ -57,11 +59,14 @@ Status Resolve(const std::string& host, uint16_t port, bool passive, addrinfo** 
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
   std::string service = std::to_string(port);
-  const char* node = host.empty() ? nullptr : host.c_str();
+  std::string note;
+  std::string resolved = ResolveWithCadreHosts(host, &note);
+  const char* node = resolved.empty() ? nullptr : resolved.c_str();
   if (passive && node == nullptr) hints.ai_family = AF_INET;
   int rc = ::getaddrinfo(node, service.c_str(), &hints, out);
   if (rc != 0) {
     std::string why = rc == EAI_SYSTEM ? ErrnoText(errno) : ::gai_strerror(rc);
+    if (!note.empty()) why += " (" + note + ")";
     return InvalidArgument("cannot resolve host '" + host + "': " + why);
   }
   return Status::Ok();

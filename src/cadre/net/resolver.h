@@ -1,0 +1,24 @@
+// cadre's own host-name lookup, for machines where a job cannot give its learners a private
+// /etc/hosts (no mount namespace): the job runner then writes the learners' names to a
+// hosts(5)-format file and names it in CADRE_HOSTS. Socket::Listen and Socket::Connect consult
+// that file before getaddrinfo, so "learner-2" resolves for cadre's own connections everywhere.
+// The variable is read on every lookup (no cached global state); the file is small.
+#pragma once
+
+#include <string>
+
+#include "cadre/base/status.h"
+
+namespace cadre::net {
+
+// Looks `name` up (case-insensitively, as the C library does) in the hosts file at `path`;
+// sets *address to the first address listed for it. kNotFound when the name is not listed,
+// kIo when the file cannot be read.
+Status LookupHostsFile(const std::string& path, const std::string& name, std::string* address);
+
+// The address to use for `host`: its entry in the CADRE_HOSTS file when the variable is set and
+// lists it, otherwise `host` unchanged (for getaddrinfo). When CADRE_HOSTS is set, *note (if not
+// null) receives a phrase for error messages ("not in CADRE_HOSTS file /x/hosts").
+std::string ResolveWithCadreHosts(const std::string& host, std::string* note = nullptr);
+
+}  // namespace cadre::net
