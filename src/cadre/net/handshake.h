@@ -13,7 +13,9 @@
 // replayed as the other's. A peer without the token, with another token, with another protocol
 // version, with garbage or with a stall gets a kAuth / kProtocol / kTimeout Status and is never
 // trusted. Before the handshake finishes no frame above kHandshakeMaxPayload is accepted, so an
-// unauthenticated peer cannot make the other side allocate.
+// unauthenticated peer cannot make the other side allocate. The handshake authenticates the
+// peer when the connection opens; it does not encrypt or sign the frames that follow (jobs run
+// on a trusted network; the token keeps out strays and other jobs, not a man in the middle).
 //
 // Two forms: blocking functions for a thread that owns a Socket (transport pairs, store client),
 // and state machines for an event loop (store server) fed frame by frame.

@@ -154,6 +154,33 @@ TEST(TcpStoreHostileTest, PipelinedRequestsOnOneConnectionAreAnsweredInOrder) {
   EXPECT_EQ(std::string(payload.begin(), payload.end()), "value");
 }
 
+TEST(TcpStoreHostileTest, ClientLeavingWhileParkedDoesNotDisturbTheServer) {
+  TcpStoreServerOptions o;
+  o.token = kToken;
+  TcpStoreServer server(o);
+  {
+    net::Socket s = Authenticated(server.port());
+    net::WireWriter wait;
+    wait.PutU64(10000);
+    wait.PutU32(2);
+    wait.PutString("later");
+    wait.PutString("never");
+    ASSERT_TRUE(net::SendFrame(s, wire::kWait, 0, 1, wait.data(), Deadline(5s)).ok());
+    ASSERT_TRUE(
+        net::SendFrame(s, wire::kCheck, 0, 2, std::vector<uint8_t>{0, 0, 0, 0}, Deadline(5s)).ok());
+    net::FrameHeader h;
+    std::vector<uint8_t> payload;
+    // The CHECK behind the parked WAIT is answered: the WAIT is parked, not blocking the stream.
+    ASSERT_TRUE(net::RecvFrame(s, wire::kMaxPayload, Deadline(10s), &h, &payload).ok());
+    EXPECT_EQ(h.tag, 2u);
+  }                               // closes with the WAIT still parked
+  ExpectServes(server, "later");  // setting a key the departed client waited on
+  // Both clients are gone; the server notices each close on its own thread.
+  Deadline deadline(10s);
+  while (server.num_clients() != 0 && !deadline.expired()) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(server.num_clients(), 0u);
+}
+
 // The server runs in a child process; the parent attacks its port, then uses it properly.
 TEST(TcpStoreHostileTest, ServerInAnotherProcessSurvivesGarbage) {
   int to_parent[2], to_child[2];

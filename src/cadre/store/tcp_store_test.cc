@@ -186,6 +186,20 @@ TEST(TcpStoreTest, ServerStoppingWakesParkedClientsWithAnError) {
   stopper.join();
 }
 
+TEST(TcpStoreTest, ClientReconnectsAfterTheServerComesBack) {
+  auto server = std::make_unique<TcpStoreServer>(ServerOptions());
+  uint16_t port = server->port();
+  TcpStore s(ClientOptions(*server));
+  s.set_string("k", "1");
+  server.reset();
+  EXPECT_THROW(s.set_string("k", "2"), Error);
+  TcpStoreServerOptions again = ServerOptions();
+  again.port = port;
+  server = std::make_unique<TcpStoreServer>(again);
+  s.set_string("k", "3");  // a fresh connection and handshake
+  EXPECT_EQ(s.get_string("k"), "3");
+}
+
 TEST(TcpStoreTest, ConnectTimesOutAgainstAStalledServer) {
   // A listener that accepts TCP connections but never handshakes.
   net::Socket listener;
