@@ -217,6 +217,31 @@ TEST(TcpStoreTest, ConnectTimesOutAgainstAStalledServer) {
   }
 }
 
+TEST(TcpStoreTest, AServerThatStopsAnsweringFailsTheCallWithinTheTimeout) {
+  // Handshakes properly, then never replies.
+  net::Socket listener;
+  ASSERT_TRUE(net::Socket::Listen("127.0.0.1", 0, 4, &listener).ok());
+  net::Socket accepted;
+  std::thread mute([&] {
+    ASSERT_TRUE(listener.Accept(Deadline(10s), &accepted).ok());
+    std::string peer;
+    EXPECT_TRUE(net::ServerHandshake(accepted, kToken, "mute", Deadline(10s), &peer).ok());
+  });
+  TcpStoreOptions o;
+  o.port = listener.local_port();
+  o.token = kToken;
+  o.timeout = 200ms;
+  TcpStore s(o);
+  mute.join();
+  try {
+    s.add("k", 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kTimeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("store at 127.0.0.1:"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ConnectStoreFromEnvTest, NamesMissingOrMalformedVariables) {
   unsetenv("CADRE_STORE");
   unsetenv("CADRE_JOB_TOKEN");
