@@ -81,13 +81,18 @@ class TcpStoreServerImpl {
 
  private:
   void OnAcceptable() {
-    // Drain the backlog; a failed accept (e.g. out of descriptors) is logged, not fatal.
+    // Drain the backlog. A failed accept (e.g. out of descriptors) is logged, not fatal; the
+    // listener is then paused briefly, since it stays readable and would otherwise spin.
     for (int i = 0; i < 64; ++i) {
       net::Socket s;
       Status st = listener_.Accept(Deadline(Duration(0)), &s);
       if (st.code() == Code::kTimeout) return;
       if (!st.ok()) {
-        CADRE_LOG(WARNING) << "TcpStore server: " << st.ToString();
+        CADRE_LOG(WARNING) << "TcpStore server: " << st.ToString() << "; pausing accepts";
+        if (loop_.Modify(listener_.fd(), 0).ok()) {
+          loop_.RunAt(Clock::now() + std::chrono::milliseconds(100),
+                      [this] { (void)loop_.Modify(listener_.fd(), EPOLLIN); });
+        }
         return;
       }
       auto c = std::make_unique<Connection>();
