@@ -181,8 +181,9 @@ TEST(TcpStoreHostileTest, ClientLeavingWhileParkedDoesNotDisturbTheServer) {
   EXPECT_EQ(server.num_clients(), 0u);
 }
 
-// The server runs in a child process; the parent attacks its port, then uses it properly.
-TEST(TcpStoreHostileTest, ServerInAnotherProcessSurvivesGarbage) {
+// The server runs in a child process; the parent attacks its port with garbage and a wrong
+// token, then uses it properly.
+TEST(TcpStoreHostileTest, ServerInAnotherProcessSurvivesGarbageAndRefusesWrongToken) {
   int to_parent[2], to_child[2];
   ASSERT_EQ(::pipe(to_parent), 0);
   ASSERT_EQ(::pipe(to_child), 0);
@@ -223,8 +224,15 @@ TEST(TcpStoreHostileTest, ServerInAnotherProcessSurvivesGarbage) {
   }
   TcpStoreOptions o;
   o.port = port;
-  o.token = kToken;
   o.connect_timeout = 10s;
+  o.token = "a token from another job";
+  try {
+    TcpStore stranger(o);
+    ADD_FAILURE() << "a client with the wrong token was served";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kAuth) << e.what();
+  }
+  o.token = kToken;
   TcpStore store(o);
   store.set_string("survived", "yes");
   EXPECT_EQ(store.get_string("survived"), "yes");
