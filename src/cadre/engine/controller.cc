@@ -1,0 +1,239 @@
+#include "cadre/engine/controller.h"
+
+#include <algorithm>
+
+#include "cadre/engine/dtype.h"
+
+namespace cadre::engine {
+
+namespace {
+constexpr uint8_t kFlagShutdown = 1;
+constexpr uint8_t kFlagJoined = 2;
+constexpr uint64_t kMaxItems = 1 << 20;
+}  // namespace
+
+std::vector<uint8_t> Message::Encode() const {
+  std::vector<uint8_t> out;
+  out.push_back((shutdown ? kFlagShutdown : 0) | (joined ? kFlagJoined : 0));
+  PutVarint(cache_bits.size(), out);
+  for (uint32_t b : cache_bits) PutVarint(b, out);
+  PutVarint(requests.size(), out);
+  for (const Request& r : requests) EncodeRequest(r, out);
+  return out;
+}
+
+Message Message::Decode(const uint8_t* data, size_t size, int rank) {
+  try {
+    Reader in(data, size);
+    Message m;
+    uint8_t flags = in.Byte();
+    m.shutdown = flags & kFlagShutdown;
+    m.joined = flags & kFlagJoined;
+    uint64_t nbits = in.Varint();
+    if (nbits > kMaxItems) throw Error(ProtocolError("too many cache bits"));
+    for (uint64_t i = 0; i < nbits; ++i) m.cache_bits.push_back(static_cast<uint32_t>(in.Varint()));
+    uint64_t nreq = in.Varint();
+    if (nreq > kMaxItems) throw Error(ProtocolError("too many requests"));
+    for (uint64_t i = 0; i < nreq; ++i) m.requests.push_back(DecodeRequest(in));
+    if (!in.done()) throw Error(ProtocolError("trailing bytes"));
+    return m;
+  } catch (const Error& e) {
+    throw Error(e.status().WithContext("message from rank " + std::to_string(rank)));
+  }
+}
+
+Controller::Controller(int rank, int size, size_t fusion_threshold_bytes, size_t cache_capacity)
+    : rank_(rank),
+      size_(size),
+      fusion_threshold_(fusion_threshold_bytes),
+      cache_(cache_capacity),
+      joined_(size, false) {}
+
+Message Controller::MakeMessage(const std::vector<Request>& fresh, bool shutdown,
+                                bool joined) const {
+  Message m;
+  m.shutdown = shutdown;
+  m.joined = joined;
+  for (const Request& r : fresh) {
+    if (auto bit = cache_.Lookup(r, rank_)) {
+      m.cache_bits.push_back(*bit);
+    } else {
+      m.requests.push_back(r);
+    }
+  }
+  return m;
+}
+
+std::vector<Response> Controller::Process(const std::vector<Message>& messages) {
+  const auto now = Clock::now();
+  std::vector<int> shutdown_ranks;
+  auto add = [&](int r, const Request& req) {
+    Entry& e = table_[req.name];
+    if (e.per_rank.empty()) {
+      e.sequence = next_sequence_++;
+      e.first_seen = now;
+      e.per_rank.resize(size_);
+    }
+    if (e.per_rank[r]) {
+      throw Error(ProtocolError("rank " + std::to_string(r) + " submitted '" + req.name +
+                                "' twice while it was pending"));
+    }
+    e.per_rank[r] = req;
+  };
+  for (int r = 0; r < size_; ++r) {
+    const Message& m = messages[r];
+    if (m.shutdown) shutdown_ranks.push_back(r);
+    if (m.joined && !joined_[r]) {
+      joined_[r] = true;
+      last_joined_ = r;
+    }
+    for (uint32_t bit : m.cache_bits) add(r, cache_.Get(bit, r));
+    for (const Request& req : m.requests) add(r, req);
+  }
+
+  std::vector<Response> responses;
+  if (!shutdown_ranks.empty()) {
+    std::string who;
+    for (int r : shutdown_ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    Response s;
+    s.kind = Response::Kind::kShutdown;
+    s.error = AbortedError("the engine was shut down (by rank " + who + ")");
+    responses.push_back(std::move(s));
+    return responses;
+  }
+
+  std::vector<std::pair<uint64_t, std::string>> ready;
+  for (const auto& [name, e] : table_) {
+    bool all = true;
+    for (int r = 0; r < size_ && all; ++r) all = e.per_rank[r] || joined_[r];
+    if (all) ready.emplace_back(e.sequence, name);
+  }
+  std::sort(ready.begin(), ready.end());
+  for (const auto& [seq, name] : ready) {
+    auto it = table_.find(name);
+    responses.push_back(Decide(name, it->second));
+    table_.erase(it);
+  }
+  if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) {
+    Response j;
+    j.kind = Response::Kind::kJoin;
+    j.op = OpType::kJoin;
+    j.join_rank = last_joined_;
+    responses.push_back(std::move(j));
+    joined_.assign(size_, false);
+    last_joined_ = -1;
+  }
+  Fuse(responses);
+  return responses;
+}
+
+Response Controller::Decide(const std::string& name, Entry& entry) {
+  Response resp;
+  resp.names = {name};
+  resp.per_rank = {entry.per_rank};
+  const Request* first = nullptr;
+  std::vector<int> absent;
+  for (int r = 0; r < size_; ++r) {
+    if (!entry.per_rank[r]) {
+      absent.push_back(r);
+    } else if (!first) {
+      first = &*entry.per_rank[r];
+    }
+  }
+  resp.op = first->op;
+  std::optional<std::string> diff;
+  for (int r = 0; r < size_ && !diff; ++r) {
+    if (entry.per_rank[r]) diff = Incompatibility(*first, *entry.per_rank[r]);
+  }
+  if (diff) {
+    std::string msg = "mismatched " + std::string(OpTypeName(first->op)) + " for tensor '" + name +
+                      "' (" + *diff + "):";
+    for (int r = 0; r < size_; ++r) {
+      msg += " rank " + std::to_string(r) + ": " +
+             (entry.per_rank[r] ? entry.per_rank[r]->Describe() : std::string("joined")) +
+             (r + 1 < size_ ? ";" : "");
+    }
+    resp.kind = Response::Kind::kError;
+    resp.error = MismatchError(msg);
+    return resp;
+  }
+  if (!absent.empty()) {
+    const bool allowed =
+        (first->op == OpType::kAllreduce && first->reduce_op == comm::ReduceOp::kSum) ||
+        first->op == OpType::kAllgather || first->op == OpType::kBarrier;
+    if (!allowed) {
+      std::string who;
+      for (int r : absent) who += (who.empty() ? "" : ", ") + std::to_string(r);
+      resp.kind = Response::Kind::kError;
+      resp.error =
+          InvalidArgument(first->Describe() + " of '" + name + "' is not supported after rank(s) " +
+                          who + " joined (only sum/average allreduce, allgather and barrier)");
+      return resp;
+    }
+  } else {
+    std::vector<Request> all;
+    for (auto& r : entry.per_rank) all.push_back(*r);
+    cache_.Put(all);
+  }
+  return resp;
+}
+
+void Controller::Fuse(std::vector<Response>& responses) const {
+  auto key_of = [&](const Response& r) -> const Request* {
+    if (r.kind != Response::Kind::kRun || r.op != OpType::kAllreduce) return nullptr;
+    for (const auto& q : r.per_rank[0]) {
+      if (q) return &*q;
+    }
+    return nullptr;
+  };
+  auto bytes_of = [&](const Response& r) {
+    size_t total = 0;
+    for (const auto& pr : r.per_rank) {
+      for (const auto& q : pr) {
+        if (q) {
+          total += static_cast<size_t>(q->num_elements()) * DTypeSize(q->dtype);
+          break;
+        }
+      }
+    }
+    return total;
+  };
+  std::vector<Response> out;
+  for (Response& r : responses) {
+    const Request* k = key_of(r);
+    if (k && !out.empty()) {
+      Response& prev = out.back();
+      const Request* pk = key_of(prev);
+      if (pk && pk->dtype == k->dtype && pk->reduce_op == k->reduce_op &&
+          pk->prescale == k->prescale && pk->postscale == k->postscale &&
+          bytes_of(prev) + bytes_of(r) <= fusion_threshold_) {
+        prev.names.push_back(r.names[0]);
+        prev.per_rank.push_back(std::move(r.per_rank[0]));
+        continue;
+      }
+    }
+    out.push_back(std::move(r));
+  }
+  responses = std::move(out);
+}
+
+std::vector<PendingName> Controller::Pending() const {
+  std::vector<std::pair<uint64_t, PendingName>> items;
+  const auto now = Clock::now();
+  for (const auto& [name, e] : table_) {
+    PendingName p;
+    p.name = name;
+    for (int r = 0; r < size_; ++r) {
+      if (!e.per_rank[r] && !joined_[r]) p.missing_ranks.push_back(r);
+    }
+    p.age = std::chrono::duration_cast<Duration>(now - e.first_seen);
+    items.emplace_back(e.sequence, std::move(p));
+  }
+  std::sort(items.begin(), items.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<PendingName> out;
+  for (auto& [seq, p] : items) out.push_back(std::move(p));
+  return out;
+}
+
+}  // namespace cadre::engine

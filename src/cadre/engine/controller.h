@@ -1,0 +1,97 @@
+// Controller: how the ranks agree, each cycle, on which operations run and in what order.
+//
+// The protocol, one cycle (every rank runs the same steps with the same data, so no rank needs to
+// tell the others its decisions — the whole "coordinator" is a deterministic function of the
+// messages every rank received):
+//  1. Each rank encodes a Message: its flags (shutting down, joined), the cache bits of requests
+//     submitted since the last cycle whose description is cached (ResponseCache), and the full
+//     description of the others.
+//  2. The messages are allgathered (engine.cc: one fixed-size round; a second, sized round only
+//     when some rank's message did not fit).
+//  3. Process() adds every rank's new requests to the table of pending names (name -> request of
+//     each rank). A name is ready when every rank that has not joined has submitted it.
+//  4. Ready names become Responses in the order the table first saw them (rank order within a
+//     cycle). A name whose ranks disagree (op, dtype, shape, reduce op, root, scales) becomes an
+//     error Response carrying each rank's description; every rank fails it the same way and the
+//     engine carries on. Allreduces of one dtype, op and scale, in sequence, are fused up to the
+//     fusion threshold.
+//  5. Names that were negotiated successfully enter the cache; the next time, a rank sends a bit.
+// Not thread-safe: owned by the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+#include "cadre/engine/request.h"
+#include "cadre/engine/response_cache.h"
+
+namespace cadre::engine {
+
+struct Message {
+  bool shutdown = false;
+  bool joined = false;
+  std::vector<uint32_t> cache_bits;
+  std::vector<Request> requests;
+
+  std::vector<uint8_t> Encode() const;
+  // Throws Error(kProtocol) naming `rank` when the bytes are malformed.
+  static Message Decode(const uint8_t* data, size_t size, int rank);
+};
+
+struct Response {
+  enum class Kind { kRun, kError, kJoin, kShutdown };
+  Kind kind = Kind::kRun;
+  OpType op = OpType::kAllreduce;
+  // The names this response covers (several for a fused allreduce), each with every rank's
+  // request (nullopt for a rank that has joined and contributes nothing).
+  std::vector<std::string> names;
+  std::vector<std::vector<std::optional<Request>>> per_rank;
+  Status error;        // kError / kShutdown
+  int join_rank = -1;  // kJoin: the rank that joined last
+};
+
+struct PendingName {
+  std::string name;
+  std::vector<int> missing_ranks;  // ranks that have not submitted it
+  Duration age{};
+};
+
+class Controller {
+ public:
+  Controller(int rank, int size, size_t fusion_threshold_bytes, size_t cache_capacity);
+
+  // Builds this rank's message for `fresh` (requests submitted since the last cycle).
+  Message MakeMessage(const std::vector<Request>& fresh, bool shutdown, bool joined) const;
+
+  // Steps 3-5 above. `messages` holds one message per rank.
+  std::vector<Response> Process(const std::vector<Message>& messages);
+
+  // Names some ranks submitted and others did not, oldest first (the stall inspector's input).
+  std::vector<PendingName> Pending() const;
+  const ResponseCache& cache() const { return cache_; }
+
+ private:
+  struct Entry {
+    uint64_t sequence = 0;
+    Clock::time_point first_seen;
+    std::vector<std::optional<Request>> per_rank;
+  };
+  Response Decide(const std::string& name, Entry& entry);
+  void Fuse(std::vector<Response>& responses) const;
+
+  const int rank_;
+  const int size_;
+  const size_t fusion_threshold_;
+  ResponseCache cache_;
+  std::map<std::string, Entry> table_;
+  std::vector<bool> joined_;
+  int last_joined_ = -1;
+  uint64_t next_sequence_ = 0;
+};
+
+}  // namespace cadre::engine

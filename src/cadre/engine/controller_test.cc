@@ -1,0 +1,114 @@
+#include "cadre/engine/controller.h"
+
+#include <gtest/gtest.h>
+
+namespace cadre::engine {
+namespace {
+
+Request Allreduce(const std::string& name, int64_t n) {
+  Request r;
+  r.name = name;
+  r.shape = {n};
+  return r;
+}
+
+// Runs one cycle on every controller with the given fresh requests per rank.
+std::vector<std::vector<Response>> Cycle(std::vector<Controller>& cs,
+                                         const std::vector<std::vector<Request>>& fresh,
+                                         std::vector<bool> joined = {}) {
+  std::vector<Message> msgs;
+  for (size_t r = 0; r < cs.size(); ++r) {
+    Message m = cs[r].MakeMessage(fresh[r], false, !joined.empty() && joined[r]);
+    auto bytes = m.Encode();  // through the wire format, as the engine does
+    msgs.push_back(Message::Decode(bytes.data(), bytes.size(), static_cast<int>(r)));
+  }
+  std::vector<std::vector<Response>> out;
+  for (auto& c : cs) out.push_back(c.Process(msgs));
+  return out;
+}
+
+std::vector<Controller> Make(int size, size_t fusion = 1 << 20) {
+  std::vector<Controller> cs;
+  for (int r = 0; r < size; ++r) cs.emplace_back(r, size, fusion, 16);
+  return cs;
+}
+
+TEST(ControllerTest, ReadyOnlyWhenEveryRankSubmitted) {
+  auto cs = Make(2);
+  auto out = Cycle(cs, {{Allreduce("a", 4)}, {}});
+  EXPECT_TRUE(out[0].empty());
+  auto pending = cs[0].Pending();
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].missing_ranks, std::vector<int>{1});
+  out = Cycle(cs, {{}, {Allreduce("a", 4)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 1u);
+    EXPECT_EQ(o[0].kind, Response::Kind::kRun);
+    EXPECT_EQ(o[0].names, std::vector<std::string>{"a"});
+  }
+  EXPECT_TRUE(cs[1].Pending().empty());
+}
+
+TEST(ControllerTest, MismatchFailsOnEveryRankWithEachRanksDescription) {
+  auto cs = Make(3);
+  auto out = Cycle(cs, {{Allreduce("w", 4)}, {Allreduce("w", 4)}, {Allreduce("w", 5)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 1u);
+    EXPECT_EQ(o[0].kind, Response::Kind::kError);
+    EXPECT_EQ(o[0].error.code(), Code::kMismatch);
+    const std::string& m = o[0].error.message();
+    EXPECT_NE(m.find("rank 2: allreduce float32[5]"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 0: allreduce float32[4]"), std::string::npos) << m;
+  }
+  // Still usable afterwards.
+  out = Cycle(cs, {{Allreduce("w", 4)}, {Allreduce("w", 4)}, {Allreduce("w", 4)}});
+  EXPECT_EQ(out[2][0].kind, Response::Kind::kRun);
+}
+
+TEST(ControllerTest, SecondTimeSendsCacheBitsOnly) {
+  auto cs = Make(2);
+  Cycle(cs, {{Allreduce("a", 4), Allreduce("b", 2)}, {Allreduce("a", 4), Allreduce("b", 2)}});
+  Message m = cs[0].MakeMessage({Allreduce("b", 2), Allreduce("a", 4)}, false, false);
+  EXPECT_TRUE(m.requests.empty());
+  EXPECT_EQ(m.cache_bits.size(), 2u);
+  // A changed request is sent in full (and then fails negotiation against the cached peer).
+  m = cs[0].MakeMessage({Allreduce("a", 8)}, false, false);
+  EXPECT_EQ(m.requests.size(), 1u);
+  auto out = Cycle(cs, {{Allreduce("a", 8)}, {Allreduce("a", 4)}});
+  EXPECT_EQ(out[0][0].kind, Response::Kind::kError);
+}
+
+TEST(ControllerTest, FusesConsecutiveSameTypeAllreducesUpToThreshold) {
+  auto cs = Make(2, /*fusion=*/40);  // 10 floats
+  std::vector<Request> reqs = {Allreduce("a", 4), Allreduce("b", 4), Allreduce("c", 4)};
+  Request d = Allreduce("d", 1);
+  d.dtype = comm::DataType::kFloat64;
+  reqs.push_back(d);
+  auto out = Cycle(cs, {reqs, reqs});
+  ASSERT_EQ(out[0].size(), 3u);
+  EXPECT_EQ(out[0][0].names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(out[0][1].names, (std::vector<std::string>{"c"}));
+  EXPECT_EQ(out[0][2].names, (std::vector<std::string>{"d"}));
+}
+
+TEST(ControllerTest, JoinedRanksDoNotHoldBackAllreduceAndJoinCompletesWhenAllJoin) {
+  auto cs = Make(2);
+  auto out = Cycle(cs, {{Allreduce("g", 3)}, {}}, {false, true});
+  ASSERT_EQ(out[1].size(), 1u);
+  EXPECT_EQ(out[1][0].kind, Response::Kind::kRun);
+  EXPECT_FALSE(out[1][0].per_rank[0][1].has_value());
+  Request b;
+  b.op = OpType::kBroadcast;
+  b.name = "p";
+  b.shape = {1};
+  out = Cycle(cs, {{b}, {}}, {false, true});
+  EXPECT_EQ(out[0][0].kind, Response::Kind::kError);
+  EXPECT_NE(out[0][0].error.message().find("rank(s) 1 joined"), std::string::npos);
+  out = Cycle(cs, {{}, {}}, {true, true});
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(out[0][0].kind, Response::Kind::kJoin);
+  EXPECT_EQ(out[0][0].join_rank, 0);
+}
+
+}  // namespace
+}  // namespace cadre::engine

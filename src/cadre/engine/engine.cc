@@ -1,0 +1,330 @@
+#include "cadre/engine/engine.h"
+
+#include <cstring>
+
+#include "cadre/base/env.h"
+#include "cadre/base/logging.h"
+#include "cadre/engine/dtype.h"
+
+namespace cadre::engine {
+
+namespace {
+
+// Negotiation messages travel in fixed slots first; a rank whose message does not fit says so
+// and a second, sized round carries every rank's full message.
+constexpr size_t kSlotBytes = 1024;
+constexpr size_t kSlotPayload = kSlotBytes - 4;
+
+int64_t EnvIntEither(const char* cadre_name, const char* horovod_name, int64_t fallback) {
+  return EnvInt(cadre_name, EnvInt(horovod_name, fallback));
+}
+
+Duration EnvSecondsEither(const char* cadre_name, const char* horovod_name, Duration fallback) {
+  return EnvSeconds(cadre_name, EnvSeconds(horovod_name, fallback));
+}
+
+}  // namespace
+
+EngineOptions EngineOptions::FromEnv() {
+  EngineOptions o;
+  // Horovod's HOROVOD_CYCLE_TIME is in milliseconds and may be fractional.
+  auto cycle = GetEnv("CADRE_CYCLE_TIME");
+  if (!cycle) cycle = GetEnv("HOROVOD_CYCLE_TIME");
+  if (cycle) {
+    try {
+      size_t used = 0;
+      double ms = std::stod(*cycle, &used);
+      if (used != cycle->size() || ms < 0) throw std::invalid_argument("bad");
+      o.cycle_time = std::chrono::milliseconds(static_cast<int64_t>(ms));
+    } catch (const std::exception&) {
+      throw Error(InvalidArgument("HOROVOD_CYCLE_TIME/CADRE_CYCLE_TIME=" + *cycle +
+                                  " is not a number of milliseconds"));
+    }
+  }
+  const int64_t fusion = EnvIntEither("CADRE_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD",
+                                      static_cast<int64_t>(o.fusion_threshold_bytes));
+  if (fusion < 0) throw Error(InvalidArgument("fusion threshold must be >= 0"));
+  o.fusion_threshold_bytes = static_cast<size_t>(fusion);
+  const int64_t cache = EnvIntEither("CADRE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY",
+                                     static_cast<int64_t>(o.cache_capacity));
+  if (cache < 0) throw Error(InvalidArgument("cache capacity must be >= 0"));
+  o.cache_capacity = static_cast<size_t>(cache);
+  o.stall_warning = EnvSecondsEither("CADRE_STALL_CHECK_TIME_SECONDS",
+                                     "HOROVOD_STALL_CHECK_TIME_SECONDS", o.stall_warning);
+  o.stall_shutdown = EnvSecondsEither("CADRE_STALL_SHUTDOWN_TIME_SECONDS",
+                                      "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", o.stall_shutdown);
+  if (auto t = GetEnv("CADRE_TIMELINE")) {
+    o.timeline_path = *t;
+  } else if (auto h = GetEnv("HOROVOD_TIMELINE")) {
+    o.timeline_path = *h;
+  }
+  return o;
+}
+
+Engine::Engine(std::unique_ptr<CollectiveBackend> backend, EngineOptions options)
+    : rank_(backend->rank()),
+      size_(backend->size()),
+      options_(std::move(options)),
+      backend_(std::move(backend)),
+      controller_(rank_, size_, options_.fusion_threshold_bytes, options_.cache_capacity),
+      executor_(*backend_) {
+  if (!options_.timeline_path.empty() && rank_ == 0) timeline_.Start(options_.timeline_path, false);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Engine::~Engine() {
+  Shutdown();
+  if (thread_.joinable()) thread_.join();
+  timeline_.Stop();
+}
+
+void Engine::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_requested_ = true;
+  cv_.notify_all();
+}
+
+std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data) {
+  if (request.name.empty()) throw Error(InvalidArgument("an operation needs a non-empty name"));
+  if (request.op == OpType::kJoin) throw Error(InvalidArgument("use Engine::Join()"));
+  const std::string what = std::string(OpTypeName(request.op)) + " '" + request.name + "'";
+  if (request.num_elements() < 0) throw Error(InvalidArgument(what + ": negative dimension"));
+  if (request.op != OpType::kBarrier && request.num_elements() > 0 && data == nullptr) {
+    throw Error(InvalidArgument(what + ": null data"));
+  }
+  if ((request.prescale != 1.0 || request.postscale != 1.0) &&
+      (request.op != OpType::kAllreduce || !IsFloating(request.dtype))) {
+    throw Error(InvalidArgument(what + ": scale factors apply to floating-point allreduce only"));
+  }
+  if (request.op == OpType::kBroadcast && (request.root < 0 || request.root >= size_)) {
+    throw Error(InvalidArgument(what + ": root " + std::to_string(request.root) +
+                                " is not a rank of a group of " + std::to_string(size_)));
+  }
+  if (request.op == OpType::kAlltoall) {
+    if (request.splits.empty()) {
+      if (request.rows() % size_ != 0) {
+        throw Error(InvalidArgument(what + ": first dimension " + std::to_string(request.rows()) +
+                                    " is not divisible by " + std::to_string(size_) +
+                                    " ranks; pass splits"));
+      }
+    } else {
+      int64_t sum = 0;
+      for (int64_t s : request.splits) {
+        if (s < 0) throw Error(InvalidArgument(what + ": negative split"));
+        sum += s;
+      }
+      if (static_cast<int>(request.splits.size()) != size_ || sum != request.rows()) {
+        throw Error(InvalidArgument(what + ": splits must have " + std::to_string(size_) +
+                                    " entries summing to the first dimension " +
+                                    std::to_string(request.rows())));
+      }
+    }
+  }
+  if (request.op != OpType::kAllreduce && request.op != OpType::kReducescatter) {
+    request.reduce_op = ReduceOp::kSum;  // not part of the agreement for other operations
+  }
+  auto handle = std::make_shared<Handle>();
+  const std::string name = request.name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.ok()) throw Error(broken_);
+    if (shutdown_requested_) throw Error(AbortedError("the engine is shut down"));
+    if (pending_.count(request.name)) {
+      throw Error(Code::kAlreadyExists,
+                  "a " + std::string(OpTypeName(pending_[request.name].request.op)) + " named '" +
+                      request.name +
+                      "' is already pending on this rank; names must be unique until complete");
+    }
+    TensorEntry entry{request, data, handle};
+    pending_.emplace(request.name, std::move(entry));
+    fresh_.push_back(std::move(request));
+  }
+  timeline_.Begin(name, "NEGOTIATE");
+  cv_.notify_all();
+  return handle;
+}
+
+std::shared_ptr<Handle> Engine::Join() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok()) throw Error(broken_);
+  if (shutdown_requested_) throw Error(AbortedError("the engine is shut down"));
+  if (join_handle_) throw Error(Code::kAlreadyExists, "join() is already pending on this rank");
+  join_handle_ = std::make_shared<Handle>();
+  cv_.notify_all();
+  return join_handle_;
+}
+
+void Engine::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (path.empty()) {
+    timeline_.Stop();
+  } else {
+    timeline_.Start(path, mark_cycles);
+  }
+}
+
+void Engine::StopTimeline() { timeline_.Stop(); }
+
+std::string Engine::StallReport() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stall_report_;
+}
+
+void Engine::Loop() {
+  try {
+    while (RunCycle()) {
+    }
+  } catch (const Error& e) {
+    CADRE_LOG(ERROR) << "rank " << rank_ << ": engine stopped: " << e.what();
+    FailAll(e.status());
+  } catch (const std::exception& e) {
+    FailAll(InternalError(std::string("engine thread: ") + e.what()));
+  }
+}
+
+bool Engine::RunCycle() {
+  std::vector<Request> fresh;
+  bool shutdown, joined;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, options_.cycle_time, [&] { return !fresh_.empty() || shutdown_requested_; });
+    fresh.swap(fresh_);
+    shutdown = shutdown_requested_;
+    joined = join_handle_ != nullptr;
+  }
+  timeline_.MarkCycle();
+  const Message mine = controller_.MakeMessage(fresh, shutdown, joined);
+  const std::vector<Response> responses = controller_.Process(Exchange(mine));
+  for (const Response& r : responses) {
+    if (r.kind == Response::Kind::kShutdown) {
+      FailAll(r.error);
+      return false;
+    }
+    Execute(r);
+  }
+  CheckStalls();
+  return true;
+}
+
+std::vector<Message> Engine::Exchange(const Message& mine) {
+  const std::vector<uint8_t> bytes = mine.Encode();
+  std::vector<uint8_t> slot(kSlotBytes, 0);
+  const uint32_t len = static_cast<uint32_t>(bytes.size());
+  std::memcpy(slot.data(), &len, 4);
+  if (bytes.size() <= kSlotPayload) std::memcpy(slot.data() + 4, bytes.data(), bytes.size());
+  std::vector<uint8_t> all(kSlotBytes * size_);
+  backend_->AllgatherFixed(slot.data(), all.data(), kSlotBytes);
+  std::vector<size_t> lens(size_);
+  bool overflow = false;
+  for (int r = 0; r < size_; ++r) {
+    uint32_t l;
+    std::memcpy(&l, all.data() + r * kSlotBytes, 4);
+    lens[r] = l;
+    overflow = overflow || l > kSlotPayload;
+  }
+  std::vector<Message> messages;
+  if (!overflow) {
+    for (int r = 0; r < size_; ++r) {
+      messages.push_back(Message::Decode(all.data() + r * kSlotBytes + 4, lens[r], r));
+    }
+    return messages;
+  }
+  size_t total = 0;
+  for (size_t l : lens) total += l;
+  std::vector<uint8_t> full(total);
+  backend_->Allgather(bytes.data(), full.data(), lens, DataType::kUInt8);
+  size_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    messages.push_back(Message::Decode(full.data() + offset, lens[r], r));
+    offset += lens[r];
+  }
+  return messages;
+}
+
+void Engine::Execute(const Response& response) {
+  if (response.kind == Response::Kind::kJoin) {
+    std::shared_ptr<Handle> join;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      join.swap(join_handle_);
+    }
+    if (join) {
+      join->set_join_rank(response.join_rank);
+      join->Complete(Status::Ok());
+    }
+    return;
+  }
+  // Entries stay in pending_ (so their names stay reserved) until their handles complete.
+  std::vector<TensorEntry*> local;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& name : response.names) {
+      auto it = pending_.find(name);
+      local.push_back(it == pending_.end() ? nullptr : &it->second);
+    }
+  }
+  Status status = response.error;
+  if (response.kind == Response::Kind::kRun) {
+    for (size_t i = 0; i < local.size(); ++i) {
+      timeline_.End(response.names[i]);
+      timeline_.Begin(response.names[i], std::string(OpTypeName(response.op)));
+    }
+    executor_.Run(response, local);  // a backend failure propagates and breaks the engine
+  }
+  std::vector<std::shared_ptr<Handle>> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& name : response.names) {
+      auto it = pending_.find(name);
+      if (it == pending_.end()) continue;
+      done.push_back(it->second.handle);
+      pending_.erase(it);
+    }
+  }
+  for (size_t i = 0; i < response.names.size(); ++i) timeline_.End(response.names[i]);
+  for (auto& h : done) h->Complete(status);
+}
+
+void Engine::FailAll(const Status& status) {
+  std::vector<std::shared_ptr<Handle>> handles;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.ok()) broken_ = status;
+    for (auto& [name, entry] : pending_) handles.push_back(entry.handle);
+    pending_.clear();
+    fresh_.clear();
+    if (join_handle_) handles.push_back(std::move(join_handle_));
+    join_handle_.reset();
+  }
+  for (auto& h : handles) h->Complete(status);
+}
+
+void Engine::CheckStalls() {
+  const auto now = Clock::now();
+  if (now - last_stall_check_ < std::chrono::seconds(1)) return;
+  last_stall_check_ = now;
+  std::string report;
+  Duration oldest{};
+  for (const PendingName& p : controller_.Pending()) {
+    if (p.age < options_.stall_warning || p.missing_ranks.empty()) continue;
+    std::string ranks;
+    for (int r : p.missing_ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    report += (report.empty() ? "" : "; ") + std::string("'") + p.name + "' (waiting " +
+              std::to_string(p.age.count() / 1000) + " s) missing from rank(s) " + ranks;
+    oldest = std::max(oldest, p.age);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stall_report_ = report;
+  }
+  if (report.empty()) return;
+  if (rank_ == 0 && now - last_stall_log_ >= options_.stall_warning) {
+    CADRE_LOG(WARNING) << "stalled tensors: some ranks submitted them and others did not: "
+                       << report;
+    last_stall_log_ = now;
+  }
+  if (options_.stall_shutdown > Duration::zero() && oldest >= options_.stall_shutdown) {
+    throw Error(TimeoutError("stalled past the stall shutdown time: " + report));
+  }
+}
+
+}  // namespace cadre::engine

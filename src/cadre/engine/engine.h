@@ -1,0 +1,112 @@
+// Engine: Horovod's background engine as an object. Framework threads submit named operations
+// on host buffers and get Handles; one background thread per Engine negotiates with the other
+// ranks (controller.h), fuses small allreduces (operations.h) and completes the handles.
+//
+// Contracts:
+// - Enqueue* and Join are thread-safe and never block on the network. A name may be pending only
+//   once per rank: a second submission of a pending name throws Error(kAlreadyExists).
+// - The caller's buffers must stay valid and untouched until the handle completes.
+// - Mismatched submissions (same name, different op/dtype/shape/...) complete the handle with
+//   Error(kMismatch) on every rank, with each rank's description; the engine stays usable.
+// - A failure of the backend (a dead or stalled rank) completes every pending handle with that
+//   error (naming the rank) and breaks the engine: later submissions throw it at once.
+// - A name pending on some ranks but not others for longer than stall_warning is logged (by rank
+//   0) naming the missing ranks; after stall_shutdown (if set) its handles fail with that report.
+// - Shutdown() (or destruction) on any rank stops every rank's engine: pending handles everywhere
+//   complete with Error(kAborted).
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+#include "cadre/engine/backend.h"
+#include "cadre/engine/controller.h"
+#include "cadre/engine/handle.h"
+#include "cadre/engine/operations.h"
+#include "cadre/engine/request.h"
+#include "cadre/engine/timeline.h"
+
+namespace cadre::engine {
+
+struct EngineOptions {
+  // How long the background thread sleeps between negotiation cycles when nothing is submitted;
+  // a submission wakes it at once.
+  Duration cycle_time = std::chrono::milliseconds(5);
+  size_t fusion_threshold_bytes = size_t{64} << 20;
+  size_t cache_capacity = 1024;
+  Duration stall_warning = std::chrono::seconds(60);
+  Duration stall_shutdown = Duration::zero();  // zero: never fail stalled tensors
+  // Chrome-trace timeline written by rank 0 when non-empty (timeline.h).
+  std::string timeline_path;
+
+  // HOROVOD_* / CADRE_* variables: CYCLE_TIME (ms), FUSION_THRESHOLD (bytes), CACHE_CAPACITY,
+  // STALL_CHECK_TIME_SECONDS, STALL_SHUTDOWN_TIME_SECONDS, TIMELINE (path). CADRE_ wins.
+  static EngineOptions FromEnv();
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<CollectiveBackend> backend, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const EngineOptions& options() const { return options_; }
+
+  // `data` is the input (and, for allreduce and broadcast, the output) of request.num_elements()
+  // elements. Throws Error(kInvalidArgument) on a malformed request, Error(kAlreadyExists) on a
+  // pending name, the engine's failure when it is broken.
+  std::shared_ptr<Handle> Enqueue(Request request, void* data);
+  // Completes when every rank has joined; handle->join_rank() is the rank that joined last.
+  std::shared_ptr<Handle> Join();
+
+  // Stops this engine and, through the next negotiation, every rank's. Idempotent.
+  void Shutdown();
+
+  // Chrome-trace timeline (rank 0's view of its own ops); empty path stops it.
+  void StartTimeline(const std::string& path, bool mark_cycles);
+  void StopTimeline();
+
+  // Pending names with their missing ranks ("" when none): what the stall inspector would log.
+  std::string StallReport() const;
+
+ private:
+  void Loop();
+  // One negotiation cycle; throws cadre::Error when the backend fails. False after shutdown.
+  bool RunCycle();
+  std::vector<Message> Exchange(const Message& mine);
+  void Execute(const Response& response);
+  void FailAll(const Status& status);
+  void CheckStalls();
+
+  const int rank_;
+  const int size_;
+  const EngineOptions options_;
+  std::unique_ptr<CollectiveBackend> backend_;  // engine thread only
+  Controller controller_;                       // engine thread only
+  Executor executor_;                           // engine thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Request> fresh_;                            // GUARDED_BY(mu_): not yet negotiated
+  std::unordered_map<std::string, TensorEntry> pending_;  // GUARDED_BY(mu_)
+  std::shared_ptr<Handle> join_handle_;                   // GUARDED_BY(mu_)
+  bool shutdown_requested_ = false;                       // GUARDED_BY(mu_)
+  Status broken_;                                         // GUARDED_BY(mu_)
+  std::string stall_report_;                              // GUARDED_BY(mu_)
+  Timeline timeline_;                                     // thread-safe itself
+  Clock::time_point last_stall_log_{};                    // engine thread only
+  Clock::time_point last_stall_check_{};                  // engine thread only
+  std::thread thread_;
+};
+
+}  // namespace cadre::engine

@@ -1,0 +1,259 @@
+// Engines as threads of one process over InProcessGroup (and StoreBackend over a HashStore):
+// closed-form results for every operation, and the error contracts of engine.h.
+#include "cadre/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <numeric>
+#include <thread>
+
+#include "cadre/engine/store_backend.h"
+#include "cadre/store/hash_store.h"
+
+namespace cadre::engine {
+namespace {
+
+using namespace std::chrono_literals;
+
+EngineOptions FastOptions() {
+  EngineOptions o;
+  o.cycle_time = 1ms;
+  o.fusion_threshold_bytes = 64;  // small, so tests exercise both fused and unfused paths
+  return o;
+}
+
+std::vector<std::unique_ptr<Engine>> MakeEngines(int size, EngineOptions options = FastOptions(),
+                                                 Duration timeout = 20s) {
+  auto group = InProcessGroup::Create(size, timeout);
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int r = 0; r < size; ++r)
+    engines.push_back(std::make_unique<Engine>(group->Backend(r), options));
+  return engines;
+}
+
+// Runs body(rank) on one thread per rank.
+void OnEveryRank(int size, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) threads.emplace_back(body, r);
+  for (auto& t : threads) t.join();
+}
+
+Request Make(OpType op, const std::string& name, std::vector<int64_t> shape,
+             comm::DataType dtype = comm::DataType::kFloat32) {
+  Request r;
+  r.op = op;
+  r.name = name;
+  r.shape = std::move(shape);
+  r.dtype = dtype;
+  return r;
+}
+
+void WaitOk(const std::shared_ptr<Handle>& h) {
+  ASSERT_TRUE(h->Wait(30s));
+  ASSERT_TRUE(h->status().ok()) << h->status().ToString();
+}
+
+class EngineSizes : public ::testing::TestWithParam<int> {};
+
+TEST_P(EngineSizes, FusedAndUnfusedAllreduceMatchClosedForm) {
+  const int size = GetParam();
+  auto engines = MakeEngines(size);
+  OnEveryRank(size, [&](int rank) {
+    // Ten tensors of different lengths (0, 1, odd, larger than the fusion threshold).
+    std::vector<std::vector<float>> data;
+    std::vector<std::shared_ptr<Handle>> handles;
+    const std::vector<int64_t> lens = {0, 1, 3, 7, 16, 17, 2, 100, 5, 1};
+    for (size_t t = 0; t < lens.size(); ++t) data.emplace_back(lens[t], float(rank + 1) * (t + 1));
+    for (size_t t = 0; t < lens.size(); ++t) {
+      Request r = Make(OpType::kAllreduce, "t" + std::to_string(t), {lens[t]});
+      if (t == 4) r.postscale = 0.5;
+      handles.push_back(engines[rank]->Enqueue(r, data[t].data()));
+    }
+    const float ranksum = size * (size + 1) / 2.0f;
+    for (size_t t = 0; t < lens.size(); ++t) {
+      WaitOk(handles[t]);
+      const float expect = ranksum * (t + 1) * (t == 4 ? 0.5f : 1.0f);
+      for (float v : data[t]) EXPECT_FLOAT_EQ(v, expect) << "tensor " << t << " rank " << rank;
+    }
+    // Min / max / product on int64.
+    for (auto op : {comm::ReduceOp::kMin, comm::ReduceOp::kMax, comm::ReduceOp::kProduct}) {
+      std::vector<int64_t> v(3, rank + 2);
+      Request r =
+          Make(OpType::kAllreduce, "i" + std::to_string(int(op)), {3}, comm::DataType::kInt64);
+      r.reduce_op = op;
+      WaitOk(engines[rank]->Enqueue(r, v.data()));
+      int64_t expect = op == comm::ReduceOp::kMin ? 2 : op == comm::ReduceOp::kMax ? size + 1 : 1;
+      if (op == comm::ReduceOp::kProduct) {
+        for (int i = 0; i < size; ++i) expect *= i + 2;
+      }
+      EXPECT_EQ(v[2], expect);
+    }
+  });
+}
+
+TEST_P(EngineSizes, AllgatherBroadcastAlltoallReducescatter) {
+  const int size = GetParam();
+  auto engines = MakeEngines(size);
+  OnEveryRank(size, [&](int rank) {
+    Engine& e = *engines[rank];
+    // Ragged allgather: rank r contributes r+1 rows of 2 columns, valued r.
+    std::vector<int32_t> rows((rank + 1) * 2, rank);
+    auto h = e.Enqueue(Make(OpType::kAllgather, "ag", {rank + 1, 2}, comm::DataType::kInt32),
+                       rows.data());
+    WaitOk(h);
+    const int64_t total = size * (size + 1) / 2;
+    EXPECT_EQ(h->output_shape(), (std::vector<int64_t>{total, 2}));
+    const int32_t* out = reinterpret_cast<const int32_t*>(h->output().data());
+    int64_t i = 0;
+    for (int r = 0; r < size; ++r) {
+      for (int k = 0; k < (r + 1) * 2; ++k) EXPECT_EQ(out[i++], r);
+    }
+    // Broadcast from the last rank.
+    std::vector<double> b(5, rank == size - 1 ? 42.0 : -1.0);
+    Request br = Make(OpType::kBroadcast, "bc", {5}, comm::DataType::kFloat64);
+    br.root = size - 1;
+    WaitOk(e.Enqueue(br, b.data()));
+    EXPECT_EQ(b, std::vector<double>(5, 42.0));
+    // Alltoall: rank r sends j+1 rows valued 100*r+j to rank j.
+    std::vector<float> send;
+    Request a = Make(OpType::kAlltoall, "a2a", {0});
+    for (int j = 0; j < size; ++j) {
+      a.splits.push_back(j + 1);
+      for (int k = 0; k <= j; ++k) send.push_back(100.0f * rank + j);
+    }
+    a.shape = {static_cast<int64_t>(send.size())};
+    auto ah = e.Enqueue(a, send.data());
+    WaitOk(ah);
+    EXPECT_EQ(ah->output_shape(), (std::vector<int64_t>{int64_t(size) * (rank + 1)}));
+    EXPECT_EQ(ah->received_splits(), std::vector<int64_t>(size, rank + 1));
+    const float* ao = reinterpret_cast<const float*>(ah->output().data());
+    for (int j = 0; j < size; ++j) {
+      for (int k = 0; k <= rank; ++k) EXPECT_EQ(*ao++, 100.0f * j + rank);
+    }
+    // Reducescatter of size+1 rows of 3: rank 0 gets 2 rows, the others 1.
+    std::vector<float> rs((size + 1) * 3);
+    std::iota(rs.begin(), rs.end(), 0.0f);
+    auto rh = e.Enqueue(Make(OpType::kReducescatter, "rs", {size + 1, 3}), rs.data());
+    WaitOk(rh);
+    const int64_t my_rows = rank == 0 ? 2 : 1;
+    const int64_t first_row = rank == 0 ? 0 : rank + 1;
+    EXPECT_EQ(rh->output_shape(), (std::vector<int64_t>{my_rows, 3}));
+    const float* ro = reinterpret_cast<const float*>(rh->output().data());
+    for (int64_t k = 0; k < my_rows * 3; ++k) EXPECT_EQ(ro[k], size * float(first_row * 3 + k));
+    WaitOk(e.Enqueue(Make(OpType::kBarrier, "barrier", {}), nullptr));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, EngineSizes, ::testing::Values(1, 2, 3, 4));
+
+TEST(EngineTest, MismatchFailsEveryRankAndEngineStaysUsable) {
+  auto engines = MakeEngines(3);
+  OnEveryRank(3, [&](int rank) {
+    std::vector<float> v(rank == 1 ? 5 : 4, 1.0f);
+    auto h = engines[rank]->Enqueue(Make(OpType::kAllreduce, "w", {int64_t(v.size())}), v.data());
+    ASSERT_TRUE(h->Wait(30s));
+    EXPECT_EQ(h->status().code(), Code::kMismatch);
+    EXPECT_NE(h->status().message().find("rank 1: allreduce float32[5]"), std::string::npos)
+        << h->status().message();
+    std::vector<float> ok(4, 1.0f);
+    WaitOk(engines[rank]->Enqueue(Make(OpType::kAllreduce, "w", {4}), ok.data()));
+    EXPECT_EQ(ok[0], 3.0f);
+  });
+}
+
+TEST(EngineTest, DuplicatePendingNameIsRejectedAtSubmission) {
+  auto engines = MakeEngines(2);
+  std::vector<float> a(1), b(1);
+  auto h = engines[0]->Enqueue(Make(OpType::kAllreduce, "dup", {1}), a.data());
+  try {
+    engines[0]->Enqueue(Make(OpType::kAllreduce, "dup", {1}), b.data());
+    FAIL() << "duplicate accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kAlreadyExists);
+  }
+  WaitOk(engines[1]->Enqueue(Make(OpType::kAllreduce, "dup", {1}), b.data()));
+  WaitOk(h);
+}
+
+TEST(EngineTest, JoinLetsOtherRanksFinishUnevenWork) {
+  auto engines = MakeEngines(3);
+  OnEveryRank(3, [&](int rank) {
+    // Rank r runs r+1 steps, then joins; joined ranks contribute zeros.
+    for (int step = 0; step <= rank; ++step) {
+      std::vector<float> g(3, 1.0f);
+      WaitOk(engines[rank]->Enqueue(Make(OpType::kAllreduce, "g", {3}), g.data()));
+      EXPECT_EQ(g[0], float(3 - step)) << "rank " << rank << " step " << step;
+    }
+    auto j = engines[rank]->Join();
+    WaitOk(j);
+    EXPECT_EQ(j->join_rank(), 2);
+  });
+}
+
+TEST(EngineTest, DeadRankFailsEveryPendingHandleNamingIt) {
+  auto group = InProcessGroup::Create(3, 20s);
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int r = 0; r < 2; ++r)
+    engines.push_back(std::make_unique<Engine>(group->Backend(r), FastOptions()));
+  std::vector<float> a(2), b(2);
+  auto h0 = engines[0]->Enqueue(Make(OpType::kAllreduce, "x", {2}), a.data());
+  auto h1 = engines[1]->Enqueue(Make(OpType::kAllreduce, "x", {2}), b.data());
+  group->Abort(2);  // rank 2 "crashes" without ever starting
+  for (auto& h : {h0, h1}) {
+    ASSERT_TRUE(h->Wait(30s));
+    EXPECT_EQ(h->status().code(), Code::kIo);
+    EXPECT_NE(h->status().message().find("rank 2"), std::string::npos) << h->status().message();
+  }
+  try {
+    engines[0]->Enqueue(Make(OpType::kAllreduce, "y", {2}), a.data());
+    FAIL() << "a broken engine accepted work";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kIo);
+  }
+}
+
+TEST(EngineTest, ShutdownOnOneRankAbortsPendingWorkEverywhere) {
+  auto engines = MakeEngines(2);
+  std::vector<float> a(2);
+  auto h = engines[1]->Enqueue(Make(OpType::kAllreduce, "never", {2}), a.data());
+  engines[0]->Shutdown();
+  ASSERT_TRUE(h->Wait(30s));
+  EXPECT_EQ(h->status().code(), Code::kAborted);
+  EXPECT_NE(h->status().message().find("rank 0"), std::string::npos);
+}
+
+TEST(EngineTest, StallReportNamesMissingRanksAndStallShutdownFails) {
+  EngineOptions o = FastOptions();
+  o.stall_warning = 0ms;
+  o.stall_shutdown = 1500ms;
+  auto engines = MakeEngines(3, o);
+  std::vector<float> a(1), b(1);
+  auto h0 = engines[0]->Enqueue(Make(OpType::kAllreduce, "lonely", {1}), a.data());
+  auto h1 = engines[1]->Enqueue(Make(OpType::kAllreduce, "lonely", {1}), b.data());
+  ASSERT_TRUE(h0->Wait(30s));
+  EXPECT_EQ(h0->status().code(), Code::kTimeout);
+  EXPECT_NE(h0->status().message().find("'lonely'"), std::string::npos);
+  EXPECT_NE(h0->status().message().find("missing from rank(s) 2"), std::string::npos)
+      << h0->status().message();
+  EXPECT_TRUE(h1->Wait(30s));
+}
+
+TEST(EngineTest, StoreBackendCarriesTheSameProtocol) {
+  auto store = std::make_shared<store::HashStore>();
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int r = 0; r < 2; ++r) {
+    engines.push_back(
+        std::make_unique<Engine>(std::make_unique<StoreBackend>(store, r, 2, 20s), FastOptions()));
+  }
+  OnEveryRank(2, [&](int rank) {
+    // A name longer than a negotiation slot forces the second, sized exchange round.
+    const std::string long_name(1500, 'n');
+    std::vector<float> v(10, float(rank));
+    WaitOk(engines[rank]->Enqueue(Make(OpType::kAllreduce, long_name, {10}), v.data()));
+    EXPECT_EQ(v[9], 1.0f);
+  });
+}
+
+}  // namespace
+}  // namespace cadre::engine

@@ -1,0 +1,52 @@
+// Handle: the asynchronous result of one operation submitted to the engine (c10d's Work).
+//
+// The engine's background thread completes a handle exactly once, with OK or with the error that
+// stopped the operation; framework threads poll or wait on it. Operations whose output size is
+// only known after negotiation (allgather, alltoall, reducescatter) leave their result in the
+// handle's output buffer with its shape; the others write into the caller's buffer.
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+
+namespace cadre::engine {
+
+class Handle {
+ public:
+  bool done() const;
+  // Waits up to `timeout`; true when the handle is complete.
+  bool Wait(Duration timeout) const;
+  // The stored result; meaningful once done().
+  Status status() const;
+
+  // Engine-owned output (see above). Read only after done().
+  std::vector<uint8_t>& output() { return output_; }
+  std::vector<int64_t>& output_shape() { return output_shape_; }
+  // alltoall: rows received from each rank.
+  std::vector<int64_t>& received_splits() { return received_splits_; }
+  // join(): the rank that joined last. Read only after done().
+  int join_rank() const { return join_rank_; }
+  void set_join_rank(int rank) { join_rank_ = rank; }
+
+  void Complete(Status status);
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;  // GUARDED_BY(mu_)
+  Status status_;      // GUARDED_BY(mu_)
+  // Written by the engine thread before Complete(), read by others after done(): the mutex in
+  // Complete()/done() orders the accesses.
+  std::vector<uint8_t> output_;
+  std::vector<int64_t> output_shape_;
+  std::vector<int64_t> received_splits_;
+  int join_rank_ = -1;
+};
+
+}  // namespace cadre::engine

@@ -1,0 +1,157 @@
+#include "cadre/engine/operations.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "cadre/engine/dtype.h"
+
+namespace cadre::engine {
+
+namespace {
+
+// The first rank's request: every present request agrees on what the operation needs.
+const Request& Any(const std::vector<std::optional<Request>>& per_rank) {
+  for (const auto& r : per_rank) {
+    if (r) return *r;
+  }
+  throw Error(InternalError("response without any request"));
+}
+
+std::vector<int64_t> WithRows(const Request& r, int64_t rows) {
+  std::vector<int64_t> shape = r.shape.empty() ? std::vector<int64_t>{1} : r.shape;
+  shape[0] = rows;
+  return shape;
+}
+
+// Alltoall rows rank `r` sends to each rank: its splits, or an even split.
+std::vector<int64_t> SplitsOf(const Request& r, int size) {
+  if (!r.splits.empty()) return r.splits;
+  return std::vector<int64_t>(size, r.rows() / size);
+}
+
+}  // namespace
+
+uint8_t* FusionBuffer::Get(size_t bytes) {
+  if (buffer_.size() < bytes) buffer_.resize(bytes);
+  return buffer_.data();
+}
+
+std::vector<int64_t> ReducescatterRows(int64_t rows, int size) {
+  std::vector<int64_t> out(size, rows / size);
+  for (int r = 0; r < rows % size; ++r) ++out[r];
+  return out;
+}
+
+void Executor::Run(const Response& response, const std::vector<TensorEntry*>& local) {
+  TensorEntry* mine = local.empty() ? nullptr : local[0];
+  const Request& req = Any(response.per_rank[0]);
+  const size_t count = static_cast<size_t>(req.num_elements());
+  switch (response.op) {
+    case OpType::kAllreduce:
+      return Allreduce(response, local);
+    case OpType::kAllgather:
+      return Allgather(response, mine);
+    case OpType::kBroadcast:
+      return backend_.Broadcast(mine->data, count, req.dtype, req.root);
+    case OpType::kAlltoall:
+      return Alltoall(response, mine);
+    case OpType::kReducescatter:
+      return Reducescatter(response, mine);
+    case OpType::kBarrier:
+    case OpType::kJoin:
+      return;  // negotiation itself synchronised the ranks
+  }
+}
+
+void Executor::Allreduce(const Response& response, const std::vector<TensorEntry*>& local) {
+  const Request& first = Any(response.per_rank[0]);
+  const DataType dtype = first.dtype;
+  const size_t es = DTypeSize(dtype);
+  const bool scaled = first.prescale != 1.0 || first.postscale != 1.0;
+  if (response.names.size() == 1 && local[0] && !scaled) {
+    // One tensor of our own: reduce in place, no copies.
+    backend_.Allreduce(local[0]->data, static_cast<size_t>(first.num_elements()), dtype,
+                       first.reduce_op);
+    return;
+  }
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (const auto& pr : response.per_rank) {
+    counts.push_back(static_cast<size_t>(Any(pr).num_elements()));
+    total += counts.back();
+  }
+  uint8_t* buf = fusion_.Get(total * es);
+  size_t offset = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    // A joined rank contributes zeros (the identity of sum, the only op allowed with joins).
+    if (local[i]) {
+      std::memcpy(buf + offset, local[i]->data, counts[i] * es);
+    } else {
+      std::memset(buf + offset, 0, counts[i] * es);
+    }
+    offset += counts[i] * es;
+  }
+  Scale(buf, total, dtype, first.prescale);
+  backend_.Allreduce(buf, total, dtype, first.reduce_op);
+  Scale(buf, total, dtype, first.postscale);
+  offset = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (local[i]) std::memcpy(local[i]->data, buf + offset, counts[i] * es);
+    offset += counts[i] * es;
+  }
+}
+
+void Executor::Allgather(const Response& response, TensorEntry* local) {
+  const auto& per_rank = response.per_rank[0];
+  const Request& any = Any(per_rank);
+  const size_t row = static_cast<size_t>(any.row_elements());
+  std::vector<size_t> counts;
+  int64_t rows = 0;
+  for (const auto& r : per_rank) {
+    counts.push_back(r ? static_cast<size_t>(r->rows()) * row : 0);
+    rows += r ? r->rows() : 0;
+  }
+  const size_t es = DTypeSize(any.dtype);
+  std::vector<uint8_t> discard;
+  std::vector<uint8_t>& out = local ? local->handle->output() : discard;
+  out.resize(static_cast<size_t>(rows) * row * es);
+  backend_.Allgather(local ? local->data : nullptr, out.data(), counts, any.dtype);
+  if (local) local->handle->output_shape() = WithRows(local->request, rows);
+}
+
+void Executor::Alltoall(const Response& response, TensorEntry* local) {
+  const auto& per_rank = response.per_rank[0];
+  const Request& me = local->request;
+  const int size = backend_.size();
+  const int rank = backend_.rank();
+  const size_t row = static_cast<size_t>(me.row_elements());
+  std::vector<size_t> send(size), recv(size);
+  std::vector<int64_t> received(size);
+  const std::vector<int64_t> my_splits = SplitsOf(me, size);
+  int64_t rows = 0;
+  for (int j = 0; j < size; ++j) {
+    send[j] = static_cast<size_t>(my_splits[j]) * row;
+    received[j] = SplitsOf(*per_rank[j], size)[rank];
+    recv[j] = static_cast<size_t>(received[j]) * row;
+    rows += received[j];
+  }
+  auto& out = local->handle->output();
+  out.resize(static_cast<size_t>(rows) * row * DTypeSize(me.dtype));
+  backend_.Alltoall(local->data, out.data(), send, recv, me.dtype);
+  local->handle->output_shape() = WithRows(me, rows);
+  local->handle->received_splits() = std::move(received);
+}
+
+void Executor::Reducescatter(const Response& response, TensorEntry* local) {
+  const Request& me = local->request;
+  const size_t row = static_cast<size_t>(me.row_elements());
+  const std::vector<int64_t> rows = ReducescatterRows(me.rows(), backend_.size());
+  std::vector<size_t> counts;
+  for (int64_t r : rows) counts.push_back(static_cast<size_t>(r) * row);
+  auto& out = local->handle->output();
+  out.resize(counts[backend_.rank()] * DTypeSize(me.dtype));
+  backend_.ReduceScatter(local->data, out.data(), counts, me.dtype, me.reduce_op);
+  local->handle->output_shape() = WithRows(me, rows[backend_.rank()]);
+}
+
+}  // namespace cadre::engine

@@ -1,0 +1,33 @@
+// StoreBackend: a GatherBackend whose exchanges go through a store::Store (a TcpStore between
+// processes). Each exchange round r writes key "<r>/<rank>" and reads every rank's key of that
+// round. It needs nothing but the rendezvous store, so it works before (or without) the
+// communication core — at the price of moving every byte through the store server, and of keys
+// that are never deleted (the Store interface has no delete): use it for tests and small jobs.
+// Failures: a rank that does not write its key within the timeout is named in the error.
+#pragma once
+
+#include <memory>
+
+#include "cadre/engine/backend.h"
+#include "cadre/store/store.h"
+
+namespace cadre::engine {
+
+class StoreBackend final : public GatherBackend {
+ public:
+  StoreBackend(std::shared_ptr<store::Store> store, int rank, int size, Duration timeout);
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+ protected:
+  std::vector<Bytes> ExchangeBytes(Bytes mine) override;
+
+ private:
+  std::shared_ptr<store::Store> store_;
+  const int rank_;
+  const int size_;
+  const Duration timeout_;
+  uint64_t round_ = 0;
+};
+
+}  // namespace cadre::engine
