@@ -6,15 +6,121 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <chrono>
 #include <filesystem>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
+#include "cadre/launch/netem/command.h"
 #include "cadre/launch/netem/network_emulator.h"
 
 namespace cadre::netem {
+
+// Helpers for the namespace tests: sockets with 30 s timeouts (a broken test fails, never hangs),
+// and children that run a body inside an emulated host.
+inline constexpr int kPort = 5000;
+
+inline std::set<std::string> Namespaces() {
+  std::string out;
+  EXPECT_TRUE(RunChecked({"ip", "netns", "list"}, Deadline(std::chrono::seconds(30)), &out).ok());
+  std::set<std::string> names;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) names.insert(line.substr(0, line.find(' ')));
+  return names;
+}
+
+inline std::set<std::string> RootInterfaces() {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator("/sys/class/net")) {
+    names.insert(entry.path().filename());
+  }
+  return names;
+}
+
+inline sockaddr_in Address(const std::string& ip) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(kPort);
+  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  return a;
+}
+
+inline int Listen(const std::string& ip) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a = Address(ip);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 4) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval tv{30, 0};  // accept gives up rather than hang the test
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+inline int Connect(const std::string& ip) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in a = Address(ip);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+inline bool WriteAll(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, data, n);
+    if (w <= 0) return false;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Forks a child that enters host `i` and runs `body` there; the child exits with body's result,
+// or 100 + errno when it could not enter the host. alarm() bounds it if the test goes wrong.
+inline pid_t SpawnInHost(const NetworkEmulator& emu, int i,
+                         int (*body)(const NetworkEmulator&, int)) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);
+    int err = emu.EnterHost(i);
+    _exit(err != 0 ? 100 + err : body(emu, i));
+  }
+  return pid;
+}
+
+// The child's exit code, waiting at most `timeout` (then it is killed and -1 returned).
+inline int WaitChild(pid_t pid, std::chrono::seconds timeout = std::chrono::seconds(60)) {
+  Deadline deadline(timeout);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (deadline.expired()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
 
 class EmulatorTest : public ::testing::Test {
  protected:

@@ -19,6 +19,7 @@ struct ChildImage {
   std::vector<std::string> env_storage;
   std::vector<char*> envp;
   std::vector<char*> argv;
+  std::string exec_failed;  // the child's message when exec fails
 };
 
 ChildImage PrepareImage(const NetworkEmulator& emu, int i, const std::vector<std::string>& argv) {
@@ -36,6 +37,8 @@ ChildImage PrepareImage(const NetworkEmulator& emu, int i, const std::vector<std
   image.envp.push_back(nullptr);
   for (const auto& a : argv) image.argv.push_back(const_cast<char*>(a.c_str()));
   image.argv.push_back(nullptr);
+  image.exec_failed = "cadre netem exec: cannot execute " + argv[0] + " on host " +
+                      std::to_string(i) + " (not found or not executable)\n";
   return image;
 }
 
@@ -100,8 +103,8 @@ Status RunOnEveryHost(const NetworkEmulator& emu, const std::vector<std::string>
         _exit(126);
       }
       execvpe(images[i].argv[0], images[i].argv.data(), images[i].envp.data());
-      const char msg[] = "cadre netem exec: cannot execute the command\n";
-      (void)!write(2, msg, sizeof(msg) - 1);
+      const std::string& msg = images[i].exec_failed;  // one write: lines do not interleave
+      (void)!write(2, msg.data(), msg.size());
       _exit(127);
     }
     if (pid < 0) {

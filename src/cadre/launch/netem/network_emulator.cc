@@ -113,6 +113,7 @@ Status NetworkEmulator::Create(const EmulatorOptions& options,
     host.device = kHostDevice;
     names.push_back(host.netns);
     emu->hosts_.push_back(std::move(host));
+    emu->host_links_.push_back(options.link);
   }
 
   // The sweep above removed the records of dead owners, so a record still here is a live job.
@@ -170,32 +171,75 @@ Status NetworkEmulator::Build(const EmulatorOptions& options) {
   for (int i = 0; i < size(); ++i) CADRE_RETURN_IF_ERROR(BuildHost(i, deadline));
 
   // Shaping. The first hop also probes for netem: without it, the rate limit still applies.
-  bool with_netem = link_.wants_delay_or_loss();
   delay_loss_emulated_ = true;
-  const HopShape hop = HopShapeFor(link_);
   for (int i = 0; i < size(); ++i) {
-    const EmulatedHost& h = hosts_[i];
-    const std::string bridge_port = "v" + std::to_string(i);
-    for (int end = 0; end < 2; ++end) {
-      const std::string& ns = end == 0 ? h.netns : sw;
-      const std::string& dev = end == 0 ? h.device : bridge_port;
-      Status s = ShapeEgress(ns, dev, hop, with_netem, deadline);
-      if (s.code() == Code::kUnavailable) {
-        std::string why = "link " + link_.ToString() +
-                          " asks for delay/loss, but this kernel has no netem qdisc (sch_netem) "
-                          "to emulate them (" +
-                          s.message() + ")";
-        if (options.require_delay_loss) return Status(Code::kUnavailable, "netem: " + why);
-        CADRE_LOG(WARNING) << "netem: " << why << "; emulating the rate "
-                           << FormatRate(link_.rate_bits_per_s) << " only";
-        with_netem = false;
-        delay_loss_emulated_ = false;
-        continue;  // ShapeEgress installed the rate limit before netem failed
-      }
-      CADRE_RETURN_IF_ERROR(s.WithContext("netem: shaping " + dev + " in " + ns));
-    }
+    bool netem_missing = false;
+    CADRE_RETURN_IF_ERROR(
+        ShapeHost(i, link_, options.require_delay_loss, deadline, &netem_missing));
+    if (netem_missing) delay_loss_emulated_ = false;
   }
   return Status::Ok();
+}
+
+Status NetworkEmulator::ShapeHost(int i, const LinkSpec& link, bool require_delay_loss,
+                                  Deadline deadline, bool* netem_missing) {
+  const EmulatedHost& h = hosts_[i];
+  const std::string bridge_port = "v" + std::to_string(i);
+  const HopShape hop = HopShapeFor(link);
+  // Once netem is known to be missing, later hops do not ask again (and warn only once).
+  bool with_netem = link.wants_delay_or_loss() && delay_loss_emulated_;
+  *netem_missing = link.wants_delay_or_loss() && !delay_loss_emulated_;
+  if (*netem_missing && require_delay_loss) {
+    return Status(Code::kUnavailable, "netem: link " + link.ToString() +
+                                          " asks for delay/loss, but this kernel has no netem "
+                                          "qdisc (sch_netem) to emulate them");
+  }
+  for (int end = 0; end < 2; ++end) {
+    const std::string& ns = end == 0 ? h.netns : switch_netns_;
+    const std::string& dev = end == 0 ? h.device : bridge_port;
+    Status s = ShapeEgress(ns, dev, hop, with_netem, deadline);
+    if (s.code() == Code::kUnavailable) {
+      std::string why = "link " + link.ToString() +
+                        " asks for delay/loss, but this kernel has no netem qdisc (sch_netem) to "
+                        "emulate them (" +
+                        s.message() + ")";
+      if (require_delay_loss) return Status(Code::kUnavailable, "netem: " + why);
+      CADRE_LOG(WARNING) << "netem: " << why << "; emulating the rate "
+                         << FormatRate(link.rate_bits_per_s) << " only";
+      with_netem = false;
+      *netem_missing = true;
+      continue;  // ShapeEgress installed the rate limit before netem failed
+    }
+    CADRE_RETURN_IF_ERROR(s.WithContext("netem: shaping " + dev + " in " + ns));
+  }
+  host_links_[i] = link;
+  return Status::Ok();
+}
+
+Status NetworkEmulator::CheckHost(int i) const {
+  if (destroyed_) return InvalidArgument("netem: the emulated network was destroyed");
+  if (i < 0 || i >= size()) {
+    return InvalidArgument("netem: no host " + std::to_string(i) + " (have " +
+                           std::to_string(size()) + ")");
+  }
+  return Status::Ok();
+}
+
+Status NetworkEmulator::SetHostLink(int i, const LinkSpec& link, bool require_delay_loss) {
+  CADRE_RETURN_IF_ERROR(CheckHost(i));
+  if (link.rate_bits_per_s == 0) return InvalidArgument("netem: the link has no rate");
+  bool netem_missing = false;
+  CADRE_RETURN_IF_ERROR(
+      ShapeHost(i, link, require_delay_loss, Deadline(command_timeout_ * 8), &netem_missing));
+  if (netem_missing) delay_loss_emulated_ = false;
+  return Status::Ok();
+}
+
+Status NetworkEmulator::SetHostConnected(int i, bool connected) {
+  CADRE_RETURN_IF_ERROR(CheckHost(i));
+  return RunChecked({"ip", "-n", switch_netns_, "link", "set", "v" + std::to_string(i),
+                     connected ? "up" : "down"},
+                    Deadline(command_timeout_));
 }
 
 Status NetworkEmulator::BuildHost(int i, Deadline deadline) {

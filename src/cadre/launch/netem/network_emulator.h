@@ -89,6 +89,16 @@ class NetworkEmulator {
   Status RunInHost(int i, const std::function<void()>& fn) const;
   Status RunInSwitch(const std::function<void()>& fn) const;
 
+  // Fault and what-if tools for tests and benchmarks; safe while processes run in the hosts.
+  // SetHostLink re-shapes both directions of host i's link (delay/loss follow the same rules as
+  // in Create: kUnavailable without netem when `require_delay_loss`, else a warning).
+  // SetHostConnected(i, false) takes the switch's port to host i down: host i is cut off (its
+  // packets are dropped, connections stall) until it is connected again.
+  Status SetHostLink(int i, const LinkSpec& link, bool require_delay_loss = false);
+  Status SetHostConnected(int i, bool connected);
+  // The link host i has now (the options' link unless SetHostLink changed it).
+  const LinkSpec& host_link(int i) const { return host_links_.at(i); }
+
   // Removes the namespaces (and with them the links) and the state record. Idempotent. On
   // failure the record stays, so a later sweep retries.
   Status Destroy();
@@ -97,12 +107,17 @@ class NetworkEmulator {
   NetworkEmulator() = default;
   Status Build(const EmulatorOptions& options);
   Status BuildHost(int i, Deadline deadline);
+  // Shapes both ends of host i's link; *netem_missing is set when delay/loss could not be had.
+  Status ShapeHost(int i, const LinkSpec& link, bool require_delay_loss, Deadline deadline,
+                   bool* netem_missing);
+  Status CheckHost(int i) const;
   Status RunInNetns(int fd, const std::string& name, const std::function<void()>& fn) const;
 
   LinkSpec link_;
   std::string switch_netns_;
   std::string switch_address_;
   std::vector<EmulatedHost> hosts_;
+  std::vector<LinkSpec> host_links_;
   std::vector<std::string> created_;  // namespaces this object made, in order of creation
   std::vector<int> host_fds_;         // O_CLOEXEC fds of the host namespaces, opened in Create
   int switch_fd_ = -1;

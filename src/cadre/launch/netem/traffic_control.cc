@@ -48,7 +48,11 @@ Status ShapeEgress(const std::string& netns, const std::string& device, const Ho
                    bool with_netem, Deadline deadline) {
   const std::string rate = std::to_string(hop.rate_bits_per_s) + "bit";
   const std::string burst = std::to_string(BurstBytes(hop.rate_bits_per_s)) + "b";
-  CADRE_RETURN_IF_ERROR(RunChecked({"tc", "-n", netns, "qdisc", "replace", "dev", device, "root",
+  // Start from the device's default: the removal fails harmlessly when nothing was installed,
+  // and any other problem shows in the commands that follow.
+  CommandResult ignored;
+  (void)RunCommand({"tc", "-n", netns, "qdisc", "del", "dev", device, "root"}, deadline, &ignored);
+  CADRE_RETURN_IF_ERROR(RunChecked({"tc", "-n", netns, "qdisc", "add", "dev", device, "root",
                                     "handle", "1:", "htb", "default", "1"},
                                    deadline));
   // An explicit quantum: htb derives one from rate/r2q otherwise, which at gigabit rates is out

@@ -33,9 +33,10 @@ struct HopShape {
 // Half the delay on each hop; per-hop loss p with 1 - (1 - p)^2 == spec.loss.
 HopShape HopShapeFor(const LinkSpec& spec);
 
-// Installs the rate limit on the egress of `device` in namespace `netns` (replacing any root
-// qdisc). When `with_netem` and the hop wants delay or loss, adds the netem qdisc too; if the
-// kernel has no netem the result is kUnavailable (see IsQdiscUnknown) and the rate limit stays.
+// Installs the rate limit on the egress of `device` in namespace `netns`, replacing whatever
+// shaping the device had (so it also re-shapes a live link). When `with_netem` and the hop wants
+// delay or loss, adds the netem qdisc too; if the kernel has no netem the result is kUnavailable
+// (see IsQdiscUnknown) and the rate limit stays.
 Status ShapeEgress(const std::string& netns, const std::string& device, const HopShape& hop,
                    bool with_netem, Deadline deadline);
 
