@@ -1,0 +1,387 @@
+#include "cadre/ps/client.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "cadre/ps/proto_util.h"
+
+namespace cadre::ps {
+namespace {
+
+using Stub = proto::ParameterServer::Stub;
+using DoneFn = std::function<void(grpc::Status)>;
+
+// One RPC of a batch: `start` begins the async call; `finish` consumes the reply once it succeeded.
+struct Task {
+  std::function<void(Stub*, grpc::ClientContext*, DoneFn)> start;
+  std::function<Status()> finish;
+};
+
+// A partition of one call's tensors, with where its bytes come from and go to.
+struct Piece {
+  const Partition* part;
+  const float* src = nullptr;
+  float* dst = nullptr;
+};
+
+int64_t Product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+struct Client::Impl {
+  ClientOptions options;
+  std::vector<std::unique_ptr<Stub>> stubs;
+  ShardMap map;
+  bool declared = false;
+  bool done = false;
+
+  std::string ServerName(int s) const {
+    return "ps server " + std::to_string(s) + " (" + options.servers[static_cast<size_t>(s)] + ")";
+  }
+
+  // Runs the tasks, up to max_in_flight per server at once; returns the first failure.
+  Status Run(std::vector<std::deque<Task>> queues, Duration timeout, bool wait_for_ready);
+
+  // Groups pieces by server and into RPC-sized batches (whole partitions, <= message_bytes).
+  std::vector<std::vector<std::vector<Piece>>> Batches(const std::vector<Piece>& pieces) const;
+
+  Status Resolve(const std::string& what, const std::string& name, int64_t count,
+                 const std::vector<Partition>** parts) const;
+};
+
+Status Client::Impl::Run(std::vector<std::deque<Task>> queues, Duration timeout,
+                         bool wait_for_ready) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::deque<Task>> queues;
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+    size_t outstanding = 0;
+    Status error;
+  } st;
+  st.queues = std::move(queues);
+  for (const auto& q : st.queues) st.outstanding += q.size();
+
+  // Starts the next task of server `s`; the caller holds no lock.
+  std::function<void(int)> launch = [&](int s) {
+    // The task (which owns the request and reply) lives until its completion callback ends.
+    auto task = std::make_shared<Task>();
+    grpc::ClientContext* ctx;
+    {
+      std::lock_guard lock(st.mu);
+      auto& q = st.queues[static_cast<size_t>(s)];
+      if (q.empty()) return;
+      *task = std::move(q.front());
+      q.pop_front();
+      st.contexts.push_back(std::make_unique<grpc::ClientContext>());
+      ctx = st.contexts.back().get();
+    }
+    ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+    ctx->set_wait_for_ready(wait_for_ready);
+    ctx->AddMetadata(kTokenMetadata, options.token);
+    task->start(stubs[static_cast<size_t>(s)].get(), ctx,
+                [this, &st, &launch, s, task](grpc::Status g) {
+                  Status status = FromGrpcStatus(g);
+                  if (status.ok()) status = task->finish();
+                  bool more = false;
+                  {
+                    std::lock_guard lock(st.mu);
+                    if (!status.ok() && st.error.ok()) {
+                      st.error = status.WithContext(ServerName(s));
+                      // Stop here: drop every task not yet started.
+                      for (auto& q : st.queues) {
+                        st.outstanding -= q.size();
+                        q.clear();
+                      }
+                    }
+                    more = !st.queues[static_cast<size_t>(s)].empty();
+                    // Once `outstanding` reaches zero the caller may destroy `st`: touch nothing
+                    // after this unlock unless another task of ours is still counted.
+                    if (!more) {
+                      st.outstanding -= 1;
+                      st.cv.notify_all();
+                      return;
+                    }
+                  }
+                  launch(s);  // our own slot passes to the next task before we count down
+                  std::lock_guard lock(st.mu);
+                  st.outstanding -= 1;
+                  st.cv.notify_all();
+                });
+  };
+
+  for (size_t s = 0; s < st.queues.size(); ++s)
+    for (int k = 0; k < options.max_in_flight; ++k) launch(static_cast<int>(s));
+
+  std::unique_lock lock(st.mu);
+  // Every RPC has its own deadline, so gRPC completes each one by `timeout`; the margin only
+  // guards against a lost callback.
+  if (!st.cv.wait_for(lock, timeout + std::chrono::seconds(30),
+                      [&] { return st.outstanding == 0; })) {
+    for (auto& ctx : st.contexts) ctx->TryCancel();
+    st.cv.wait(lock, [&] { return st.outstanding == 0; });
+    if (st.error.ok()) st.error = TimeoutError("ps client: RPCs did not complete in time");
+  }
+  return st.error;
+}
+
+std::vector<std::vector<std::vector<Piece>>> Client::Impl::Batches(
+    const std::vector<Piece>& pieces) const {
+  std::vector<std::vector<std::vector<Piece>>> out(stubs.size());
+  std::vector<int64_t> bytes(stubs.size(), 0);
+  for (const Piece& p : pieces) {
+    auto s = static_cast<size_t>(p.part->server);
+    int64_t b = p.part->count * static_cast<int64_t>(sizeof(float));
+    if (out[s].empty() || bytes[s] + b > options.message_bytes) {
+      out[s].emplace_back();
+      bytes[s] = 0;
+    }
+    out[s].back().push_back(p);
+    bytes[s] += b;
+  }
+  return out;
+}
+
+Status Client::Impl::Resolve(const std::string& what, const std::string& name, int64_t count,
+                             const std::vector<Partition>** parts) const {
+  if (!declared) return MismatchError(what + ": Declare() the variables first");
+  if (!map.contains(name)) return NotFound(what + ": variable '" + name + "' was not declared");
+  const auto& ps = map.partitions(name);
+  int64_t total = ps.back().offset + ps.back().count;
+  if (count != total)
+    return InvalidArgument(what + ": variable '" + name + "' has " + std::to_string(total) +
+                           " elements, the tensor given has " + std::to_string(count));
+  *parts = &ps;
+  return Status::Ok();
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* out) {
+  if (options.servers.empty()) return InvalidArgument("ps client: no servers given");
+  if (options.worker_id < 0)
+    return InvalidArgument("ps client: worker id " + std::to_string(options.worker_id) +
+                           " is negative");
+  if (options.partition_bytes < 4 || options.partition_bytes > options.message_bytes)
+    return InvalidArgument("ps client: partition_bytes must be in [4, message_bytes]");
+  if (options.message_bytes > (32 << 20))
+    return InvalidArgument("ps client: message_bytes above 32 MiB exceeds the servers' limit");
+  if (options.max_in_flight < 1) return InvalidArgument("ps client: max_in_flight must be >= 1");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  for (size_t s = 0; s < options.servers.size(); ++s) {
+    // A channel of its own per server and per client, so that workers in one process do not
+    // share (and serialise on) one connection.
+    args.SetInt("cadre.channel", static_cast<int>(s) * 1000 + options.worker_id);
+    auto channel =
+        grpc::CreateCustomChannel(options.servers[s], grpc::InsecureChannelCredentials(), args);
+    impl->stubs.push_back(proto::ParameterServer::NewStub(channel));
+  }
+  out->reset(new Client(std::move(impl)));
+  return Status::Ok();
+}
+
+const ShardMap& Client::shard_map() const { return impl_->map; }
+int Client::worker_id() const { return impl_->options.worker_id; }
+
+Status Client::Declare(const std::vector<Variable>& variables) {
+  Impl& m = *impl_;
+  if (m.declared) return MismatchError("ps declare: this client already declared its variables");
+  std::vector<VariableShape> shapes;
+  for (const Variable& v : variables) {
+    for (int64_t d : v.shape)
+      if (d < 0) return InvalidArgument("ps declare: variable '" + v.name + "' has a negative dim");
+    if (Product(v.shape) > 0 && v.initial == nullptr)
+      return InvalidArgument("ps declare: variable '" + v.name + "' has no initial value");
+    CADRE_RETURN_IF_ERROR(v.optimizer.Validate().WithContext("ps declare '" + v.name + "'"));
+    shapes.push_back({v.name, Product(v.shape)});
+  }
+  ShardMap map;
+  CADRE_RETURN_IF_ERROR(
+      ShardMap::Build(shapes, static_cast<int>(m.stubs.size()), m.options.partition_bytes, &map));
+  std::vector<Piece> pieces;
+  std::map<std::string, const Variable*> by_name;
+  for (const Variable& v : variables) {
+    by_name[v.name] = &v;
+    for (const Partition& p : map.partitions(v.name)) pieces.push_back({&p, v.initial, nullptr});
+  }
+  std::vector<std::deque<Task>> queues(m.stubs.size());
+  auto batches = m.Batches(pieces);
+  for (size_t s = 0; s < batches.size(); ++s) {
+    for (const auto& batch : batches[s]) {
+      auto req = std::make_shared<proto::DeclareRequest>();
+      auto rep = std::make_shared<proto::DeclareReply>();
+      req->set_worker_id(m.options.worker_id);
+      for (const Piece& pc : batch) {
+        const Variable& v = *by_name[pc.part->variable];
+        proto::DeclarePartition* d = req->add_partitions();
+        ToProto(PartitionRef{pc.part->variable, pc.part->index, pc.part->offset, pc.part->count},
+                d->mutable_id());
+        for (int64_t dim : v.shape) d->add_shape(dim);
+        d->set_dtype("float32");
+        if (pc.part->count > 0)
+          d->set_initial(reinterpret_cast<const char*>(v.initial + pc.part->offset),
+                         static_cast<size_t>(pc.part->count) * sizeof(float));
+        ToProto(v.optimizer, d->mutable_optimizer());
+        d->set_sync(v.sync);
+      }
+      queues[s].push_back({[req, rep](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
+                             stub->async()->Declare(ctx, req.get(), rep.get(), std::move(done));
+                           },
+                           [] { return Status::Ok(); }});
+    }
+  }
+  CADRE_RETURN_IF_ERROR(m.Run(std::move(queues), m.options.connect_timeout, true));
+  m.map = std::move(map);
+  m.declared = true;
+  return Status::Ok();
+}
+
+namespace {
+
+// Copies a reply's values into the pieces' destinations, checking that each answers its request.
+Status Unpack(const proto::PullReply& rep, const std::vector<Piece>& batch) {
+  if (rep.values_size() != static_cast<int>(batch.size()))
+    return ProtocolError("reply has " + std::to_string(rep.values_size()) + " values for " +
+                         std::to_string(batch.size()) + " partitions");
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const proto::TensorChunk& c = rep.values(static_cast<int>(k));
+    const Partition& p = *batch[k].part;
+    size_t bytes = static_cast<size_t>(p.count) * sizeof(float);
+    if (c.id().variable() != p.variable || c.id().index() != p.index || c.data().size() != bytes)
+      return ProtocolError("reply value " + std::to_string(k) + " does not match variable '" +
+                           p.variable + "' partition " + std::to_string(p.index));
+    if (bytes > 0) std::memcpy(batch[k].dst + p.offset, c.data().data(), bytes);
+  }
+  return Status::Ok();
+}
+
+void AddChunk(const Piece& pc, proto::TensorChunk* c) {
+  ToProto(PartitionRef{pc.part->variable, pc.part->index, pc.part->offset, pc.part->count},
+          c->mutable_id());
+  c->set_dtype("float32");
+  if (pc.part->count > 0)
+    c->set_data(reinterpret_cast<const char*>(pc.src + pc.part->offset),
+                static_cast<size_t>(pc.part->count) * sizeof(float));
+}
+
+}  // namespace
+
+Status Client::Push(int64_t step, const std::vector<TensorView>& grads) {
+  Impl& m = *impl_;
+  std::vector<Piece> pieces;
+  for (const TensorView& t : grads) {
+    const std::vector<Partition>* parts;
+    CADRE_RETURN_IF_ERROR(m.Resolve("ps push", t.name, t.count, &parts));
+    for (const Partition& p : *parts) pieces.push_back({&p, t.data, nullptr});
+  }
+  std::vector<std::deque<Task>> queues(m.stubs.size());
+  auto batches = m.Batches(pieces);
+  for (size_t s = 0; s < batches.size(); ++s) {
+    for (const auto& batch : batches[s]) {
+      auto req = std::make_shared<proto::PushRequest>();
+      auto rep = std::make_shared<proto::PushReply>();
+      req->set_worker_id(m.options.worker_id);
+      req->set_step(step);
+      for (const Piece& pc : batch) AddChunk(pc, req->add_grads());
+      queues[s].push_back({[req, rep](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
+                             stub->async()->Push(ctx, req.get(), rep.get(), std::move(done));
+                           },
+                           [] { return Status::Ok(); }});
+    }
+  }
+  return m.Run(std::move(queues), m.options.rpc_timeout, false);
+}
+
+Status Client::Pull(int64_t step, const std::vector<MutableTensorView>& out) {
+  Impl& m = *impl_;
+  std::vector<Piece> pieces;
+  for (const MutableTensorView& t : out) {
+    const std::vector<Partition>* parts;
+    CADRE_RETURN_IF_ERROR(m.Resolve("ps pull", t.name, t.count, &parts));
+    for (const Partition& p : *parts) pieces.push_back({&p, nullptr, t.data});
+  }
+  std::vector<std::deque<Task>> queues(m.stubs.size());
+  auto batches = m.Batches(pieces);
+  for (size_t s = 0; s < batches.size(); ++s) {
+    for (auto& batch : batches[s]) {
+      auto req = std::make_shared<proto::PullRequest>();
+      auto rep = std::make_shared<proto::PullReply>();
+      req->set_worker_id(m.options.worker_id);
+      req->set_step(step);
+      for (const Piece& pc : batch)
+        ToProto(PartitionRef{pc.part->variable, pc.part->index, pc.part->offset, pc.part->count},
+                req->add_ids());
+      queues[s].push_back({[req, rep](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
+                             stub->async()->Pull(ctx, req.get(), rep.get(), std::move(done));
+                           },
+                           [rep, batch] { return Unpack(*rep, batch); }});
+    }
+  }
+  return m.Run(std::move(queues), m.options.rpc_timeout, false);
+}
+
+Status Client::PushPull(int64_t step, const std::vector<TensorView>& grads,
+                        const std::vector<MutableTensorView>& out) {
+  Impl& m = *impl_;
+  if (grads.size() != out.size())
+    return InvalidArgument("ps push-pull: " + std::to_string(grads.size()) + " gradients but " +
+                           std::to_string(out.size()) + " outputs");
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].name != out[i].name || grads[i].count != out[i].count)
+      return InvalidArgument("ps push-pull: output " + std::to_string(i) + " ('" + out[i].name +
+                             "') does not match gradient '" + grads[i].name + "'");
+    const std::vector<Partition>* parts;
+    CADRE_RETURN_IF_ERROR(m.Resolve("ps push-pull", grads[i].name, grads[i].count, &parts));
+    for (const Partition& p : *parts) pieces.push_back({&p, grads[i].data, out[i].data});
+  }
+  std::vector<std::deque<Task>> queues(m.stubs.size());
+  auto batches = m.Batches(pieces);
+  for (size_t s = 0; s < batches.size(); ++s) {
+    for (auto& batch : batches[s]) {
+      auto req = std::make_shared<proto::PushPullRequest>();
+      auto rep = std::make_shared<proto::PullReply>();
+      req->set_worker_id(m.options.worker_id);
+      req->set_step(step);
+      for (const Piece& pc : batch) AddChunk(pc, req->add_grads());
+      queues[s].push_back({[req, rep](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
+                             stub->async()->PushPull(ctx, req.get(), rep.get(), std::move(done));
+                           },
+                           [rep, batch] { return Unpack(*rep, batch); }});
+    }
+  }
+  return m.Run(std::move(queues), m.options.rpc_timeout, false);
+}
+
+Status Client::Done() {
+  Impl& m = *impl_;
+  if (m.done) return Status::Ok();
+  std::vector<std::deque<Task>> queues(m.stubs.size());
+  for (auto& q : queues) {
+    auto req = std::make_shared<proto::DoneRequest>();
+    auto rep = std::make_shared<proto::DoneReply>();
+    req->set_worker_id(m.options.worker_id);
+    q.push_back({[req, rep](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
+                   stub->async()->WorkerDone(ctx, req.get(), rep.get(), std::move(done));
+                 },
+                 [] { return Status::Ok(); }});
+  }
+  CADRE_RETURN_IF_ERROR(m.Run(std::move(queues), m.options.rpc_timeout, false));
+  m.done = true;
+  return Status::Ok();
+}
+
+}  // namespace cadre::ps

@@ -1,0 +1,85 @@
+// Client: a worker's connection to all parameter servers of a job.
+//
+// Declare() builds the ShardMap (see shard_map.h) over every variable and sends each partition to
+// its server; Push/Pull/PushPull then split tensors by that map and send one RPC per group of
+// partitions below `message_bytes`, keeping up to `max_in_flight` RPCs per server outstanding so
+// that later partitions are on the wire while earlier ones are being applied and answered.
+//
+// A Client is used by one thread at a time (a worker's training loop); distinct Clients are
+// independent, so a test process can hold many workers. Every call ends within `rpc_timeout`
+// (`connect_timeout` for Declare, which waits for servers that are still starting).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+#include "cadre/ps/optimizer.h"
+#include "cadre/ps/shard_map.h"
+
+namespace cadre::ps {
+
+struct ClientOptions {
+  std::vector<std::string> servers;   // host:port of each server, in server-index order
+  int worker_id = 0;                  // 0-based
+  std::string token;                  // the job token
+  int64_t partition_bytes = 1 << 20;  // largest partition of a split variable
+  int64_t message_bytes = 2 << 20;    // payload budget of one RPC (gRPC's default cap is 4 MiB)
+  int max_in_flight = 4;              // outstanding RPCs per server
+  Duration rpc_timeout = std::chrono::seconds(600);  // longer than the servers' step timeout
+  Duration connect_timeout = std::chrono::seconds(120);
+};
+
+struct Variable {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* initial = nullptr;  // product(shape) values; read during Declare only
+  OptimizerConfig optimizer;
+  bool sync = true;
+};
+
+struct TensorView {
+  std::string name;
+  const float* data = nullptr;
+  int64_t count = 0;
+};
+
+struct MutableTensorView {
+  std::string name;
+  float* data = nullptr;
+  int64_t count = 0;
+};
+
+class Client {
+ public:
+  static Status Connect(const ClientOptions& options, std::unique_ptr<Client>* out);
+  ~Client();
+
+  // Declares every variable of the model, once per Client. Idempotent on the servers: the first
+  // worker's initial values win; call Pull(0, ...) afterwards to start from them.
+  Status Declare(const std::vector<Variable>& variables);
+
+  // Gradients of `step` (the worker's own count, from 0).
+  Status Push(int64_t step, const std::vector<TensorView>& grads);
+  // Values after `step` updates (sync; waits) or the current values (async).
+  Status Pull(int64_t step, const std::vector<MutableTensorView>& out);
+  // Push(step, grads) then Pull(step + 1, out), pipelined partition by partition. out[i] receives
+  // the variable of grads[i] (it may alias nothing else in the call).
+  Status PushPull(int64_t step, const std::vector<TensorView>& grads,
+                  const std::vector<MutableTensorView>& out);
+  // Tells every server this worker finished. Idempotent.
+  Status Done();
+
+  const ShardMap& shard_map() const;
+  int worker_id() const;
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cadre::ps

@@ -1,0 +1,109 @@
+#include "cadre/ps/proto_util.h"
+
+namespace cadre::ps {
+
+grpc::StatusCode ToGrpcCode(Code code) {
+  switch (code) {
+    case Code::kOk:
+      return grpc::StatusCode::OK;
+    case Code::kInvalidArgument:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case Code::kNotFound:
+      return grpc::StatusCode::NOT_FOUND;
+    case Code::kAlreadyExists:
+      return grpc::StatusCode::ALREADY_EXISTS;
+    case Code::kTimeout:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case Code::kIo:
+      return grpc::StatusCode::UNAVAILABLE;
+    case Code::kProtocol:
+      return grpc::StatusCode::INTERNAL;
+    case Code::kAuth:
+      return grpc::StatusCode::UNAUTHENTICATED;
+    case Code::kMismatch:
+      return grpc::StatusCode::FAILED_PRECONDITION;
+    case Code::kAborted:
+      return grpc::StatusCode::ABORTED;
+    case Code::kUnavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case Code::kInternal:
+      return grpc::StatusCode::INTERNAL;
+  }
+  return grpc::StatusCode::UNKNOWN;
+}
+
+Code FromGrpcCode(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return Code::kOk;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return Code::kInvalidArgument;
+    case grpc::StatusCode::NOT_FOUND:
+      return Code::kNotFound;
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return Code::kAlreadyExists;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return Code::kTimeout;
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return Code::kAuth;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return Code::kMismatch;
+    case grpc::StatusCode::ABORTED:
+    case grpc::StatusCode::CANCELLED:
+      return Code::kAborted;
+    case grpc::StatusCode::UNAVAILABLE:
+      return Code::kIo;
+    default:
+      return Code::kInternal;
+  }
+}
+
+grpc::Status ToGrpcStatus(const Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(ToGrpcCode(status.code()), status.message());
+}
+
+Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return Status::Ok();
+  return Status(FromGrpcCode(status.error_code()), status.error_message());
+}
+
+void ToProto(const OptimizerConfig& c, proto::OptimizerConfig* out) {
+  out->set_kind(OptimizerKindName(c.kind));
+  out->set_lr(c.lr);
+  out->set_momentum(c.momentum);
+  out->set_dampening(c.dampening);
+  out->set_nesterov(c.nesterov);
+  out->set_beta1(c.beta1);
+  out->set_beta2(c.beta2);
+  out->set_eps(c.eps);
+  out->set_weight_decay(c.weight_decay);
+}
+
+Status FromProto(const proto::OptimizerConfig& c, OptimizerConfig* out) {
+  CADRE_RETURN_IF_ERROR(ParseOptimizerKind(c.kind(), &out->kind));
+  out->lr = c.lr();
+  out->momentum = c.momentum();
+  out->dampening = c.dampening();
+  out->nesterov = c.nesterov();
+  out->beta1 = c.beta1();
+  out->beta2 = c.beta2();
+  out->eps = c.eps();
+  out->weight_decay = c.weight_decay();
+  return Status::Ok();
+}
+
+PartitionRef FromProto(const proto::PartitionId& id) {
+  return {id.variable(), id.index(), id.offset(), id.count()};
+}
+
+void ToProto(const PartitionRef& id, proto::PartitionId* out) {
+  out->set_variable(id.variable);
+  out->set_index(id.index);
+  out->set_offset(id.offset);
+  out->set_count(id.count);
+}
+
+}  // namespace cadre::ps

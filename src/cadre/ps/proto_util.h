@@ -1,0 +1,27 @@
+// Conversions between ps.proto messages, gRPC statuses and cadre types, shared by the service and
+// the client. Private to ps/: only .cc files include it, so generated headers never leak.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "cadre/base/status.h"
+#include "cadre/ps/optimizer.h"
+#include "cadre/ps/ps.grpc.pb.h"
+#include "cadre/ps/server_state.h"
+
+namespace cadre::ps {
+
+// The metadata key that carries the job token on every request.
+inline constexpr const char* kTokenMetadata = "x-cadre-job-token";
+
+grpc::StatusCode ToGrpcCode(Code code);
+Code FromGrpcCode(grpc::StatusCode code);
+grpc::Status ToGrpcStatus(const Status& status);
+Status FromGrpcStatus(const grpc::Status& status);
+
+void ToProto(const OptimizerConfig& config, proto::OptimizerConfig* out);
+Status FromProto(const proto::OptimizerConfig& config, OptimizerConfig* out);
+PartitionRef FromProto(const proto::PartitionId& id);
+void ToProto(const PartitionRef& id, proto::PartitionId* out);
+
+}  // namespace cadre::ps

@@ -1,0 +1,48 @@
+// Server: a parameter server process's gRPC endpoint (service ParameterServer in ps.proto) over a
+// ServerState. gRPC stays behind this header: callers see only cadre types.
+//
+// Requests must carry the job token in the "x-cadre-job-token" metadata (UNAUTHENTICATED
+// otherwise); a failed Status becomes the matching gRPC status code (see ToGrpcCode in
+// service.cc): INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION (a stale step or
+// a worker that already said done), DEADLINE_EXCEEDED (a step timeout, naming missing workers).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+#include "cadre/ps/server_state.h"
+
+namespace cadre::ps {
+
+struct ServerOptions {
+  std::string address = "0.0.0.0:2222";  // host:port; port 0 picks a free port
+  int num_workers = 1;
+  std::string token;  // the job token; empty accepts every request (logged as a warning)
+  Duration step_timeout = std::chrono::seconds(300);  // how long a sync step may wait for workers
+};
+
+class Server {
+ public:
+  // Binds and starts serving; fails (kIo) when the address cannot be bound.
+  static Status Start(const ServerOptions& options, std::unique_ptr<Server>* out);
+  ~Server();  // Shutdown()
+
+  int port() const;
+  ServerState& state();
+
+  // Blocks until every worker said done (kOk), the deadline (kTimeout) or Shutdown (kAborted).
+  Status WaitAllDone(const Deadline& deadline);
+
+  // Fails pending waits with kAborted, lets in-flight RPCs finish (up to 5 s) and stops.
+  // Idempotent.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cadre::ps

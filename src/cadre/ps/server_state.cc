@@ -1,0 +1,303 @@
+#include "cadre/ps/server_state.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+namespace cadre::ps {
+namespace {
+
+constexpr const char* kFloat32 = "float32";
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+std::string Describe(const PartitionRef& id) {
+  return "variable '" + id.variable + "' partition " + std::to_string(id.index);
+}
+
+std::string Seconds(Duration d) {
+  std::ostringstream s;
+  s << static_cast<double>(d.count()) / 1000.0 << " s";
+  return s.str();
+}
+
+}  // namespace
+
+struct ServerState::Part {
+  PartitionRef id;
+  std::vector<int64_t> shape;
+  OptimizerConfig config;
+  bool sync = true;
+  std::vector<float> value;
+  Optimizer optimizer;
+  int64_t step = 0;            // updates applied (sync: the step the partition reached)
+  std::vector<float> pending;  // sync: sum of this step's gradients so far
+  std::vector<bool> arrived;   // sync: which workers pushed this step
+  int arrived_count = 0;
+
+  Part(const DeclareArgs& a, int num_workers)
+      : id(a.id),
+        shape(a.shape),
+        config(a.optimizer),
+        sync(a.sync),
+        value(static_cast<size_t>(a.id.count)),
+        optimizer(a.optimizer, a.id.count),
+        arrived(static_cast<size_t>(num_workers), false) {
+    std::memcpy(value.data(), a.initial.data(), a.initial.size());
+  }
+};
+
+ServerState::ServerState(int num_workers, Duration step_timeout)
+    : num_workers_(num_workers),
+      step_timeout_(step_timeout),
+      done_(static_cast<size_t>(std::max(num_workers, 0)), false),
+      live_workers_(std::max(num_workers, 0)) {}
+
+ServerState::~ServerState() = default;
+
+std::string ServerState::Key(const std::string& variable, int32_t index) {
+  return variable + '\0' + std::to_string(index);
+}
+
+Status ServerState::CheckWorker(int worker) const {
+  if (worker < 0 || worker >= num_workers_)
+    return InvalidArgument("worker id " + std::to_string(worker) + " is outside the job (0.." +
+                           std::to_string(num_workers_ - 1) + ")");
+  return Status::Ok();
+}
+
+Status ServerState::Lookup(const PartitionRef& id, const std::string& dtype, size_t bytes,
+                           Part** out) const {
+  auto it = parts_.find(Key(id.variable, id.index));
+  if (it == parts_.end()) return NotFound("unknown " + Describe(id) + " (not declared)");
+  Part& p = *it->second;
+  if (dtype != kFloat32)
+    return InvalidArgument(Describe(id) + ": dtype '" + dtype + "' does not match the declared " +
+                           kFloat32);
+  if (id.offset != p.id.offset || id.count != p.id.count)
+    return InvalidArgument(Describe(id) + ": elements [" + std::to_string(id.offset) + ", +" +
+                           std::to_string(id.count) + ") do not match the declared [" +
+                           std::to_string(p.id.offset) + ", +" + std::to_string(p.id.count) + ")");
+  if (bytes != static_cast<size_t>(p.id.count) * sizeof(float))
+    return InvalidArgument(Describe(id) + ": payload has " + std::to_string(bytes) +
+                           " bytes, expected " + std::to_string(p.id.count * sizeof(float)));
+  *out = &p;
+  return Status::Ok();
+}
+
+Status ServerState::Declare(int worker, const std::vector<DeclareArgs>& parts,
+                            std::vector<bool>* created) {
+  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  std::lock_guard lock(mu_);
+  created->assign(parts.size(), false);
+  std::vector<std::string> fresh;  // keys created by earlier entries of this same request
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const DeclareArgs& a = parts[i];
+    const std::string where = Describe(a.id);
+    if (a.id.variable.empty()) return InvalidArgument("declare: a variable has an empty name");
+    if (a.dtype != kFloat32)
+      return InvalidArgument(where + ": dtype '" + a.dtype + "' is not served (only float32)");
+    int64_t total = 1;
+    for (int64_t d : a.shape) {
+      if (d < 0 || (d > 0 && total > (int64_t{1} << 40) / d))
+        return InvalidArgument(where + ": shape " + ShapeString(a.shape) + " is invalid");
+      total *= d;
+    }
+    if (a.id.index < 0 || a.id.offset < 0 || a.id.count < 0 || a.id.offset + a.id.count > total)
+      return InvalidArgument(where + ": elements [" + std::to_string(a.id.offset) + ", +" +
+                             std::to_string(a.id.count) + ") are outside shape " +
+                             ShapeString(a.shape));
+    if (a.initial.size() != static_cast<size_t>(a.id.count) * sizeof(float))
+      return InvalidArgument(where + ": initial value has " + std::to_string(a.initial.size()) +
+                             " bytes, expected " + std::to_string(a.id.count * sizeof(float)));
+    Status valid = a.optimizer.Validate();
+    if (!valid.ok()) return valid.WithContext(where);
+    std::string key = Key(a.id.variable, a.id.index);
+    auto it = parts_.find(key);
+    bool repeated = std::find(fresh.begin(), fresh.end(), key) != fresh.end();
+    if (it == parts_.end() && !repeated) {
+      fresh.push_back(key);
+      (*created)[i] = true;
+      continue;
+    }
+    if (repeated) return InvalidArgument(where + " appears twice in one declare request");
+    const Part& p = *it->second;
+    if (p.shape != a.shape || p.id.offset != a.id.offset || p.id.count != a.id.count)
+      return InvalidArgument(where + ": already declared with shape " + ShapeString(p.shape) +
+                             " elements [" + std::to_string(p.id.offset) + ", +" +
+                             std::to_string(p.id.count) + "), not shape " + ShapeString(a.shape) +
+                             " elements [" + std::to_string(a.id.offset) + ", +" +
+                             std::to_string(a.id.count) + ")");
+    if (p.sync != a.sync)
+      return InvalidArgument(where + ": already declared " + (p.sync ? "sync" : "async") +
+                             ", not " + (a.sync ? "sync" : "async"));
+    if (!(p.config == a.optimizer))
+      return InvalidArgument(where + ": already declared with optimizer " +
+                             OptimizerKindName(p.config.kind) + " and different hyper-parameters");
+  }
+  // Everything checked: now create.
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (!(*created)[i]) continue;
+    parts_[Key(parts[i].id.variable, parts[i].id.index)] =
+        std::make_unique<Part>(parts[i], num_workers_);
+  }
+  return Status::Ok();
+}
+
+std::string ServerState::MissingWorkers(const Part& part) const {
+  std::string out;
+  for (int w = 0; w < num_workers_; ++w) {
+    if (part.arrived[static_cast<size_t>(w)] || done_[static_cast<size_t>(w)]) continue;
+    out += (out.empty() ? "" : ", ") + std::to_string(w);
+  }
+  return out.empty() ? "none" : out;
+}
+
+void ServerState::MaybeApply(Part& part) {
+  if (!part.sync || part.arrived_count == 0) return;
+  // Every worker still running must have pushed; a worker that said done is not waited for (its
+  // push of this step, if it made one, still counts).
+  for (int w = 0; w < num_workers_; ++w)
+    if (!part.arrived[static_cast<size_t>(w)] && !done_[static_cast<size_t>(w)]) return;
+  if (part.config.kind != OptimizerKind::kSum) {
+    const float scale = 1.0f / static_cast<float>(part.arrived_count);
+    for (float& g : part.pending) g *= scale;
+  }
+  part.optimizer.Apply(part.value, part.pending);
+  part.step += 1;
+  std::fill(part.pending.begin(), part.pending.end(), 0.0f);
+  std::fill(part.arrived.begin(), part.arrived.end(), false);
+  part.arrived_count = 0;
+  cv_.notify_all();
+}
+
+Status ServerState::Push(int worker, int64_t step, const std::vector<ChunkArgs>& grads) {
+  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  if (step < 0) return InvalidArgument("push: step " + std::to_string(step) + " is negative");
+  std::unique_lock lock(mu_);
+  if (done_[static_cast<size_t>(worker)])
+    return MismatchError("push: worker " + std::to_string(worker) + " already said done");
+  std::vector<Part*> targets(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    CADRE_RETURN_IF_ERROR(Lookup(grads[i].id, grads[i].dtype, grads[i].data.size(), &targets[i]));
+    for (size_t j = 0; j < i; ++j)
+      if (targets[j] == targets[i])
+        return InvalidArgument("push: " + Describe(grads[i].id) + " appears twice in one request");
+  }
+  // A worker may run ahead by pushing without pulling: wait until each sync partition is at
+  // `step`. Nothing has changed yet, so giving up here leaves the state untouched.
+  const Deadline deadline(step_timeout_);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    Part* p = targets[i];
+    if (!p->sync) continue;
+    bool ok = cv_.wait_until(lock, deadline.at(), [&] { return aborted_ || p->step >= step; });
+    if (aborted_) return AbortedError("push: the server is shutting down");
+    if (!ok)
+      return TimeoutError("push of step " + std::to_string(step) + " for " + Describe(p->id) +
+                          ": the partition stayed at step " + std::to_string(p->step) + " for " +
+                          Seconds(step_timeout_) + "; workers missing: " + MissingWorkers(*p));
+  }
+  for (Part* p : targets) {
+    if (!p->sync) continue;
+    if (p->step > step)
+      return MismatchError("push: step " + std::to_string(step) + " of " + Describe(p->id) +
+                           " was already applied (the partition is at step " +
+                           std::to_string(p->step) + ")");
+    if (p->arrived[static_cast<size_t>(worker)])
+      return Status(Code::kAlreadyExists, "push: worker " + std::to_string(worker) +
+                                              " already pushed step " + std::to_string(step) +
+                                              " of " + Describe(p->id));
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    Part& p = *targets[i];
+    const float* g = reinterpret_cast<const float*>(grads[i].data.data());
+    std::span<const float> grad(g, static_cast<size_t>(p.id.count));
+    if (!p.sync) {
+      p.optimizer.Apply(p.value, grad);
+      p.step += 1;
+      continue;
+    }
+    if (p.pending.empty()) p.pending.assign(p.value.size(), 0.0f);
+    for (size_t k = 0; k < grad.size(); ++k) p.pending[k] += grad[k];
+    p.arrived[static_cast<size_t>(worker)] = true;
+    p.arrived_count += 1;
+    MaybeApply(p);
+  }
+  return Status::Ok();
+}
+
+Status ServerState::Pull(
+    int worker, int64_t step, const std::vector<PartitionRef>& ids,
+    const std::function<void(const PartitionRef&, std::span<const float>)>& emit) {
+  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  if (step < 0) return InvalidArgument("pull: step " + std::to_string(step) + " is negative");
+  std::unique_lock lock(mu_);
+  std::vector<Part*> targets(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = parts_.find(Key(ids[i].variable, ids[i].index));
+    if (it == parts_.end()) return NotFound("pull: unknown " + Describe(ids[i]));
+    targets[i] = it->second.get();
+  }
+  const Deadline deadline(step_timeout_);
+  for (Part* p : targets) {
+    if (!p->sync) continue;
+    bool ok = cv_.wait_until(lock, deadline.at(), [&] { return aborted_ || p->step >= step; });
+    if (aborted_) return AbortedError("pull: the server is shutting down");
+    if (!ok)
+      return TimeoutError("pull of step " + std::to_string(step) + " for " + Describe(p->id) +
+                          ": no update within " + Seconds(step_timeout_) +
+                          " (the partition is at step " + std::to_string(p->step) +
+                          "); workers missing: " + MissingWorkers(*p));
+  }
+  for (Part* p : targets) emit(p->id, p->value);
+  return Status::Ok();
+}
+
+Status ServerState::WorkerDone(int worker, int* remaining) {
+  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  std::lock_guard lock(mu_);
+  if (!done_[static_cast<size_t>(worker)]) {
+    done_[static_cast<size_t>(worker)] = true;
+    live_workers_ -= 1;
+    // A step that only waited for this worker can now complete. Its own contribution, if it
+    // pushed this step, stays in the sum.
+    for (auto& [key, part] : parts_) MaybeApply(*part);
+    cv_.notify_all();
+  }
+  *remaining = live_workers_;
+  return Status::Ok();
+}
+
+Status ServerState::WaitAllDone(const Deadline& deadline) {
+  std::unique_lock lock(mu_);
+  auto finished = [&] { return aborted_ || live_workers_ == 0; };
+  bool ok = true;
+  if (deadline.at() == Clock::time_point::max()) {
+    cv_.wait(lock, finished);  // the caller chose no deadline (a server waiting for its job)
+  } else {
+    ok = cv_.wait_until(lock, deadline.at(), finished);
+  }
+  if (aborted_ && live_workers_ > 0) return AbortedError("the server was shut down");
+  if (!ok) return TimeoutError("workers still running at the deadline");
+  return Status::Ok();
+}
+
+void ServerState::Abort() {
+  std::lock_guard lock(mu_);
+  aborted_ = true;
+  cv_.notify_all();
+}
+
+int64_t ServerState::PartitionStep(const std::string& variable, int32_t index) const {
+  std::lock_guard lock(mu_);
+  auto it = parts_.find(Key(variable, index));
+  return it == parts_.end() ? -1 : it->second->step;
+}
+
+}  // namespace cadre::ps

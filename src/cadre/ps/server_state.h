@@ -1,0 +1,107 @@
+// ServerState: the variables one parameter server holds, and the step bookkeeping of sync and
+// async training. It knows nothing of gRPC: the service (service.cc) decodes requests into the
+// plain structs below and encodes the Status it gets back as a gRPC status.
+//
+// Contracts:
+// - Every call validates its whole request before changing anything; a failed call leaves the
+//   state exactly as it was (no partial push, no half-declared variable).
+// - Sync partitions: the gradients of step s are summed until every worker that has not said
+//   done pushed once; then the update is applied exactly once (with the mean gradient, or the sum
+//   for the "sum" optimizer) and the partition's step becomes s + 1. A pull for step s waits until
+//   the partition reached step s. A second push by the same worker for the same step is refused.
+// - Async partitions: each push is applied at once; pulls return the current values.
+// - Every wait ends by the step timeout (an error naming the workers still missing) or by
+//   Abort() (kAborted). Thread-safe: all methods may be called from many RPC threads at once.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+#include "cadre/ps/optimizer.h"
+
+namespace cadre::ps {
+
+struct PartitionRef {
+  std::string variable;
+  int32_t index = 0;
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+
+struct DeclareArgs {
+  PartitionRef id;
+  std::vector<int64_t> shape;  // of the whole variable
+  std::string dtype;
+  std::string_view initial;  // count float32 values, little-endian bytes
+  OptimizerConfig optimizer;
+  bool sync = true;
+};
+
+struct ChunkArgs {
+  PartitionRef id;
+  std::string dtype;
+  std::string_view data;  // count float32 values
+};
+
+class ServerState {
+ public:
+  ServerState(int num_workers, Duration step_timeout);
+  ~ServerState();
+
+  int num_workers() const { return num_workers_; }
+
+  // Creates the partitions that do not exist yet; an existing one keeps its value (the first
+  // initial value wins) but must have been declared identically. created[i] tells which were new.
+  Status Declare(int worker, const std::vector<DeclareArgs>& parts, std::vector<bool>* created);
+
+  // Adds a worker's gradients for `step` (see the class contract).
+  Status Push(int worker, int64_t step, const std::vector<ChunkArgs>& grads);
+
+  // Calls `emit` for each requested partition, in order, with its values once it reached `step`
+  // (sync) or at once (async). `emit` runs under the state's lock: it must only copy.
+  Status Pull(int worker, int64_t step, const std::vector<PartitionRef>& ids,
+              const std::function<void(const PartitionRef&, std::span<const float>)>& emit);
+
+  // Marks `worker` done; sync steps stop waiting for it. Idempotent. *remaining = workers not done.
+  Status WorkerDone(int worker, int* remaining);
+
+  // Waits until every worker said done; kTimeout at the deadline, kAborted after Abort().
+  Status WaitAllDone(const Deadline& deadline);
+
+  // Wakes every waiter with kAborted; later waits fail at once. Called at shutdown.
+  void Abort();
+
+  // For tests and logs: the step a partition has reached, or -1 when it does not exist.
+  int64_t PartitionStep(const std::string& variable, int32_t index) const;
+
+ private:
+  struct Part;
+  Status CheckWorker(int worker) const;
+  // Finds and checks a chunk's partition (existence, dtype, extent, payload size). Needs mu_.
+  Status Lookup(const PartitionRef& id, const std::string& dtype, size_t bytes, Part** out) const;
+  // Applies a sync partition's pending step when every live worker contributed. Needs mu_.
+  void MaybeApply(Part& part);
+  std::string MissingWorkers(const Part& part) const;
+  static std::string Key(const std::string& variable, int32_t index);
+
+  const int num_workers_;
+  const Duration step_timeout_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::unique_ptr<Part>> parts_;  // GUARDED_BY(mu_)
+  std::vector<bool> done_;                              // GUARDED_BY(mu_)
+  int live_workers_;                                    // GUARDED_BY(mu_)
+  bool aborted_ = false;                                // GUARDED_BY(mu_)
+};
+
+}  // namespace cadre::ps

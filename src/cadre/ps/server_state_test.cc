@@ -1,0 +1,144 @@
+// ServerState without gRPC: validation, all-or-nothing requests, sync bookkeeping and timeouts.
+#include "cadre/ps/server_state.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace cadre::ps {
+namespace {
+
+std::string_view Bytes(const std::vector<float>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)};
+}
+
+DeclareArgs Decl(const std::string& name, const std::vector<float>& init, bool sync = true,
+                 OptimizerKind kind = OptimizerKind::kSum) {
+  DeclareArgs a;
+  a.id = {name, 0, 0, static_cast<int64_t>(init.size())};
+  a.shape = {static_cast<int64_t>(init.size())};
+  a.dtype = "float32";
+  a.initial = Bytes(init);
+  a.optimizer.kind = kind;
+  a.sync = sync;
+  return a;
+}
+
+ChunkArgs Chunk(const std::string& name, const std::vector<float>& g) {
+  return {{name, 0, 0, static_cast<int64_t>(g.size())}, "float32", Bytes(g)};
+}
+
+std::vector<float> Value(ServerState& s, const std::string& name, int64_t step = 0) {
+  std::vector<float> out;
+  Status st = s.Pull(
+      0, step, {{name, 0, 0, 0}},
+      [&](const PartitionRef&, std::span<const float> v) { out.assign(v.begin(), v.end()); });
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out;
+}
+
+TEST(ServerStateTest, FirstDeclareWinsAndRedeclareMustMatch) {
+  ServerState s(2, std::chrono::seconds(5));
+  std::vector<float> a{1, 2}, b{5, 6};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", a)}, &created).ok());
+  EXPECT_TRUE(created[0]);
+  ASSERT_TRUE(s.Declare(1, {Decl("w", b)}, &created).ok());
+  EXPECT_FALSE(created[0]);
+  EXPECT_EQ(Value(s, "w"), a);
+  // A different shape, mode or optimizer is refused, and a request with one bad entry creates
+  // none of its other entries.
+  std::vector<float> three{1, 2, 3};
+  Status st = s.Declare(0, {Decl("new", a), Decl("w", three)}, &created);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("variable 'w'"), std::string::npos) << st.message();
+  EXPECT_EQ(s.PartitionStep("new", 0), -1);
+  EXPECT_EQ(s.Declare(0, {Decl("w", a, false)}, &created).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.Declare(0, {Decl("w", a, true, OptimizerKind::kAdam)}, &created).code(),
+            Code::kInvalidArgument);
+  DeclareArgs bad = Decl("x", a);
+  bad.dtype = "float16";
+  EXPECT_EQ(s.Declare(0, {bad}, &created).code(), Code::kInvalidArgument);
+  bad = Decl("x", a);
+  bad.initial = bad.initial.substr(0, 4);
+  EXPECT_EQ(s.Declare(0, {bad}, &created).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.Declare(7, {Decl("x", a)}, &created).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.PartitionStep("x", 0), -1);
+}
+
+TEST(ServerStateTest, BadPushesChangeNothing) {
+  ServerState s(2, std::chrono::seconds(5));
+  std::vector<float> init{1, 2}, g{10, 10}, g3{1, 1, 1};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", init), Decl("v", init)}, &created).ok());
+  // Each bad request also carries a good chunk for "v" first: it must not be applied either.
+  EXPECT_EQ(s.Push(0, 0, {Chunk("v", g), Chunk("nope", g)}).code(), Code::kNotFound);
+  EXPECT_EQ(s.Push(0, 0, {Chunk("v", g), Chunk("w", g3)}).code(), Code::kInvalidArgument);
+  ChunkArgs wrong_dtype = Chunk("w", g);
+  wrong_dtype.dtype = "float64";
+  EXPECT_EQ(s.Push(0, 0, {Chunk("v", g), wrong_dtype}).code(), Code::kInvalidArgument);
+  ChunkArgs wrong_extent = Chunk("w", g);
+  wrong_extent.id.offset = 1;
+  EXPECT_EQ(s.Push(0, 0, {Chunk("v", g), wrong_extent}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.Push(2, 0, {Chunk("v", g)}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.Push(-1, 0, {Chunk("v", g)}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.Push(0, -3, {Chunk("v", g)}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.Push(0, 0, {Chunk("v", g), Chunk("v", g)}).code(), Code::kInvalidArgument);
+  // Nothing arrived: both workers' real pushes now make exactly one step.
+  ASSERT_TRUE(s.Push(0, 0, {Chunk("v", g)}).ok());
+  EXPECT_EQ(s.Push(0, 0, {Chunk("v", g)}).code(), Code::kAlreadyExists);
+  ASSERT_TRUE(s.Push(1, 0, {Chunk("v", g)}).ok());
+  EXPECT_EQ(s.PartitionStep("v", 0), 1);
+  EXPECT_EQ(Value(s, "v", 1), (std::vector<float>{21, 22}));  // sum mode adds both pushes
+  EXPECT_EQ(Value(s, "w"), init);
+  EXPECT_EQ(s.Push(1, 0, {Chunk("v", g)}).code(), Code::kMismatch);  // step 0 already applied
+}
+
+TEST(ServerStateTest, PullTimeoutNamesMissingWorkers) {
+  ServerState s(3, std::chrono::milliseconds(200));
+  std::vector<float> init{0}, g{1};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", init)}, &created).ok());
+  ASSERT_TRUE(s.Push(1, 0, {Chunk("w", g)}).ok());
+  Status st = s.Pull(1, 1, {{"w", 0, 0, 1}}, [](const PartitionRef&, std::span<const float>) {});
+  EXPECT_EQ(st.code(), Code::kTimeout);
+  EXPECT_NE(st.message().find("workers missing: 0, 2"), std::string::npos) << st.message();
+}
+
+TEST(ServerStateTest, DoneWorkersAreNotWaitedFor) {
+  ServerState s(2, std::chrono::seconds(10));
+  std::vector<float> init{0}, g{4};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", init, true, OptimizerKind::kSgd)}, &created).ok());
+  ASSERT_TRUE(s.Push(0, 0, {Chunk("w", g)}).ok());
+  EXPECT_EQ(s.PartitionStep("w", 0), 0);
+  int remaining = -1;
+  ASSERT_TRUE(s.WorkerDone(1, &remaining).ok());
+  EXPECT_EQ(remaining, 1);
+  EXPECT_EQ(s.PartitionStep("w", 0), 1);  // the step waited only for worker 1
+  EXPECT_NEAR(Value(s, "w", 1)[0], -0.01f * 4, 1e-6);
+  EXPECT_EQ(s.Push(1, 1, {Chunk("w", g)}).code(), Code::kMismatch);
+  ASSERT_TRUE(s.WorkerDone(1, &remaining).ok());  // idempotent
+  EXPECT_EQ(s.WaitAllDone(Deadline(std::chrono::milliseconds(50))).code(), Code::kTimeout);
+  std::thread t([&] {
+    int r;
+    EXPECT_TRUE(s.WorkerDone(0, &r).ok());
+  });
+  EXPECT_TRUE(s.WaitAllDone(Deadline(std::chrono::seconds(30))).ok());
+  t.join();
+}
+
+TEST(ServerStateTest, AbortWakesWaiters) {
+  ServerState s(2, std::chrono::seconds(60));
+  std::vector<float> init{0};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", init)}, &created).ok());
+  std::thread t([&] { s.Abort(); });
+  Status st = s.Pull(0, 1, {{"w", 0, 0, 1}}, [](const PartitionRef&, std::span<const float>) {});
+  t.join();
+  EXPECT_EQ(st.code(), Code::kAborted);
+  EXPECT_EQ(s.WaitAllDone(Deadline::Never()).code(), Code::kAborted);
+}
+
+}  // namespace
+}  // namespace cadre::ps
