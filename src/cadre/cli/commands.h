@@ -7,5 +7,6 @@
 namespace cadre::cli {
 
 void AddVersionCommand(CLI::App& app, int* exit_code);
+void AddRunCommand(CLI::App& app, int* exit_code);
 
 }  // namespace cadre::cli

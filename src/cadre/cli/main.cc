@@ -11,6 +11,7 @@ using AddCommand = void (*)(CLI::App&, int*);
 
 constexpr AddCommand kCommands[] = {
     cadre::cli::AddVersionCommand,
+    cadre::cli::AddRunCommand,
 };
 
 }  // namespace

@@ -1,0 +1,151 @@
+// `cadre run`: a training job on this machine, from a manifest or from flags.
+//
+//   cadre run job.yaml [flags]
+//   cadre run -n 2 --compute k80x2 --framework pytorch-horovod -- python3 train.py
+//
+// Flags override the manifest's fields. Every problem with the job is printed at once and the
+// exit code is 2 before anything starts; otherwise the exit code is the job's (0 completed,
+// 1 failed, 128+signal when stopped by a signal).
+#include <unistd.h>
+
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cadre/cli/commands.h"
+#include "cadre/launch/job_spec.h"
+#include "cadre/launch/local_backend.h"
+#include "cadre/launch/manifest.h"
+#include "cadre/launch/python_env.h"
+
+namespace cadre::cli {
+namespace {
+
+struct RunFlags {
+  std::vector<std::string> args;  // a manifest, or the command after `--`
+  std::optional<int64_t> nodes, parameter_servers;
+  std::optional<std::string> compute, framework, framework_version, name, data_dir, results_dir;
+  std::optional<std::string> output_dir;
+  double grace_seconds = 10;
+  bool quiet = false;
+};
+
+bool IsManifestPath(const std::string& arg) {
+  return arg.ends_with(".yaml") || arg.ends_with(".yml");
+}
+
+// Words of a command line joined for /bin/sh -c, each quoted unless plainly safe.
+std::string ShellJoin(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) {
+    if (!out.empty()) out += ' ';
+    bool safe = !w.empty() && w.find_first_not_of(
+                                  "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV"
+                                  "WXYZ0123456789_-./=:,+@%") == std::string::npos;
+    if (safe) {
+      out += w;
+      continue;
+    }
+    out += '\'';
+    for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
+int Run(const RunFlags& flags) {
+  launch::JobRequest request;
+  launch::Problems problems;
+  bool from_manifest = flags.args.size() == 1 && IsManifestPath(flags.args[0]);
+  bool readable = true;
+  if (from_manifest) {
+    readable = launch::LoadManifestFile(flags.args[0], &request, &problems);
+  } else {
+    request.base_dir = std::filesystem::current_path();
+    // A flags-only job: one CPU learner in parameter-server mode unless told otherwise.
+    request.framework.Set("pytorch", "--framework");
+    if (!flags.args.empty()) request.command.Set(ShellJoin(flags.args), "command (after --)");
+  }
+  if (flags.nodes) request.nodes.Set(*flags.nodes, "--nodes");
+  if (flags.parameter_servers) {
+    request.parameter_servers.Set(*flags.parameter_servers, "--parameter-servers");
+  }
+  if (flags.compute) {
+    request.compute.Set(*flags.compute, "--compute");
+    request.gpus = {};
+  }
+  if (flags.framework) request.framework.Set(*flags.framework, "--framework");
+  if (flags.framework_version) {
+    request.framework_version.Set(*flags.framework_version, "--framework-version");
+  }
+  if (flags.name) request.name.Set(*flags.name, "--name");
+  if (flags.data_dir) request.data_path.Set(*flags.data_dir, "--data-dir");
+  if (flags.results_dir) request.results_path.Set(*flags.results_dir, "--results-dir");
+  if (flags.grace_seconds < 0) problems.Add("--grace", "must not be negative");
+
+  launch::PythonInfo python = launch::FindPython();
+  launch::Installed installed{python.torch_version, python.interpreter};
+  std::optional<launch::JobSpec> spec;
+  if (readable) {
+    spec = launch::BuildJobSpec(request, installed, &problems);
+  }
+  if (!problems.empty()) {
+    std::cerr << "cadre run: the job has " << problems.size()
+              << (problems.size() == 1 ? " problem" : " problems") << "; nothing was started:\n";
+    for (const auto& p : problems.list()) std::cerr << "  " << p.ToString() << "\n";
+    return 2;
+  }
+
+  launch::RunOptions options;
+  options.quiet = flags.quiet;
+  options.status_line = !flags.quiet && isatty(STDOUT_FILENO) == 1;
+  options.grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_seconds * 1000));
+  if (flags.output_dir) options.output_dir = std::filesystem::path(*flags.output_dir);
+  options.python = python;
+  if (python.interpreter.empty() || !python.torch_version) {
+    std::cerr << "cadre run: warning: no python3 with torch found"
+              << (python.interpreter.empty() ? "" : " (using " + python.interpreter + ")")
+              << "; set CADRE_PYTHON to choose the learners' interpreter\n";
+  }
+  launch::JobOutcome outcome;
+  Status st = launch::RunLocalJob(*spec, options, &outcome);
+  if (!st.ok()) {
+    std::cerr << "cadre run: " << st.ToString() << "\n";
+    return 1;
+  }
+  return outcome.exit_code;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<RunFlags>();
+  auto* cmd = app.add_subcommand(
+      "run",
+      "Run a training job on this machine: `cadre run job.yaml`, or "
+      "`cadre run -n 2 --compute k80x2 --framework pytorch-horovod -- python3 train.py`");
+  cmd->add_option("manifest_or_command", flags->args,
+                  "A manifest (.yaml/.yml), or after `--` the command every learner runs");
+  cmd->add_option("-n,--nodes", flags->nodes, "Learners (execution.compute_configuration.nodes)");
+  cmd->add_option("--compute", flags->compute,
+                  "Compute configuration: GPUs per learner (k80, k80x2, k80x4, p100, p100x2, "
+                  "v100, v100x2, cpu, cpux2, cpux4)");
+  cmd->add_option("--framework", flags->framework,
+                  "pytorch (parameter servers), pytorch-ddl, pytorch-horovod (or tensorflow*)");
+  cmd->add_option("--framework-version", flags->framework_version,
+                  "Must match the installed torch major.minor");
+  cmd->add_option("--parameter-servers", flags->parameter_servers,
+                  "Parameter-server mode: how many learners serve");
+  cmd->add_option("--name", flags->name, "The job's name");
+  cmd->add_option("--data-dir", flags->data_dir, "DATA_DIR for the learners");
+  cmd->add_option("--results-dir", flags->results_dir,
+                  "Folder for job directories (default ./runs)");
+  cmd->add_option("-o,--output-dir", flags->output_dir, "The job directory itself");
+  cmd->add_option("--grace", flags->grace_seconds,
+                  "Seconds between SIGTERM and SIGKILL when stopping slots (default 10)");
+  cmd->add_flag("-q,--quiet", flags->quiet, "Do not show the learners' output (logs still kept)");
+  cmd->callback([flags, exit_code] { *exit_code = Run(*flags); });
+}
+
+}  // namespace cadre::cli

@@ -1,0 +1,170 @@
+#include "cadre/launch/job_spec.h"
+
+#include <algorithm>
+#include <string_view>
+#include <vector>
+
+namespace cadre::launch {
+namespace {
+
+std::string OriginOr(const std::string& origin, const char* fallback) {
+  return origin.empty() ? fallback : origin;
+}
+
+// "1.13.0a0" -> "1.13"; "1.13.1-py3" -> "1.13"; "1" -> "1".
+std::string MajorMinor(std::string_view version) {
+  size_t first = version.find('.');
+  if (first == std::string_view::npos) return std::string(version);
+  size_t end = first + 1;
+  while (end < version.size() && version[end] >= '0' && version[end] <= '9') ++end;
+  return std::string(version.substr(0, end));
+}
+
+std::vector<std::string_view> FrameworkCandidates() {
+  return {"pytorch",    "pytorch-ddl",    "pytorch-horovod",
+          "tensorflow", "tensorflow-ddl", "tensorflow-horovod"};
+}
+
+std::filesystem::path Resolve(const std::filesystem::path& base, const std::string& path) {
+  std::filesystem::path p(path);
+  return (p.is_absolute() ? p : base / p).lexically_normal();
+}
+
+}  // namespace
+
+std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& installed,
+                                    Problems* problems) {
+  size_t problems_before = problems->size();
+  JobSpec spec;
+  spec.manifest_text = request.manifest_text;
+  spec.name = request.name.has_value() ? *request.name : "job";
+  if (spec.name.empty()) problems->Add(request.name.origin, "must not be empty");
+
+  // Framework and its version.
+  std::optional<Framework> framework;
+  if (!request.framework.has_value()) {
+    problems->Add("framework.name", "missing (valid: " + FrameworkNames() + ")");
+  } else if (!(framework = FindFramework(*request.framework))) {
+    std::string hint = DidYouMean(*request.framework, FrameworkCandidates());
+    problems->Add(request.framework.origin,
+                  "unknown framework '" + *request.framework + "'" +
+                      (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                      "; valid: " + FrameworkNames());
+  } else {
+    spec.framework = *framework;
+  }
+  if (request.framework_version.has_value()) {
+    spec.framework_version = *request.framework_version;
+    if (framework && framework->torch) {
+      std::string wanted = MajorMinor(*request.framework_version);
+      if (!installed.torch_version) {
+        problems->Add(request.framework_version.origin,
+                      "PyTorch " + wanted +
+                          " requested, but no python3 here can import torch (set CADRE_PYTHON "
+                          "to an interpreter that has it)");
+      } else if (MajorMinor(*installed.torch_version) != wanted) {
+        problems->Add(request.framework_version.origin,
+                      "'" + *request.framework_version + "' does not match the installed torch " +
+                          MajorMinor(*installed.torch_version) + " (" + installed.python + ")");
+      }
+    }
+  }
+
+  // Compute configuration: a name (WML, flags) or a GPU count (FfDL); default one CPU slot.
+  std::optional<ComputeConfig> compute = FindComputeConfig("cpu");
+  if (request.compute.has_value()) {
+    compute = FindComputeConfig(*request.compute);
+    if (!compute) {
+      std::vector<std::string_view> names;
+      std::string all = ComputeConfigNames();
+      for (std::string_view rest = all; !rest.empty();) {
+        size_t comma = rest.find(", ");
+        names.push_back(rest.substr(0, comma));
+        rest = comma == std::string_view::npos ? "" : rest.substr(comma + 2);
+      }
+      std::string hint = DidYouMean(*request.compute, names);
+      problems->Add(request.compute.origin,
+                    "unknown compute configuration '" + *request.compute + "'" +
+                        (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                        "; valid: " + all);
+    }
+    if (request.gpus.has_value() && compute && compute->gpus != *request.gpus) {
+      problems->Add(request.gpus.origin, "says " + std::to_string(*request.gpus) +
+                                             " GPUs per learner but " + request.compute.origin +
+                                             " '" + *request.compute + "' has " +
+                                             std::to_string(compute->gpus));
+    }
+  } else if (request.gpus.has_value()) {
+    compute = ComputeConfigForGpus(static_cast<int>(*request.gpus));
+    if (!compute) {
+      problems->Add(
+          request.gpus.origin,
+          std::to_string(*request.gpus) + " GPUs per learner is not offered (valid: 0, 1, 2, 4)");
+    }
+  }
+  if (compute) spec.compute = *compute;
+
+  // Learners.
+  int64_t nodes = request.nodes.has_value() ? *request.nodes : 1;
+  std::string nodes_path = OriginOr(request.nodes.origin, "execution.compute_configuration.nodes");
+  if (nodes < 1) {
+    problems->Add(nodes_path, "must be at least 1, got " + std::to_string(nodes));
+  } else if (nodes > kMaxLearners) {
+    problems->Add(nodes_path, "at most " + std::to_string(kMaxLearners) +
+                                  " learners on the local backend, got " + std::to_string(nodes));
+  } else if (framework && framework->mode != Mode::kParameterServer && nodes < 2) {
+    problems->Add(nodes_path, "framework '" + std::string(framework->name) +
+                                  "' is distributed and needs at least 2 learners, got " +
+                                  std::to_string(nodes));
+  }
+  spec.nodes = static_cast<int>(std::clamp<int64_t>(nodes, 1, kMaxLearners));
+
+  // Parameter servers: PS mode only; default 1 when there is room for a worker.
+  bool ps_mode = framework && framework->mode == Mode::kParameterServer;
+  if (request.parameter_servers.has_value()) {
+    int64_t ps = *request.parameter_servers;
+    if (framework && !ps_mode) {
+      problems->Add(request.parameter_servers.origin,
+                    "only for the parameter-server frameworks (pytorch, tensorflow), not '" +
+                        std::string(framework->name) + "'");
+    } else if (ps < 0) {
+      problems->Add(request.parameter_servers.origin, "must not be negative");
+    } else if (ps >= nodes) {
+      problems->Add(request.parameter_servers.origin,
+                    std::to_string(ps) + " parameter servers need more than " + std::to_string(ps) +
+                        " learners (" + nodes_path + " is " + std::to_string(nodes) +
+                        "), so that at least one is a worker");
+    } else {
+      spec.parameter_servers = static_cast<int>(ps);
+    }
+  } else if (ps_mode && nodes >= 2) {
+    spec.parameter_servers = 1;
+  }
+  spec.slots_per_learner = ps_mode ? 1 : spec.compute.slots;
+
+  // Command.
+  if (!request.command.has_value() ||
+      request.command->find_first_not_of(" \t\n") == std::string::npos) {
+    problems->Add(OriginOr(request.command.origin, "execution.command"),
+                  "missing: the command every learner runs");
+  } else {
+    spec.command = *request.command;
+  }
+
+  spec.work_dir = request.base_dir.empty() ? std::filesystem::current_path() : request.base_dir;
+  if (request.data_path.has_value()) {
+    spec.data_dir = Resolve(spec.work_dir, *request.data_path);
+    std::error_code ec;
+    if (!std::filesystem::is_directory(spec.data_dir, ec)) {
+      problems->Add(request.data_path.origin, "'" + spec.data_dir.string() + "' is not a folder");
+    }
+  }
+  spec.results_dir = request.results_path.has_value()
+                         ? Resolve(spec.work_dir, *request.results_path)
+                         : std::filesystem::current_path() / "runs";
+
+  if (problems->size() != problems_before) return std::nullopt;
+  return spec;
+}
+
+}  // namespace cadre::launch

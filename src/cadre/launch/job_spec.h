@@ -1,0 +1,48 @@
+// JobSpec: a validated job, everything a backend needs to start it. BuildJobSpec turns a
+// JobRequest (manifest and/or flags) into one, or reports every problem it finds.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "cadre/launch/catalog.h"
+#include "cadre/launch/manifest.h"
+#include "cadre/launch/problems.h"
+
+namespace cadre::launch {
+
+// Largest job the local backend starts: learner addresses are 127.0.x.<learner> (x per job).
+inline constexpr int kMaxLearners = 250;
+inline constexpr int kMaxSlotsPerLearner = 64;
+
+struct JobSpec {
+  std::string name;
+  Framework framework;
+  std::string framework_version;  // as requested; empty when not given
+  std::string command;            // run with /bin/sh -c in every slot
+  ComputeConfig compute;
+  int nodes = 1;                      // learners
+  int parameter_servers = 0;          // PS mode: learners 1..parameter_servers serve
+  int slots_per_learner = 1;          // 1 in PS mode, compute.slots in the allreduce modes
+  std::filesystem::path work_dir;     // where the command runs; MODEL_DIR
+  std::filesystem::path data_dir;     // DATA_DIR; empty: the job directory's data/ folder
+  std::filesystem::path results_dir;  // job directories are created under it
+  std::string manifest_text;
+
+  int total_slots() const { return nodes * slots_per_learner; }
+  bool is_server(int learner_id) const { return learner_id <= parameter_servers; }
+};
+
+// What is installed here, as far as validation cares.
+struct Installed {
+  std::optional<std::string> torch_version;  // "1.13.0a0"; nullopt when no python has torch
+  std::string python;                        // the interpreter it was found with
+};
+
+// Validates and resolves `request`. Relative paths resolve against request.base_dir. On any
+// problem returns nullopt and `problems` holds all of them.
+std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& installed,
+                                    Problems* problems);
+
+}  // namespace cadre::launch

@@ -1,0 +1,70 @@
+// The job's machine-readable record, <job dir>/status.json, rewritten atomically (tmp + rename)
+// whenever something changes, so a reader never sees half a file. Also the job directory's other
+// set-up: training ids, job tokens, the manifest as run.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cadre/base/status.h"
+#include "cadre/launch/learner_env.h"
+
+namespace cadre::launch {
+
+using WallClock = std::chrono::system_clock;
+
+enum class JobState { kRunning, kCompleted, kFailed, kStopped };
+const char* JobStateName(JobState state);
+// "SIGTERM"; "signal 99" for a number without a name.
+std::string SignalName(int sig);
+
+struct SlotStatus {
+  int learner_id = 0;
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = 0;
+  bool running = false;
+  bool stop_requested = false;   // the runner signalled it (failure elsewhere, Ctrl-C, PS end)
+  std::optional<int> exit_code;  // when it exited
+  std::optional<int> signal;     // when a signal ended it
+  std::optional<WallClock::time_point> end_time;
+  std::filesystem::path log;  // relative to the job directory
+
+  bool succeeded() const { return exit_code && *exit_code == 0; }
+  // "exited with code 3", "was killed by SIGKILL", "is running".
+  std::string Describe() const;
+};
+
+struct JobStatus {
+  JobState state = JobState::kRunning;
+  WallClock::time_point start_time = WallClock::now();
+  std::optional<WallClock::time_point> end_time;
+  std::string failure;                // why the job failed or stopped; empty otherwise
+  std::optional<size_t> failed_slot;  // index into slots of the slot that failed the job
+  std::optional<int> exit_code;       // cadre run's exit code, once finished
+  std::vector<SlotStatus> slots;
+};
+
+// "training-20261130-204512-3f9a" (UTC time plus random suffix: unique and sortable).
+std::string NewTrainingId();
+// 32 random bytes, hex: the job's CADRE_JOB_TOKEN.
+std::string NewJobToken();
+
+// Creates the job directory and its folders (learner-<id>/, checkpoints/, state/, data/ when
+// DATA_DIR is the default) and writes manifest.yaml (the job as run, with every default
+// resolved) and, when the job came from a file, manifest.original.yaml.
+Status CreateJobDirectory(const JobSpec& spec, const JobLayout& layout);
+
+// status.json's contents.
+std::string StatusJson(const JobSpec& spec, const JobLayout& layout, const JobStatus& status);
+Status WriteStatusFile(const JobSpec& spec, const JobLayout& layout, const JobStatus& status);
+
+// Writes `text` to `path` through a temporary file and rename(2).
+Status WriteFileAtomically(const std::filesystem::path& path, const std::string& text);
+
+}  // namespace cadre::launch

@@ -1,0 +1,50 @@
+// The learner contract (DESIGN.md section 3): the environment every slot of a job starts with.
+// Pure functions of the job's layout, so tests check the contract without starting anything.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cadre/launch/hosts.h"
+#include "cadre/launch/job_spec.h"
+#include "cadre/launch/process.h"
+
+namespace cadre::launch {
+
+// Where a job's pieces are, decided once before any slot starts.
+struct JobLayout {
+  std::string training_id;
+  std::string name_prefix = "learner";
+  std::vector<LearnerHost> hosts;  // hosts[i].id == i + 1
+  std::filesystem::path job_dir;
+  std::filesystem::path data_dir;
+  std::string store_address;  // CADRE_STORE, host:port
+  std::string job_token;      // CADRE_JOB_TOKEN
+  HostsMethod hosts_method = HostsMethod::kCadreHosts;
+  std::filesystem::path hosts_file;
+  int machine_gpus = 0;  // GPUs on this machine; 0: no CUDA_VISIBLE_DEVICES, GPU_COUNT 0
+  int machine_cores = 1;
+  std::filesystem::path python_bin_dir;  // first on PATH; empty when no python was found
+  std::string python_path;               // prepended to PYTHONPATH
+};
+
+// Per-learner folders under the job directory.
+std::filesystem::path LearnerDir(const JobLayout& layout, int learner_id);
+std::filesystem::path SlotLogPath(const JobLayout& layout, int learner_id, int local_rank);
+
+// The contract variables of one slot (learner_id 1..N, local_rank 0..slots-1).
+std::map<std::string, std::string> ContractEnv(const JobSpec& spec, const JobLayout& layout,
+                                               int learner_id, int local_rank);
+
+// The slot's whole environment: `base` ("KEY=VALUE" entries, the runner's own environment) with
+// the contract applied over it, PATH and PYTHONPATH prefixed.
+std::vector<std::string> SlotEnvironment(const JobSpec& spec, const JobLayout& layout,
+                                         int learner_id, int local_rank,
+                                         const std::vector<std::string>& base);
+
+// The machine's GPU count: `nvidia-smi -L` lines, else /dev/nvidia<N> devices.
+int CountMachineGpus();
+
+}  // namespace cadre::launch

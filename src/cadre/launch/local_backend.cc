@@ -1,0 +1,201 @@
+#include "cadre/launch/local_backend.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "cadre/launch/local_job.h"
+
+extern char** environ;
+
+namespace cadre::launch {
+namespace {
+
+namespace fs = std::filesystem;
+
+int UsableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+std::string ReadSmallFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The job's bin folder: python3 and python pointing at the interpreter with torch.
+Status MakePythonBin(const fs::path& dir, const std::string& interpreter) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return IoError("cannot create " + dir.string() + ": " + ec.message());
+  for (const char* name : {"python3", "python"}) {
+    fs::path link = dir / name;
+    fs::remove(link, ec);
+    fs::create_symlink(interpreter, link, ec);
+    if (ec) return IoError("cannot create " + link.string() + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
+// Blocks the job's signals in this thread and returns a signalfd for them; restores on scope end.
+class SignalScope {
+ public:
+  SignalScope() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+    pthread_sigmask(SIG_BLOCK, &set, &old_mask_);
+    fd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    // A closed console must not kill the runner; slots get SIGPIPE's default back.
+    old_pipe_ = signal(SIGPIPE, SIG_IGN);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+  }
+  ~SignalScope() {
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+    signal(SIGPIPE, old_pipe_);
+    if (fd_ >= 0) close(fd_);
+    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+  int fd() const { return fd_; }
+
+ private:
+  sigset_t old_mask_;
+  int fd_ = -1;
+  sighandler_t old_pipe_ = SIG_DFL;
+};
+
+}  // namespace
+
+LocalJob::LocalJob(const JobSpec& spec, const RunOptions& options)
+    : spec_(spec),
+      options_(options),
+      mux_(LogMuxOptions{options.console_fd, options.message_fd, options.quiet, options.status_line,
+                         20}) {}
+
+void LocalJob::Warn(const std::string& text) { mux_.Message("cadre: warning: " + text + "\n"); }
+
+Status LocalJob::Prepare() {
+  layout_.training_id = NewTrainingId();
+  layout_.job_dir = options_.output_dir ? fs::absolute(*options_.output_dir)
+                                        : spec_.results_dir / layout_.training_id;
+  layout_.data_dir = spec_.data_dir.empty() ? layout_.job_dir / "data" : spec_.data_dir;
+  layout_.job_token = NewJobToken();
+  layout_.machine_cores = UsableCores();
+  layout_.machine_gpus = CountMachineGpus();
+  layout_.python_path = CadrePythonPath();
+  CADRE_RETURN_IF_ERROR(PickLearnerHosts(layout_.name_prefix, spec_.nodes, &layout_.hosts));
+
+  std::error_code ec;
+  fs::create_directories(layout_.job_dir, ec);
+  if (ec) return IoError("cannot create the job directory " + layout_.job_dir.string());
+  layout_.hosts_file = layout_.job_dir / "hosts";
+  CADRE_RETURN_IF_ERROR(WriteFileAtomically(
+      layout_.hosts_file, HostsFileText(layout_.hosts, ReadSmallFile("/etc/hosts"))));
+  CADRE_RETURN_IF_ERROR(ChooseHostsMethod(layout_.hosts_file, &layout_.hosts_method));
+  if (layout_.hosts_method == HostsMethod::kCadreHosts) {
+    Warn("no mount namespace is allowed here, so learner names (" + layout_.hosts.front().name +
+         ", ...) resolve only for cadre itself, through CADRE_HOSTS=" +
+         layout_.hosts_file.string() + "; other programs must use the addresses in that file");
+  }
+  if (spec_.compute.gpus > 0 && layout_.machine_gpus == 0) {
+    Warn("compute configuration '" + std::string(spec_.compute.name) + "' asks for " +
+         std::to_string(spec_.compute.gpus) +
+         " GPUs per learner but this machine has none; its slots run as CPU processes");
+  } else if (spec_.compute.gpus * spec_.nodes > layout_.machine_gpus && layout_.machine_gpus > 0) {
+    Warn("the job asks for " + std::to_string(spec_.compute.gpus * spec_.nodes) +
+         " GPUs but this machine has " + std::to_string(layout_.machine_gpus) +
+         "; slots share GPUs");
+  }
+  if (!options_.python.interpreter.empty()) {
+    layout_.python_bin_dir = layout_.job_dir / "bin";
+    CADRE_RETURN_IF_ERROR(MakePythonBin(layout_.python_bin_dir, options_.python.interpreter));
+  }
+  CADRE_RETURN_IF_ERROR(CreateJobDirectory(spec_, layout_));
+
+  try {
+    store::TcpStoreServerOptions store_options;
+    store_options.host = "127.0.0.1";
+    store_options.token = layout_.job_token;
+    store_ = std::make_unique<store::TcpStoreServer>(store_options);
+    layout_.store_address = store_->address();
+  } catch (const Error& e) {
+    return e.status().WithContext("starting the job's rendezvous store");
+  }
+
+  for (int id = 1; id <= spec_.nodes; ++id) {
+    for (int r = 0; r < spec_.slots_per_learner; ++r) {
+      SlotStatus s;
+      s.learner_id = id;
+      s.local_rank = r;
+      s.rank = (id - 1) * spec_.slots_per_learner + r;
+      s.log = fs::relative(SlotLogPath(layout_, id, r), layout_.job_dir);
+      status_.slots.push_back(s);
+    }
+  }
+  UpdateStatus();
+  return Status::Ok();
+}
+
+Status LocalJob::StartSlots() {
+  std::vector<std::string> base;
+  for (char** e = environ; *e != nullptr; ++e) base.emplace_back(*e);
+  for (auto& slot : status_.slots) {
+    int write_fd = -1;
+    size_t index = 0;
+    CADRE_RETURN_IF_ERROR(mux_.AddStream(
+        "learner-" + std::to_string(slot.learner_id) + "/" + std::to_string(slot.local_rank),
+        layout_.job_dir / slot.log, &write_fd, &index));
+    SpawnOptions spawn;
+    spawn.argv = {"/bin/sh", "-c", spec_.command};
+    spawn.env = SlotEnvironment(spec_, layout_, slot.learner_id, slot.local_rank, base);
+    spawn.cwd = spec_.work_dir;
+    spawn.output_fd = write_fd;
+    spawn.hosts_method = layout_.hosts_method;
+    spawn.hosts_file = layout_.hosts_file;
+    Status st = SpawnSlot(spawn, &slot.pid);
+    close(write_fd);
+    if (!st.ok()) return st.WithContext("starting learner-" + std::to_string(slot.learner_id));
+    slot.running = true;
+  }
+  UpdateStatus();
+  return Status::Ok();
+}
+
+void LocalJob::UpdateStatus() {
+  Status st = WriteStatusFile(spec_, layout_, status_);
+  if (!st.ok()) Warn(st.message());
+}
+
+Status RunLocalJob(const JobSpec& spec, const RunOptions& options, JobOutcome* outcome) {
+  SignalScope signals;
+  if (signals.fd() < 0) return IoError(std::string("signalfd: ") + std::strerror(errno));
+  LocalJob job(spec, options);
+  CADRE_RETURN_IF_ERROR(job.Prepare());
+  outcome->training_id = job.layout().training_id;
+  outcome->job_dir = job.layout().job_dir;
+  Status started = job.StartSlots();
+  if (!started.ok()) {
+    // Stop what did start; the failure is the set-up error.
+    job.AbortStart(started.message());
+    job.Supervise(signals.fd());
+    return started;
+  }
+  outcome->exit_code = job.Supervise(signals.fd());
+  outcome->state = outcome->exit_code == 0   ? JobState::kCompleted
+                   : outcome->exit_code == 1 ? JobState::kFailed
+                                             : JobState::kStopped;
+  return Status::Ok();
+}
+
+}  // namespace cadre::launch

@@ -1,0 +1,60 @@
+// Internal to the local backend: one running job. Set-up lives in local_backend.cc, the
+// supervision loop (signals, exits, stopping, summary) in supervisor.cc.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cadre/launch/learner_env.h"
+#include "cadre/launch/local_backend.h"
+#include "cadre/launch/log_mux.h"
+#include "cadre/store/tcp_store.h"
+
+namespace cadre::launch {
+
+class LocalJob {
+ public:
+  LocalJob(const JobSpec& spec, const RunOptions& options);
+
+  // Job directory, addresses, hosts file, rendezvous store; nothing started yet.
+  Status Prepare();
+  // Starts every slot; on a failure the slots already started are stopped by Supervise.
+  Status StartSlots();
+  // Records a start-up failure and stops the slots that did start.
+  void AbortStart(std::string reason);
+  // Runs until every slot has ended; returns cadre run's exit code.
+  int Supervise(int signal_fd);
+
+  const JobLayout& layout() const { return layout_; }
+
+ private:
+  void Warn(const std::string& text);
+  void OnSignal(int sig);
+  void OnChildExit(pid_t pid, int wait_status);
+  void Fail(size_t slot, std::string reason);
+  // SIGTERM to every running slot (or only the parameter servers); arms the SIGKILL deadline.
+  void StopSlots(bool servers_only);
+  void KillRunning();
+  void ReapExited();
+  void KillLeftovers();
+  void UpdateStatus();
+  void PrintSummary();
+  std::string StatusLineText() const;
+  size_t running_slots() const;
+
+  const JobSpec& spec_;
+  RunOptions options_;
+  JobLayout layout_;
+  JobStatus status_;
+  LogMux mux_;
+  std::unique_ptr<store::TcpStoreServer> store_;
+  std::optional<Deadline> kill_deadline_;
+  int stop_signal_ = 0;    // the signal that stopped the job, if one did
+  bool stopping_ = false;  // every slot has been asked to stop
+  bool servers_stopping_ = false;
+  Clock::time_point started_ = Clock::now();
+};
+
+}  // namespace cadre::launch

@@ -1,0 +1,70 @@
+// Reading a job manifest (YAML) into a JobRequest: what the user asked for, before validation.
+//
+// Two shapes are accepted. The WML shape:
+//   name, description, framework{name, version}, execution{command,
+//   compute_configuration{name, nodes}}, parameter_servers,
+//   training_data_reference{type, location{path}}, training_results_reference{...}
+// and the FfDL shape:
+//   name, description, version, learners, gpus, cpus, memory, framework{name, version, command},
+//   data_stores[{id, type, training_data{container}, training_results{container}}],
+//   evaluation_metrics
+// Mixing the two in one file is a problem. Unknown keys and wrong types are reported (with a
+// "did you mean") into Problems; reading carries on, so every problem is found in one pass.
+// Flags (`cadre run -n 2 ...`) fill the same JobRequest and override the manifest.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "cadre/launch/problems.h"
+
+namespace cadre::launch {
+
+// Each field remembers where it came from ("execution.compute_configuration.nodes", "learners",
+// "--nodes") so that validation messages name what the user wrote.
+template <typename T>
+struct Field {
+  std::optional<T> value;
+  std::string origin;
+
+  bool has_value() const { return value.has_value(); }
+  const T& operator*() const { return *value; }
+  const T* operator->() const { return &*value; }
+  void Set(T v, std::string from) {
+    value = std::move(v);
+    origin = std::move(from);
+  }
+};
+
+struct JobRequest {
+  Field<std::string> name;
+  Field<std::string> framework;
+  Field<std::string> framework_version;
+  Field<std::string> command;
+  Field<std::string> compute;  // a compute configuration name (WML)
+  Field<int64_t> gpus;         // GPUs per learner (FfDL)
+  Field<int64_t> nodes;        // learners
+  Field<int64_t> parameter_servers;
+  Field<std::string> data_path;     // DATA_DIR
+  Field<std::string> results_path;  // where job directories go
+  // Relative paths (data, results) resolve against this; the command runs here too. The
+  // manifest's folder, or the current directory for a flags-only job.
+  std::filesystem::path base_dir;
+  // The manifest exactly as read (empty for a flags-only job); copied into the job directory.
+  std::string manifest_text;
+};
+
+// Parses `text` (a manifest's contents) into `request`, reporting every problem. `source` names
+// the file in syntax errors. Returns false when the file could not be read as a mapping at all
+// (then checking the request further would only add noise).
+bool ReadManifest(const std::string& text, const std::string& source, JobRequest* request,
+                  Problems* problems);
+
+// Reads the file, sets base_dir to its folder, then ReadManifest. A missing or unreadable file
+// is a problem at path "manifest" (and false).
+bool LoadManifestFile(const std::filesystem::path& file, JobRequest* request, Problems* problems);
+
+}  // namespace cadre::launch

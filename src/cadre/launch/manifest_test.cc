@@ -1,0 +1,259 @@
+// Manifest reading and validation: every bad-manifest case reports its field path, and all
+// problems come out in one pass.
+#include <gtest/gtest.h>
+
+#include "cadre/launch/job_spec.h"
+#include "cadre/launch/manifest.h"
+
+namespace cadre::launch {
+namespace {
+
+const Installed kTorch113{"1.13.0a0", "/usr/bin/python3"};
+
+struct Checked {
+  std::optional<JobSpec> spec;
+  Problems problems;
+
+  // True when some problem is at `path` and its message contains `text`.
+  bool Has(const std::string& path, const std::string& text) const {
+    for (const auto& p : problems.list()) {
+      if (p.path == path && p.message.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+
+Checked Check(const std::string& yaml, const Installed& installed = kTorch113) {
+  Checked c;
+  JobRequest request;
+  request.base_dir = "/tmp";
+  if (ReadManifest(yaml, "job.yaml", &request, &c.problems)) {
+    c.spec = BuildJobSpec(request, installed, &c.problems);
+  }
+  return c;
+}
+
+constexpr const char* kWml = R"(
+name: fashion
+framework: {name: pytorch-horovod, version: "1.13"}
+execution:
+  command: python3 train.py --epochs 1
+  compute_configuration: {name: k80x2, nodes: 2}
+training_data_reference: {type: fs, location: {path: /usr}}
+training_results_reference: {type: fs, location: {path: out}}
+)";
+
+TEST(Manifest, WmlShapeResolvesEveryField) {
+  Checked c = Check(kWml);
+  ASSERT_TRUE(c.spec) << c.problems.ToString();
+  EXPECT_EQ(c.spec->name, "fashion");
+  EXPECT_EQ(c.spec->framework.mode, Mode::kHorovod);
+  EXPECT_EQ(c.spec->command, "python3 train.py --epochs 1");
+  EXPECT_EQ(c.spec->compute.name, "k80x2");
+  EXPECT_EQ(c.spec->nodes, 2);
+  EXPECT_EQ(c.spec->slots_per_learner, 2);
+  EXPECT_EQ(c.spec->total_slots(), 4);
+  EXPECT_EQ(c.spec->parameter_servers, 0);
+  EXPECT_EQ(c.spec->data_dir, "/usr");
+  EXPECT_EQ(c.spec->results_dir, "/tmp/out");  // relative to the manifest's folder
+  EXPECT_EQ(c.spec->work_dir, "/tmp");
+}
+
+TEST(Manifest, FfdlShape) {
+  Checked c = Check(R"(
+name: ffdl-job
+version: "1.0"
+description: a job in FfDL's shape
+learners: 3
+gpus: 2
+cpus: 0.5
+memory: 1Gb
+framework:
+  name: pytorch-ddl
+  version: "1.13.1-py3"
+  command: python3 train.py
+data_stores:
+  - id: local
+    type: mount_volume
+    training_data: {container: /usr}
+    training_results: {container: /tmp/results}
+)");
+  ASSERT_TRUE(c.spec) << c.problems.ToString();
+  EXPECT_EQ(c.spec->nodes, 3);
+  EXPECT_EQ(c.spec->compute.gpus, 2);
+  EXPECT_EQ(c.spec->slots_per_learner, 2);
+  EXPECT_EQ(c.spec->framework.mode, Mode::kDdl);
+  EXPECT_EQ(c.spec->command, "python3 train.py");
+  EXPECT_EQ(c.spec->data_dir, "/usr");
+  EXPECT_EQ(c.spec->results_dir, "/tmp/results");
+}
+
+TEST(Manifest, ParameterServerModeDefaultsToOneServerAndOneSlot) {
+  Checked c = Check(R"(
+framework: {name: tensorflow}
+execution: {command: ./run.sh, compute_configuration: {name: k80x4, nodes: 3}}
+)");
+  ASSERT_TRUE(c.spec) << c.problems.ToString();
+  EXPECT_EQ(c.spec->framework.mode, Mode::kParameterServer);
+  EXPECT_EQ(c.spec->parameter_servers, 1);
+  EXPECT_EQ(c.spec->slots_per_learner, 1);
+  EXPECT_TRUE(c.spec->is_server(1));
+  EXPECT_FALSE(c.spec->is_server(2));
+}
+
+TEST(Manifest, UnknownFrameworkListsValidOnes) {
+  Checked c = Check(R"(
+framework: {name: pytorch-horovd}
+execution: {command: x, compute_configuration: {name: k80, nodes: 2}}
+)");
+  EXPECT_FALSE(c.spec);
+  EXPECT_TRUE(c.Has("framework.name", "unknown framework 'pytorch-horovd'"));
+  EXPECT_TRUE(c.Has("framework.name", "did you mean 'pytorch-horovod'"));
+  EXPECT_TRUE(c.Has("framework.name", "valid: pytorch, pytorch-ddl, pytorch-horovod"));
+}
+
+TEST(Manifest, UnknownComputeConfigurationListsValidOnes) {
+  Checked c = Check(R"(
+framework: {name: pytorch-ddl}
+execution: {command: x, compute_configuration: {name: k81x2, nodes: 2}}
+)");
+  EXPECT_TRUE(c.Has("execution.compute_configuration.name", "unknown compute configuration"));
+  EXPECT_TRUE(c.Has("execution.compute_configuration.name", "did you mean 'k80x2'"));
+  EXPECT_TRUE(c.Has("execution.compute_configuration.name", "v100x2"));
+}
+
+TEST(Manifest, VersionMustMatchInstalledTorch) {
+  Checked c = Check(R"(
+framework: {name: pytorch, version: "1.12"}
+execution: {command: x}
+)");
+  EXPECT_TRUE(c.Has("framework.version", "'1.12' does not match the installed torch 1.13"));
+  // No torch at all is its own message.
+  Checked none = Check(R"(
+framework: {name: pytorch, version: "1.13"}
+execution: {command: x}
+)",
+                       Installed{std::nullopt, "/usr/bin/python3"});
+  EXPECT_TRUE(none.Has("framework.version", "no python3 here can import torch"));
+  // TensorFlow versions are not checked: the runner is framework-agnostic.
+  EXPECT_TRUE(
+      Check("framework: {name: tensorflow, version: '2.4'}\nexecution: {command: x}\n").spec);
+}
+
+TEST(Manifest, DistributedAllreduceNeedsTwoLearners) {
+  Checked c = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: k80x2, nodes: 1}}
+)");
+  EXPECT_TRUE(c.Has("execution.compute_configuration.nodes", "needs at least 2 learners, got 1"));
+  EXPECT_TRUE(Check("framework: {name: pytorch}\nexecution: {command: x}\n").spec);
+}
+
+TEST(Manifest, MissingCommand) {
+  Checked c = Check("framework: {name: pytorch}\n");
+  EXPECT_TRUE(c.Has("execution.command", "missing"));
+  Checked blank = Check("framework: {name: pytorch}\nexecution: {command: '  '}\n");
+  EXPECT_TRUE(blank.Has("execution.command", "missing"));
+}
+
+TEST(Manifest, UnknownKeysSuggestTheClosest) {
+  Checked c = Check(R"(
+framework: {name: pytorch, verison: "1.13"}
+execution: {command: x, compute_configuration: {name: cpu, nodse: 2}}
+paramter_servers: 1
+zzz: 1
+)");
+  EXPECT_TRUE(c.Has("framework.verison", "did you mean 'version'"));
+  EXPECT_TRUE(c.Has("execution.compute_configuration.nodse", "did you mean 'nodes'"));
+  EXPECT_TRUE(c.Has("paramter_servers", "did you mean 'parameter_servers'"));
+  EXPECT_TRUE(c.Has("zzz", "unknown key (known here:"));
+}
+
+TEST(Manifest, WrongTypes) {
+  Checked c = Check(R"(
+name: [a, b]
+framework: pytorch
+execution:
+  command: {run: x}
+  compute_configuration: {name: cpu, nodes: two}
+parameter_servers: "1"
+)");
+  EXPECT_TRUE(c.Has("name", "expected a string, got a list"));
+  EXPECT_TRUE(c.Has("framework", "expected a mapping, got 'pytorch'"));
+  EXPECT_TRUE(c.Has("execution.command", "expected a string, got a mapping"));
+  EXPECT_TRUE(c.Has("execution.compute_configuration.nodes", "expected an integer, got 'two'"));
+  EXPECT_TRUE(c.Has("parameter_servers", "expected an integer, got '1'"));
+}
+
+TEST(Manifest, ParameterServersMustLeaveAWorker) {
+  Checked c = Check(R"(
+framework: {name: pytorch}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 2}}
+parameter_servers: 2
+)");
+  EXPECT_TRUE(c.Has("parameter_servers", "2 parameter servers need more than 2 learners"));
+  Checked wrong_mode = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 2}}
+parameter_servers: 1
+)");
+  EXPECT_TRUE(wrong_mode.Has("parameter_servers", "only for the parameter-server frameworks"));
+}
+
+TEST(Manifest, EveryProblemIsReportedAtOnce) {
+  Checked c = Check(R"(
+framework: {name: caffe, version: "0.1"}
+execution: {compute_configuration: {name: tpu, nodes: 0}}
+parameter_servers: 5
+extra: 1
+training_data_reference: {type: s3, location: {path: /nope/nowhere}}
+)");
+  EXPECT_FALSE(c.spec);
+  EXPECT_TRUE(c.Has("framework.name", "unknown framework 'caffe'"));
+  EXPECT_TRUE(c.Has("execution.compute_configuration.name", "unknown compute configuration"));
+  EXPECT_TRUE(c.Has("execution.compute_configuration.nodes", "must be at least 1"));
+  EXPECT_TRUE(c.Has("execution.command", "missing"));
+  EXPECT_TRUE(c.Has("extra", "unknown key"));
+  EXPECT_TRUE(c.Has("training_data_reference.type", "'s3' is not available"));
+  EXPECT_TRUE(c.Has("training_data_reference.location.path", "is not a folder"));
+  EXPECT_GE(c.problems.size(), 7u) << c.problems.ToString();
+}
+
+TEST(Manifest, MixedShapesAndSyntaxErrors) {
+  Checked mixed = Check(R"(
+learners: 2
+framework: {name: pytorch, command: x}
+execution: {command: y}
+)");
+  EXPECT_TRUE(mixed.Has("manifest", "mixes the FfDL shape (learners) with the WML shape"));
+
+  Checked syntax = Check("framework: {name: pytorch\nexecution: [\n");
+  ASSERT_EQ(syntax.problems.size(), 1u);
+  EXPECT_NE(syntax.problems.list()[0].path.find("job.yaml:"), std::string::npos);
+  EXPECT_NE(syntax.problems.list()[0].message.find("not valid YAML"), std::string::npos);
+
+  Checked scalar = Check("just a string\n");
+  EXPECT_TRUE(scalar.Has("manifest", "expected a mapping"));
+  Checked empty = Check("");
+  EXPECT_TRUE(empty.Has("manifest", "is empty"));
+}
+
+TEST(Manifest, FlagsOverrideAndNameTheirOrigin) {
+  JobRequest request;
+  Problems problems;
+  ASSERT_TRUE(ReadManifest(kWml, "job.yaml", &request, &problems));
+  request.nodes.Set(1, "--nodes");
+  auto spec = BuildJobSpec(request, kTorch113, &problems);
+  EXPECT_FALSE(spec);
+  ASSERT_EQ(problems.size(), 1u) << problems.ToString();
+  EXPECT_EQ(problems.list()[0].path, "--nodes");
+}
+
+TEST(DidYouMean, OnlyCloseWords) {
+  EXPECT_EQ(DidYouMean("nodse", {"name", "nodes"}), "nodes");
+  EXPECT_EQ(DidYouMean("Nodes", {"name", "nodes"}), "nodes");
+  EXPECT_EQ(DidYouMean("completely", {"name", "nodes"}), "");
+}
+
+}  // namespace
+}  // namespace cadre::launch

@@ -1,0 +1,55 @@
+// Starting processes for a job: slots (a learner's processes) and short probes.
+//
+// A slot is started with fork+exec so that everything between the two is under our control: the
+// child leads its own process group (so the job can signal everything it started), dies with the
+// runner (PR_SET_PDEATHSIG), gets a private /etc/hosts in a mount namespace when asked, and
+// writes stdout and stderr into one pipe (so its lines keep their order). Only async-signal-safe
+// calls run in the child: every string is prepared before fork, because the runner has threads.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+
+namespace cadre::launch {
+
+// How a learner gets its private /etc/hosts.
+enum class HostsMethod {
+  kMountNamespace,  // unshare(CLONE_NEWNS) and bind-mount the job's hosts file (needs root)
+  kUserNamespace,   // the same inside a new user namespace (unprivileged, `unshare -Urm` style)
+  kCadreHosts,      // no namespace: CADRE_HOSTS names the job's hosts file (cadre's resolver)
+};
+
+const char* HostsMethodName(HostsMethod method);
+
+struct SpawnOptions {
+  std::vector<std::string> argv;  // argv[0] is a path
+  std::vector<std::string> env;   // "KEY=VALUE", the whole environment
+  std::filesystem::path cwd;
+  int output_fd = -1;  // becomes the child's stdout and stderr; stdin is /dev/null
+  HostsMethod hosts_method = HostsMethod::kCadreHosts;
+  std::filesystem::path hosts_file;  // bind-mounted over /etc/hosts in the namespace methods
+};
+
+// Starts the child; returns its pid (also its process-group id). A failure after fork (mount,
+// chdir, exec) is written to output_fd by the child, which exits with 127.
+Status SpawnSlot(const SpawnOptions& options, pid_t* pid);
+
+// Whether `method` works here: a throwaway child tries it with `hosts_file` and exits.
+bool HostsMethodWorks(HostsMethod method, const std::filesystem::path& hosts_file);
+
+struct CaptureResult {
+  int exit_code = -1;  // -1 when killed by a signal
+  std::string output;  // stdout only
+};
+
+// Runs argv (searched on PATH) with stdin and stderr on /dev/null, collects stdout, and kills it
+// when `timeout` passes (kTimeout). kNotFound when it cannot be executed.
+Status RunAndCapture(const std::vector<std::string>& argv, Duration timeout, CaptureResult* out);
+
+}  // namespace cadre::launch

@@ -1,0 +1,229 @@
+// The supervision loop of a local job: output, child exits, signals, stopping, the summary.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+#include "cadre/launch/local_job.h"
+
+namespace cadre::launch {
+namespace {
+
+// How often the status line is redrawn and exits are double-checked.
+constexpr int kTickMs = 1000;
+
+std::string Seconds(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+std::string SlotName(const SlotStatus& s) {
+  return "learner-" + std::to_string(s.learner_id) + " slot " + std::to_string(s.local_rank);
+}
+
+// Children of this process that are not slots: orphans reparented to us as the subreaper.
+std::set<pid_t> ChildrenOfSelf() {
+  std::set<pid_t> pids;
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) return pids;
+  while (dirent* t = readdir(tasks)) {
+    if (t->d_name[0] == '.') continue;
+    std::ifstream in(std::string("/proc/self/task/") + t->d_name + "/children");
+    for (pid_t pid; in >> pid;) pids.insert(pid);
+  }
+  closedir(tasks);
+  return pids;
+}
+
+}  // namespace
+
+size_t LocalJob::running_slots() const {
+  size_t n = 0;
+  for (const auto& s : status_.slots) n += s.running ? 1 : 0;
+  return n;
+}
+
+void LocalJob::AbortStart(std::string reason) {
+  status_.failure = std::move(reason);
+  StopSlots(false);
+}
+
+void LocalJob::Fail(size_t slot, std::string reason) {
+  if (!status_.failure.empty() || stop_signal_ != 0) return;  // the first cause is the cause
+  status_.failure = std::move(reason);
+  status_.failed_slot = slot;
+  StopSlots(false);
+}
+
+void LocalJob::StopSlots(bool servers_only) {
+  for (auto& s : status_.slots) {
+    if (!s.running || s.stop_requested) continue;
+    if (servers_only && !spec_.is_server(s.learner_id)) continue;
+    s.stop_requested = true;
+    kill(-s.pid, SIGTERM);
+  }
+  if (servers_only) {
+    servers_stopping_ = true;
+  } else {
+    stopping_ = true;
+  }
+  if (!kill_deadline_) kill_deadline_.emplace(options_.grace);
+  UpdateStatus();
+}
+
+void LocalJob::KillRunning() {
+  for (auto& s : status_.slots) {
+    if (s.running) kill(-s.pid, SIGKILL);
+  }
+}
+
+void LocalJob::OnSignal(int sig) {
+  if (sig == SIGCHLD) return;  // exits are collected by ReapExited
+  if (stop_signal_ != 0 || stopping_) {
+    mux_.Message("cadre: " + SignalName(sig) + " again: killing every slot now\n");
+    KillRunning();
+    if (stop_signal_ == 0) stop_signal_ = sig;
+    return;
+  }
+  stop_signal_ = sig;
+  mux_.Message("cadre: stopping job " + layout_.training_id + " (" + SignalName(sig) + "); grace " +
+               Seconds(options_.grace) + ", again to kill now\n");
+  status_.failure = "stopped by " + SignalName(sig);
+  StopSlots(false);
+}
+
+void LocalJob::OnChildExit(pid_t pid, int wait_status) {
+  size_t index = 0;
+  for (; index < status_.slots.size(); ++index) {
+    if (status_.slots[index].pid == pid && status_.slots[index].running) break;
+  }
+  if (index == status_.slots.size()) return;  // an orphan we adopted as subreaper
+  SlotStatus& s = status_.slots[index];
+  s.running = false;
+  s.end_time = WallClock::now();
+  if (WIFEXITED(wait_status)) s.exit_code = WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) s.signal = WTERMSIG(wait_status);
+
+  bool server = spec_.is_server(s.learner_id);
+  if (!s.succeeded() && !s.stop_requested && !(server && servers_stopping_)) {
+    Fail(index, SlotName(s) + (server ? " (parameter server) " : " ") + s.Describe() + " after " +
+                    Seconds(Clock::now() - started_));
+  }
+  // PS mode: once every worker has succeeded, the servers' work is done.
+  if (spec_.parameter_servers > 0 && !stopping_ && !servers_stopping_) {
+    bool workers_done = true;
+    for (const auto& w : status_.slots) {
+      if (!spec_.is_server(w.learner_id)) workers_done = workers_done && w.succeeded();
+    }
+    if (workers_done) StopSlots(true);
+  }
+  UpdateStatus();
+}
+
+void LocalJob::ReapExited() {
+  for (;;) {
+    int wait_status = 0;
+    pid_t pid = waitpid(-1, &wait_status, WNOHANG);
+    if (pid <= 0) return;
+    OnChildExit(pid, wait_status);
+  }
+}
+
+void LocalJob::KillLeftovers() {
+  // Whatever a slot started in its process group, and orphans reparented to us.
+  for (const auto& s : status_.slots) kill(-s.pid, SIGKILL);
+  Deadline deadline(std::chrono::seconds(5));
+  for (;;) {
+    std::set<pid_t> orphans = ChildrenOfSelf();
+    if (orphans.empty() || deadline.expired()) return;
+    for (pid_t pid : orphans) kill(pid, SIGKILL);
+    int wait_status = 0;
+    while (waitpid(-1, &wait_status, WNOHANG) > 0) {
+    }
+    usleep(10000);
+  }
+}
+
+std::string LocalJob::StatusLineText() const {
+  size_t running = running_slots();
+  size_t done = status_.slots.size() - running;
+  return "cadre: " + layout_.training_id + "  " + std::to_string(running) + " running, " +
+         std::to_string(done) + " finished of " + std::to_string(status_.slots.size()) +
+         " slots  elapsed " +
+         std::to_string(
+             std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_).count()) +
+         " s" + (stopping_ ? "  (stopping)" : "");
+}
+
+int LocalJob::Supervise(int signal_fd) {
+  while (running_slots() > 0) {
+    int timeout = kTickMs;
+    if (kill_deadline_) {
+      if (kill_deadline_->expired()) {
+        KillRunning();
+        timeout = 100;
+      } else {
+        timeout = std::min(timeout, kill_deadline_->poll_timeout_ms());
+      }
+    }
+    mux_.SetStatus(StatusLineText());
+    bool signalled = false;
+    mux_.Poll(timeout, signal_fd, &signalled);
+    if (signalled) {
+      signalfd_siginfo info;
+      while (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
+        OnSignal(static_cast<int>(info.ssi_signo));
+      }
+    }
+    // Cheap, and robust against coalesced SIGCHLDs.
+    ReapExited();
+  }
+  KillLeftovers();
+  mux_.Drain(1000);
+  mux_.ClearStatus();
+
+  status_.end_time = WallClock::now();
+  if (stop_signal_ != 0) {
+    status_.state = JobState::kStopped;
+    status_.exit_code = 128 + stop_signal_;
+  } else if (!status_.failure.empty()) {
+    status_.state = JobState::kFailed;
+    status_.exit_code = 1;
+  } else {
+    status_.state = JobState::kCompleted;
+    status_.exit_code = 0;
+  }
+  UpdateStatus();
+  PrintSummary();
+  return *status_.exit_code;
+}
+
+void LocalJob::PrintSummary() {
+  std::string elapsed = Seconds(Clock::now() - started_);
+  std::string where = layout_.job_dir.string();
+  if (status_.state == JobState::kCompleted) {
+    mux_.Message("cadre: job " + layout_.training_id + " completed in " + elapsed + " (" +
+                 std::to_string(status_.slots.size()) + " slots); results in " + where + "\n");
+    return;
+  }
+  std::string text = "cadre: job " + layout_.training_id + " " + JobStateName(status_.state) +
+                     ": " + status_.failure + "\n";
+  if (status_.failed_slot) {
+    const SlotStatus& s = status_.slots[*status_.failed_slot];
+    const auto& tail = mux_.tail(*status_.failed_slot);
+    text += "cadre: last lines of " + (layout_.job_dir / s.log).string() + ":\n";
+    if (tail.empty()) text += "    (no output)\n";
+    for (const auto& line : tail) text += "    " + line + "\n";
+  }
+  text += "cadre: status and logs in " + where + "\n";
+  mux_.Message(text);
+}
+
+}  // namespace cadre::launch
