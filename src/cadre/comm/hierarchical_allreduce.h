@@ -1,0 +1,60 @@
+// Hierarchical allreduce on a Communicator: the levels of hierarchical.h made of the
+// communicator's own groups — the slots of this host (Local(), shared memory), then one ring per
+// local slot across the hosts (Cross(), TCP), optionally split into a grid of hosts.
+//
+// Two entry points:
+// - HierarchicalAllreduce(comm, options): what Allreduce() runs for
+//   AllreduceAlgorithm::kHierarchical. Two levels (slots, hosts); no state besides the
+//   communicator's cached Local()/Cross().
+// - Hierarchy: an object built once per communicator that also owns the subgroups of a host grid
+//   (DDL's multi-ring), for callers that keep it (cadre.ddl, benchmarks).
+//
+// Topologies where hosts hold different numbers of ranks cannot be cut into equal levels: both
+// fall back to the flat ring over the whole communicator (logged once by Hierarchy).
+//
+// Thread-safety: as Communicator — one thread at a time, every rank in the same order.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "cadre/comm/collectives.h"
+#include "cadre/comm/communicator.h"
+#include "cadre/comm/hierarchical.h"
+
+namespace cadre::comm {
+
+void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options);
+
+struct HierarchyOptions {
+  // How the hosts are arranged, innermost dimension first; the product must be the number of
+  // hosts. Empty: ChooseHostGrid(hosts). {hosts} forces one ring across the hosts.
+  std::vector<int> host_grid;
+};
+
+class Hierarchy {
+ public:
+  // Collective over every rank of `comm` (creates the grid's subgroups). Throws cadre::Error:
+  // InvalidArgument when host_grid does not multiply to the number of hosts (naming both).
+  static std::unique_ptr<Hierarchy> Create(Communicator& comm, HierarchyOptions options = {});
+  ~Hierarchy();
+
+  // Sizes of the levels, innermost first: {slots per host, grid dims...}; {size} when flat.
+  const std::vector<int>& levels() const { return levels_; }
+  bool flat() const { return flat_; }
+
+  // As Allreduce(); options.algorithm is ignored.
+  void Allreduce(const AllreduceOptions& options);
+
+ private:
+  explicit Hierarchy(Communicator& comm) : comm_(comm) {}
+
+  Communicator& comm_;
+  bool flat_ = false;
+  std::vector<int> levels_;
+  std::vector<std::unique_ptr<Communicator>> grid_groups_;  // owned subgroups of Cross()
+  // One per level of size > 1, innermost first; all are the .cc's CommLevel.
+  std::vector<std::unique_ptr<HierarchyGroup>> groups_;
+};
+
+}  // namespace cadre::comm
