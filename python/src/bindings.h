@@ -9,5 +9,7 @@
 namespace cadre::python {
 
 void BindBase(pybind11::module_& m);
+void BindComm(pybind11::module_& m);    // comm_bindings.cc
+void BindEngine(pybind11::module_& m);  // engine_bindings.cc
 
 }  // namespace cadre::python

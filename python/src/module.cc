@@ -30,4 +30,6 @@ void BindBase(py::module_& m) {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "cadre's C++ core";
   cadre::python::BindBase(m);
+  cadre::python::BindComm(m);
+  cadre::python::BindEngine(m);
 }

@@ -1,0 +1,314 @@
+"""Process-level state of Horovod mode: init/shutdown, ranks, process sets, capability queries.
+
+Ranks come from the learner contract that ``cadre run`` sets (CADRE_RANK, CADRE_SIZE, ...,
+CADRE_STORE, CADRE_JOB_TOKEN); Horovod's HOROVOD_* names are accepted too. A script started by
+hand, without a launcher, is one rank of size 1 (as Horovod without mpirun).
+
+Each process set owns one engine (a C++ object with its own background thread); the global set
+is process set 0. Process sets are added in the same order on every rank, as in Horovod.
+"""
+import atexit
+import os
+import threading
+
+from cadre import _core
+
+
+class HorovodInternalError(RuntimeError):
+    """A collective failed: a peer died or stalled, ranks disagreed, or the engine shut down.
+
+    The message names the rank at fault. After a peer failure the engine is broken; call
+    ``shutdown()`` and ``init()`` again (elastic users) or exit.
+    """
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Horovod elastic's signal; defined for scripts that import it."""
+
+
+def _env_int(names, default=None):
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError("%s=%r is not an integer" % (name, value)) from None
+    return default
+
+
+class ProcessSet:
+    """A subset of the job's ranks that runs collectives among themselves (Horovod's API).
+
+    Create with the global ranks it holds, then register it with ``add_process_set`` on every
+    rank (members and non-members alike, in the same order).
+    """
+
+    def __init__(self, ranks=None):
+        self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
+        self.process_set_id = None
+        self._engine = None
+
+    def _require(self):
+        if self.process_set_id is None:
+            raise ValueError("process set %r is not registered (add_process_set)" % (self.ranks,))
+
+    def size(self):
+        self._require()
+        return len(self.ranks)
+
+    def rank(self):
+        """This process's rank within the set, or -1 when it is not a member."""
+        self._require()
+        me = _state().rank
+        return self.ranks.index(me) if me in self.ranks else -1
+
+    def included(self):
+        self._require()
+        return _state().rank in self.ranks
+
+    def engine(self):
+        """The set's engine; raises ValueError on a rank that is not a member."""
+        self._require()
+        if self._engine is None:
+            raise ValueError("rank %d is not a member of process set %d (ranks %s)"
+                             % (_state().rank, self.process_set_id, self.ranks))
+        return self._engine
+
+    def __repr__(self):
+        return "ProcessSet(process_set_id=%r, ranks=%r)" % (self.process_set_id, self.ranks)
+
+
+global_process_set = ProcessSet()
+
+
+class _State:
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.initialized = False
+        self.rank = 0
+        self.size = 1
+        self.local_rank = 0
+        self.local_size = 1
+        self.cross_rank = 0
+        self.cross_size = 1
+        self.process_sets = {}
+        self.next_set_id = 1
+        self.generation = 0
+
+
+_STATE = _State()
+
+
+def _state():
+    return _STATE
+
+
+def _backend_for(size):
+    if size == 1:
+        return "local"
+    return os.environ.get("CADRE_ENGINE_BACKEND", "auto")
+
+
+def _timeout_s():
+    value = os.environ.get("CADRE_TIMEOUT_SECONDS") or os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS")
+    try:
+        return float(value) if value else 60.0
+    except ValueError:
+        raise ValueError("CADRE_TIMEOUT_SECONDS=%r is not a number" % value) from None
+
+
+def _make_engine(rank, size, prefix):
+    try:
+        return _core.Engine(_backend_for(size), rank, size, _timeout_s(), prefix)
+    except _core.CadreError as e:
+        raise HorovodInternalError("cadre: could not start the engine for rank %d of %d: %s"
+                                   % (rank, size, e)) from e
+
+
+def init(comm=None, process_sets=None):
+    """Starts this process's engine. Idempotent. ``comm`` (an MPI communicator) is not
+    supported: cadre's ranks come from the launcher's environment."""
+    if comm is not None:
+        raise ValueError("cadre.torch.init(comm=...) is not supported: ranks come from `cadre run`")
+    s = _STATE
+    with s.lock:
+        if s.initialized:
+            return
+        size = _env_int(["CADRE_SIZE", "HOROVOD_SIZE"], 1)
+        rank = _env_int(["CADRE_RANK", "HOROVOD_RANK"], 0)
+        if not 0 <= rank < size:
+            raise ValueError("rank %d is out of range for size %d (CADRE_RANK/CADRE_SIZE)"
+                             % (rank, size))
+        s.rank, s.size = rank, size
+        s.local_rank = _env_int(["CADRE_LOCAL_RANK", "HOROVOD_LOCAL_RANK"], rank)
+        s.local_size = _env_int(["CADRE_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE"], size)
+        s.cross_rank = _env_int(["CADRE_CROSS_RANK", "HOROVOD_CROSS_RANK"], 0)
+        s.cross_size = _env_int(["CADRE_CROSS_SIZE", "HOROVOD_CROSS_SIZE"], 1)
+        if size > 1 and not os.environ.get("CADRE_STORE"):
+            raise ValueError("CADRE_SIZE=%d but CADRE_STORE is not set: start the job with "
+                             "`cadre run`" % size)
+        s.generation += 1
+        global_process_set.ranks = list(range(size))
+        global_process_set.process_set_id = 0
+        global_process_set._engine = _make_engine(rank, size, "hvd.%d.0" % s.generation)
+        s.process_sets = {0: global_process_set}
+        s.next_set_id = 1
+        s.initialized = True
+    for ps in process_sets or []:
+        add_process_set(ps)
+
+
+def shutdown():
+    """Stops every engine of this process; pending operations on every rank fail."""
+    s = _STATE
+    with s.lock:
+        if not s.initialized:
+            return
+        for ps in s.process_sets.values():
+            if ps._engine is not None:
+                ps._engine.shutdown()
+                ps._engine = None
+            ps.process_set_id = None
+        s.process_sets = {}
+        s.initialized = False
+
+
+atexit.register(shutdown)
+
+
+def is_initialized():
+    return _STATE.initialized
+
+
+def _require_init():
+    if not _STATE.initialized:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+
+
+def size():
+    _require_init()
+    return _STATE.size
+
+
+def rank():
+    _require_init()
+    return _STATE.rank
+
+
+def local_size():
+    _require_init()
+    return _STATE.local_size
+
+
+def local_rank():
+    _require_init()
+    return _STATE.local_rank
+
+
+def cross_size():
+    _require_init()
+    return _STATE.cross_size
+
+
+def cross_rank():
+    _require_init()
+    return _STATE.cross_rank
+
+
+def is_homogeneous():
+    _require_init()
+    return _STATE.local_size * _STATE.cross_size == _STATE.size
+
+
+def add_process_set(process_set):
+    """Registers a process set (a ProcessSet or a list of ranks) on this rank; every rank must
+    call it, in the same order. Returns the ProcessSet."""
+    _require_init()
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    s = _STATE
+    with s.lock:
+        if ps.process_set_id is not None:
+            raise ValueError("%r is already registered" % (ps,))
+        if not ps.ranks or any(r < 0 or r >= s.size for r in ps.ranks) or \
+                len(set(ps.ranks)) != len(ps.ranks):
+            raise ValueError("process set ranks %r must be distinct ranks in [0, %d)"
+                             % (ps.ranks, s.size))
+        for other in s.process_sets.values():
+            if other.ranks == ps.ranks and other.process_set_id != 0:
+                raise ValueError("a process set with ranks %s already exists" % ps.ranks)
+        ps.process_set_id = s.next_set_id
+        s.next_set_id += 1
+        if s.rank in ps.ranks:
+            ps._engine = _make_engine(ps.ranks.index(s.rank), len(ps.ranks),
+                                      "hvd.%d.%d" % (s.generation, ps.process_set_id))
+        s.process_sets[ps.process_set_id] = ps
+    return ps
+
+
+def remove_process_set(process_set):
+    """Unregisters a process set (every rank, same order). Returns True when it was registered."""
+    s = _STATE
+    with s.lock:
+        if process_set.process_set_id in (None, 0):
+            return False
+        s.process_sets.pop(process_set.process_set_id, None)
+        if process_set._engine is not None:
+            process_set._engine.shutdown()
+            process_set._engine = None
+        process_set.process_set_id = None
+        return True
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Writes a Chrome-trace timeline of this rank's operations to file_path."""
+    _require_init()
+    global_process_set.engine().start_timeline(str(file_path), bool(mark_cycles))
+
+
+def stop_timeline():
+    _require_init()
+    global_process_set.engine().stop_timeline()
+
+
+# Capability queries, callable before init(), answering for this build.
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_threads_supported():
+    return False
+
+
+def gloo_built():
+    # cadre's own TCP/shared-memory core plays Gloo's role; scripts that test for "a CPU
+    # controller" get True.
+    return True
+
+
+def gloo_enabled():
+    return True
+
+
+def nccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False

@@ -1,0 +1,42 @@
+"""Gradient compression for allreduce (Horovod's Compression.none / Compression.fp16)."""
+import torch
+
+
+class Compressor:
+    @staticmethod
+    def compress(tensor):
+        """Returns (compressed tensor, context for decompress)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class FP16Compressor(Compressor):
+    """Sends floating-point tensors as float16 (half the bytes); others unchanged."""
+
+    @staticmethod
+    def compress(tensor):
+        if tensor.is_floating_point() and tensor.dtype != torch.float16:
+            return tensor.to(torch.float16), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor if ctx is None else tensor.to(ctx)
+
+
+class Compression:
+    none = NoneCompressor
+    fp16 = FP16Compressor

@@ -1,0 +1,411 @@
+"""Horovod's collective operations on torch tensors, over cadre's engine.
+
+Tensors go to the engine as (data pointer, shape, dtype) of contiguous CPU memory; each handle
+keeps its tensors alive until it completes. ``*_async`` functions return an integer handle for
+``poll``/``synchronize``, as Horovod's do. Errors from the engine (mismatch across ranks, a dead
+peer, shutdown) are raised as HorovodInternalError from ``synchronize``; a duplicate pending
+name raises ValueError at submission.
+"""
+import itertools
+import threading
+
+import torch
+
+from cadre import _core
+from cadre.torch.basics import HorovodInternalError, _require_init, global_process_set
+
+# Reduction ops (Horovod's constants).
+Average = "Average"
+Sum = "Sum"
+Adasum = "Adasum"
+Min = "Min"
+Max = "Max"
+Product = "Product"
+
+_OP_ALLREDUCE, _OP_ALLGATHER, _OP_BROADCAST, _OP_ALLTOALL, _OP_REDUCESCATTER, _OP_BARRIER = range(6)
+_REDUCE = {Sum: 0, Average: 0, Min: 1, Max: 2, Product: 3}
+_DTYPES = {
+    torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3,
+    torch.int32: 4, torch.int64: 5, torch.uint8: 6, torch.int8: 7,
+}
+
+_handles = {}
+_handles_lock = threading.Lock()
+_next_handle = itertools.count(1)
+_noname = itertools.count()
+
+
+class _Pending:
+    """What synchronize() needs to finish one operation."""
+
+    def __init__(self, core, keep, finish):
+        self.core = core          # _core.Handle
+        self.keep = keep          # tensors that must outlive the operation
+        self.finish = finish      # callable(core_handle) -> result
+
+
+def _register(pending):
+    h = next(_next_handle)
+    with _handles_lock:
+        _handles[h] = pending
+    return h
+
+
+def _auto_name(kind, name):
+    return name if name is not None else "%s.noname.%d" % (kind, next(_noname))
+
+
+def _dtype_code(tensor):
+    try:
+        return _DTYPES[tensor.dtype]
+    except KeyError:
+        raise ValueError("cadre.torch: dtype %s is not supported (supported: %s)"
+                         % (tensor.dtype, ", ".join(str(d) for d in _DTYPES))) from None
+
+
+def _check_tensor(tensor):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("expected a torch.Tensor, got %s" % type(tensor).__name__)
+    if tensor.device.type != "cpu":
+        raise ValueError("cadre.torch works on CPU tensors; got one on %s" % tensor.device)
+    if tensor.is_sparse:
+        raise ValueError("sparse tensors: use sparse_allreduce_async or sparse_as_dense=True")
+
+
+def _engine(process_set):
+    _require_init()
+    return (process_set or global_process_set).engine()
+
+
+def _enqueue(engine, op, name, buf, **kw):
+    """Submits `buf` (contiguous CPU) to the engine, translating submission errors."""
+    try:
+        return engine.enqueue(op, name, buf.data_ptr(), list(buf.shape), _dtype_code(buf), **kw)
+    except _core.CadreInvalidArgument as e:
+        raise ValueError(str(e)) from None
+    except _core.CadreError as e:
+        raise HorovodInternalError(str(e)) from e
+
+
+def _resolve_op(average, op):
+    if op is None:
+        if average is None:
+            return Average
+        return Average if average else Sum
+    if average is not None:
+        raise ValueError("pass either average= or op=, not both")
+    if op not in (Average, Sum, Adasum, Min, Max, Product):
+        raise ValueError("unknown reduction op %r" % (op,))
+    return op
+
+
+def _engine_size(process_set):
+    return _engine(process_set).size
+
+
+# ---------------------------------------------------------------- allreduce
+
+def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    """Reduces `tensor` into `output` (may be the same tensor); returns a handle."""
+    _check_tensor(tensor)
+    engine = _engine(process_set)
+    name = _auto_name("allreduce", name)
+    if op == Adasum:
+        return _adasum_async(tensor, output, name, process_set)
+    floating = tensor.is_floating_point()
+    pre, post = float(prescale_factor), float(postscale_factor)
+    if op == Average:
+        post /= engine.size
+    buf = output if output.is_contiguous() else output.contiguous()
+    if buf.data_ptr() != tensor.data_ptr():
+        buf.copy_(tensor)
+    if floating:
+        core = _enqueue(engine, _OP_ALLREDUCE, name, buf, reduce_op=_REDUCE[op],
+                        prescale=pre, postscale=post)
+    else:
+        # Integer tensors: scale in torch (truncating), as the engine scales floats only.
+        if pre != 1.0:
+            buf.copy_((buf * pre).to(buf.dtype))
+        core = _enqueue(engine, _OP_ALLREDUCE, name, buf, reduce_op=_REDUCE[op])
+
+    def finish(_core_handle):
+        if not floating and post != 1.0:
+            buf.copy_(torch.div(buf * postscale_factor, engine.size if op == Average else 1,
+                                rounding_mode="trunc").to(buf.dtype))
+        if buf is not output:
+            output.copy_(buf)
+        return output
+
+    return _register(_Pending(core, (tensor, output, buf), finish))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    op = _resolve_op(average, op)
+    return _allreduce_into(tensor, tensor.clone(memory_format=torch.contiguous_format), name, op,
+                           prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    op = _resolve_op(average, op)
+    return _allreduce_into(tensor, tensor, name, op, prescale_factor, postscale_factor,
+                           process_set)
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    from cadre.torch.compression import Compression
+    compression = compression or Compression.none
+    compressed, ctx = compression.compress(tensor)
+    h = allreduce_async_(compressed.clone(), average, name, op, prescale_factor,
+                         postscale_factor, process_set)
+    return compression.decompress(synchronize(h), ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Submits the tensors together so that the engine negotiates and fuses them as one group.
+    Returns one handle whose result is the list of outputs."""
+    op = _resolve_op(average, op)
+    name = _auto_name("grouped_allreduce", name)
+    hs = [_allreduce_into(t, t.clone(memory_format=torch.contiguous_format), "%s.%d" % (name, i),
+                          op, prescale_factor, postscale_factor, process_set)
+          for i, t in enumerate(tensors)]
+    return _group(hs)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    op = _resolve_op(average, op)
+    name = _auto_name("grouped_allreduce", name)
+    hs = [_allreduce_into(t, t, "%s.%d" % (name, i), op, prescale_factor, postscale_factor,
+                          process_set)
+          for i, t in enumerate(tensors)]
+    return _group(hs)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    from cadre.torch.compression import Compression
+    compression = compression or Compression.none
+    pairs = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_allreduce_async_([c.clone() for c, _ in pairs], average, name, op,
+                                                prescale_factor, postscale_factor, process_set))
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+class _GroupCore:
+    """A handle over several handles: done when all are."""
+
+    def __init__(self, handles):
+        self.handles = handles
+
+
+def _group(handles):
+    with _handles_lock:
+        parts = [_handles[h] for h in handles]
+
+    def finish(_):
+        return [synchronize(h) for h in handles]
+
+    return _register(_Pending(_GroupCore(handles), parts, finish))
+
+
+# ---------------------------------------------------------------- allgather / broadcast / ...
+
+def _engine_output(core, dtype):
+    out = torch.empty(core.output_shape, dtype=dtype)
+    core.copy_output(out.data_ptr(), core.output_nbytes)
+    return out
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    _check_tensor(tensor)
+    engine = _engine(process_set)
+    buf = tensor.contiguous()
+    core = _enqueue(engine, _OP_ALLGATHER, _auto_name("allgather", name), buf)
+    return _register(_Pending(core, (buf,), lambda c: _engine_output(c, tensor.dtype)))
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    name = _auto_name("grouped_allgather", name)
+    return _group([allgather_async(t, "%s.%d" % (name, i), process_set)
+                   for i, t in enumerate(tensors)])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    _check_tensor(tensor)
+    engine = _engine(process_set)
+    buf = tensor if tensor.is_contiguous() else tensor.contiguous()
+    core = _enqueue(engine, _OP_BROADCAST, _auto_name("broadcast", name), buf,
+                    root=int(root_rank))
+
+    def finish(_):
+        if buf is not tensor:
+            tensor.copy_(buf)
+        return tensor
+
+    return _register(_Pending(core, (tensor, buf), finish))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    return broadcast_async_(tensor.clone(memory_format=torch.contiguous_format), root_rank, name,
+                            process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    _check_tensor(tensor)
+    engine = _engine(process_set)
+    buf = tensor.contiguous()
+    if buf.dim() == 0:
+        raise ValueError("alltoall needs a tensor with at least one dimension")
+    split_list = [] if splits is None else [int(s) for s in
+                                            (splits.tolist() if torch.is_tensor(splits)
+                                             else splits)]
+    core = _enqueue(engine, _OP_ALLTOALL, _auto_name("alltoall", name), buf, splits=split_list)
+
+    def finish(c):
+        out = _engine_output(c, tensor.dtype)
+        return out, torch.tensor(c.received_splits, dtype=torch.int32)
+
+    return _register(_Pending(core, (buf,), finish))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Rank r sends splits[j] rows to rank j (an even split when splits is None). Returns the
+    received rows in rank order, and the rows received from each rank when splits is given."""
+    output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    return output if splits is None else (output, received)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    _check_tensor(tensor)
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError("reducescatter supports Average, Sum, Min, Max and Product, not %r" % op)
+    engine = _engine(process_set)
+    if tensor.dim() == 0:
+        raise ValueError("reducescatter needs a tensor with at least one dimension")
+    buf = tensor.contiguous()
+    if prescale_factor != 1.0:
+        buf = (buf * prescale_factor).to(tensor.dtype)
+    core = _enqueue(engine, _OP_REDUCESCATTER, _auto_name("reducescatter", name), buf,
+                    reduce_op=_REDUCE[op])
+    scale = float(postscale_factor) / (engine.size if op == Average else 1)
+
+    def finish(c):
+        out = _engine_output(c, tensor.dtype)
+        if scale != 1.0:
+            out = (out * scale).to(tensor.dtype) if out.is_floating_point() else \
+                torch.div(out * postscale_factor, engine.size if op == Average else 1,
+                          rounding_mode="trunc").to(tensor.dtype)
+        return out
+
+    return _register(_Pending(core, (buf,), finish))
+
+
+def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces across ranks and returns this rank's block of rows (the first
+    rows % size ranks get one more row)."""
+    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                           postscale_factor))
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    name = _auto_name("grouped_reducescatter", name)
+    return _group([reducescatter_async(t, "%s.%d" % (name, i), op, process_set, prescale_factor,
+                                       postscale_factor) for i, t in enumerate(tensors)])
+
+
+def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
+                                                   prescale_factor, postscale_factor))
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the process set has called barrier()."""
+    engine = _engine(process_set)
+    try:
+        core = engine.enqueue(_OP_BARRIER, _auto_name("barrier", None), 0, [], 0)
+    except _core.CadreError as e:
+        raise HorovodInternalError(str(e)) from e
+    synchronize(_register(_Pending(core, (), lambda c: None)))
+
+
+def join(device=-1):
+    """Tells the other ranks this rank has no more batches: until every rank has joined, its
+    engine contributes zeros to their allreduces. Returns the rank that joined last."""
+    engine = _engine(global_process_set)
+    try:
+        core = engine.join()
+    except _core.CadreError as e:
+        raise HorovodInternalError(str(e)) from e
+    return synchronize(_register(_Pending(core, (), lambda c: c.join_rank)))
+
+
+# ---------------------------------------------------------------- handles
+
+def poll(handle):
+    """True when the operation behind `handle` has completed (without waiting)."""
+    with _handles_lock:
+        pending = _handles.get(handle)
+    if pending is None:
+        raise ValueError("unknown or already synchronized handle %r" % (handle,))
+    if isinstance(pending.core, _GroupCore):
+        return all(poll(h) for h in pending.core.handles)
+    return pending.core.done()
+
+
+def synchronize(handle):
+    """Waits for the operation and returns its output; raises HorovodInternalError when it
+    failed (the message names the ranks involved)."""
+    with _handles_lock:
+        pending = _handles.pop(handle, None)
+    if pending is None:
+        raise ValueError("unknown or already synchronized handle %r" % (handle,))
+    core = pending.core
+    if not isinstance(core, _GroupCore):
+        # Short waits keep Ctrl-C responsive; the GIL is released inside wait().
+        while not core.wait(0.2):
+            pass
+        try:
+            core.check()
+        except _core.CadreError as e:
+            raise HorovodInternalError(str(e)) from e
+    return pending.finish(core)
+
+
+from cadre.torch.adasum import _adasum_async  # noqa: E402  (uses the functions above)

@@ -1,0 +1,171 @@
+// The engine for Python (cadre.torch): tensors cross as (data pointer, shape, dtype) of
+// contiguous CPU memory, so the extension does not link libtorch; the Python side keeps each
+// tensor alive until its handle completes. Every call that can block releases the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "bindings.h"
+#include "cadre/base/env.h"
+#include "cadre/engine/engine.h"
+#include "cadre/engine/store_backend.h"
+#include "cadre/store/prefix_store.h"
+#include "cadre/store/tcp_store.h"
+#ifdef CADRE_HAVE_COMM
+#include "cadre/engine/comm_backend.h"
+#endif
+
+namespace py = pybind11;
+
+namespace cadre::python {
+
+namespace {
+
+using engine::Engine;
+using engine::Handle;
+using engine::OpType;
+using engine::Request;
+
+// Where ranks meet: the job's store (CADRE_STORE), under a prefix per engine so that process
+// sets and re-initialisations do not clash.
+std::unique_ptr<engine::CollectiveBackend> MakeBackend(const std::string& kind, int rank, int size,
+                                                       double timeout_s,
+                                                       const std::string& prefix) {
+  const Duration timeout(static_cast<int64_t>(timeout_s * 1000));
+  if (kind == "local") {
+    // A group of one needs no peers and no store (a script run without a launcher).
+    if (size != 1) throw Error(InvalidArgument("the 'local' engine backend serves size 1 only"));
+    return engine::InProcessGroup::Create(1, timeout)->Backend(0);
+  }
+  auto root = store::ConnectStoreFromEnv("engine rank " + std::to_string(rank), timeout);
+  auto scoped = std::make_shared<store::PrefixStore>(prefix, root);
+  if (kind == "store") return std::make_unique<engine::StoreBackend>(scoped, rank, size, timeout);
+#ifdef CADRE_HAVE_COMM
+  if (kind == "comm" || kind == "auto") {
+    comm::CommunicatorOptions o;
+    o.rank = rank;
+    o.size = size;
+    o.store = scoped;
+    o.token = GetEnv("CADRE_JOB_TOKEN").value_or("");
+    o.host = GetEnv("CADRE_HOST").value_or("");
+    o.timeout = timeout;
+    return std::make_unique<engine::CommBackend>(comm::Communicator::Create(std::move(o)));
+  }
+#else
+  if (kind == "auto") {
+    return std::make_unique<engine::StoreBackend>(scoped, rank, size, timeout);
+  }
+#endif
+  throw Error(InvalidArgument("unknown or unavailable engine backend '" + kind +
+                              "' (built: local, store" +
+#ifdef CADRE_HAVE_COMM
+                              std::string(", comm") +
+#else
+                              std::string() +
+#endif
+                              ")"));
+}
+
+// Raises the handle's stored error in Python (through the module's translator).
+void Check(const Handle& h) {
+  Status s = h.status();
+  if (!s.ok()) throw Error(s);
+}
+
+}  // namespace
+
+void BindEngine(py::module_& m) {
+  m.attr("COMM_BUILT") = py::bool_(
+#ifdef CADRE_HAVE_COMM
+      true
+#else
+      false
+#endif
+  );
+
+  py::class_<Handle, std::shared_ptr<Handle>>(m, "Handle")
+      .def("done", &Handle::done)
+      .def(
+          "wait",
+          [](const Handle& h, double timeout_s) {
+            return h.Wait(Duration(static_cast<int64_t>(timeout_s * 1000)));
+          },
+          py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
+          "Waits up to timeout_s; True when complete.")
+      .def("check", &Check, "Raises the stored error, if any.")
+      .def_property_readonly("output_shape", [](Handle& h) { return h.output_shape(); })
+      .def_property_readonly("received_splits", [](Handle& h) { return h.received_splits(); })
+      .def_property_readonly("output_nbytes", [](Handle& h) { return h.output().size(); })
+      .def_property_readonly("join_rank", &Handle::join_rank)
+      .def(
+          "copy_output",
+          [](Handle& h, uintptr_t ptr, size_t nbytes) {
+            if (nbytes != h.output().size()) {
+              throw Error(InvalidArgument("copy_output: destination has " + std::to_string(nbytes) +
+                                          " bytes, output has " +
+                                          std::to_string(h.output().size())));
+            }
+            if (nbytes) std::memcpy(reinterpret_cast<void*>(ptr), h.output().data(), nbytes);
+          },
+          py::arg("ptr"), py::arg("nbytes"));
+
+  py::class_<Engine>(m, "Engine")
+      .def(py::init([](const std::string& backend, int rank, int size, double timeout_s,
+                       const std::string& prefix) {
+             return std::make_unique<Engine>(MakeBackend(backend, rank, size, timeout_s, prefix),
+                                             engine::EngineOptions::FromEnv());
+           }),
+           py::arg("backend"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
+           py::arg("prefix"), py::call_guard<py::gil_scoped_release>(),
+           "Connects to the job's store (CADRE_STORE, CADRE_JOB_TOKEN) and starts the engine.")
+      .def_property_readonly("rank", &Engine::rank)
+      .def_property_readonly("size", &Engine::size)
+      .def_property_readonly("fusion_threshold",
+                             [](Engine& e) { return e.options().fusion_threshold_bytes; })
+      .def_property_readonly("cycle_time_ms",
+                             [](Engine& e) { return e.options().cycle_time.count(); })
+      .def(
+          "enqueue",
+          [](Engine& e, int op, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape,
+             int dtype, int reduce_op, int root, std::vector<int64_t> splits, double prescale,
+             double postscale) {
+            if (op < 0 || op > static_cast<int>(OpType::kBarrier)) {
+              throw Error(InvalidArgument("unknown operation " + std::to_string(op)));
+            }
+            if (dtype < 0 || dtype >= comm::kNumDataTypes) {
+              throw Error(InvalidArgument("unknown dtype " + std::to_string(dtype)));
+            }
+            if (reduce_op < 0 || reduce_op >= comm::kNumReduceOps) {
+              throw Error(InvalidArgument("unknown reduce op " + std::to_string(reduce_op)));
+            }
+            Request r;
+            r.op = static_cast<OpType>(op);
+            r.name = name;
+            r.shape = std::move(shape);
+            r.dtype = static_cast<comm::DataType>(dtype);
+            r.reduce_op = static_cast<comm::ReduceOp>(reduce_op);
+            r.root = root;
+            r.splits = std::move(splits);
+            r.prescale = prescale;
+            r.postscale = postscale;
+            try {
+              return e.Enqueue(std::move(r), reinterpret_cast<void*>(ptr));
+            } catch (const Error& err) {
+              // Horovod's users catch ValueError for a duplicate name.
+              if (err.code() == Code::kAlreadyExists) throw py::value_error(err.what());
+              throw;
+            }
+          },
+          py::arg("op"), py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"),
+          py::arg("reduce_op") = 0, py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{},
+          py::arg("prescale") = 1.0, py::arg("postscale") = 1.0)
+      .def("join", &Engine::Join)
+      .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())
+      .def("start_timeline", &Engine::StartTimeline, py::arg("path"),
+           py::arg("mark_cycles") = false)
+      .def("stop_timeline", &Engine::StopTimeline)
+      .def("stall_report", &Engine::StallReport);
+}
+
+}  // namespace cadre::python
