@@ -12,6 +12,8 @@ using AddCommand = void (*)(CLI::App&, int*);
 constexpr AddCommand kCommands[] = {
     cadre::cli::AddVersionCommand,
     cadre::cli::AddRunCommand,
+    cadre::cli::AddPsServerCommand,
+    cadre::cli::AddBenchPsCommand,
 };
 
 }  // namespace
