@@ -1,0 +1,260 @@
+"""cadre.ddl: IBM DDL's API for PyTorch (``import cadre.ddl as ddl``), DDL mode (``pytorch-ddl``).
+
+Start from single-process code and add::
+
+    ddl.init()                                   # ranks from `cadre run`; DDL_OPTIONS honoured
+    model, optimizer = ddl.wrap(model, optimizer)  # same start on every rank, gradients averaged
+    ... shard the data by ddl.rank() / ddl.size() ...
+
+The collectives run on cadre's engine: with several slots per learner the allreduce is
+hierarchical (reduce-scatter among the learner's slots over shared memory, one ring per slot
+across learners, allgather inside), see options.py for ``-mode``. When CUDA exists, each process is
+pinned to GPU ``local_rank() % device_count`` at init; tensors on a GPU are staged through host
+memory.
+
+Names follow IBM DDL: init, rank, size, local_rank, num_hosts, bcast, allreduce_n, grads_reduce.
+"""
+import os
+import sys
+import time
+
+import torch
+
+import cadre.torch as _hvd
+from cadre.ddl import options as _options
+
+__all__ = ["init", "is_initialized", "rank", "size", "local_rank", "local_size", "num_hosts",
+           "host_rank", "device", "bcast", "allreduce_n", "grads_reduce", "wrap", "shutdown"]
+
+
+class _State:
+    opts = None
+    device = torch.device("cpu")
+    calls = 0          # grads_reduce calls since init
+    reduce_s = 0.0     # seconds spent in them since the last dump
+    reduce_bytes = 0
+
+
+_S = _State()
+
+
+def init(options=None):
+    """Joins the job. `options` is a DDL options string (see cadre.ddl.options); DDL_OPTIONS is
+    read first and `options` overrides it. Idempotent; a second call with other options raises."""
+    opts = _options.from_environment(options)
+    if _S.opts is not None:
+        if opts != _S.opts:
+            raise ValueError("cadre.ddl is already initialised with other options (%r)" % (_S.opts,))
+        return
+    if _hvd.is_initialized():
+        raise ValueError("cadre.ddl.init() must come before cadre.torch.init() in one process: "
+                         "the allreduce algorithm is fixed when the engine starts")
+    # The engine's communicator reads its algorithm from the environment when it is created.
+    os.environ["CADRE_ALLREDUCE_ALGORITHM"] = opts.algorithm
+    if opts.host_grid():
+        os.environ["CADRE_HOST_GRID"] = "x".join(map(str, opts.host_grid()))
+    _hvd.init()
+    try:
+        _options.check_topology(opts, _hvd.local_size(), _hvd.cross_size())
+    except ValueError:
+        _hvd.shutdown()
+        raise
+    if torch.cuda.is_available():
+        index = _hvd.local_rank() % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        _S.device = torch.device("cuda", index)
+    _S.opts = opts
+    _S.calls, _S.reduce_s, _S.reduce_bytes = 0, 0.0, 0
+
+
+def is_initialized():
+    return _S.opts is not None
+
+
+def _require():
+    if _S.opts is None:
+        raise ValueError("cadre.ddl has not been initialised; call ddl.init() first")
+
+
+def shutdown():
+    """Leaves the job (pending operations fail on every rank). init() may be called again."""
+    _hvd.shutdown()
+    _S.opts = None
+    _S.device = torch.device("cpu")
+
+
+def rank():
+    _require()
+    return _hvd.rank()
+
+
+def size():
+    _require()
+    return _hvd.size()
+
+
+def local_rank():
+    """This process's slot within its learner (host)."""
+    _require()
+    return _hvd.local_rank()
+
+
+def local_size():
+    _require()
+    return _hvd.local_size()
+
+
+def num_hosts():
+    """Number of learners (hosts) in the job."""
+    _require()
+    return _hvd.cross_size()
+
+
+def host_rank():
+    """Index of this process's learner (host), 0-based."""
+    _require()
+    return _hvd.cross_rank()
+
+
+def device():
+    """The device this process is pinned to: its GPU when CUDA exists, else the CPU."""
+    _require()
+    return _S.device
+
+
+def _staged(tensors):
+    """Host-memory buffers for `tensors` (the engine works on CPU memory): the tensor itself when it
+    is a contiguous CPU tensor, else a contiguous CPU copy to be written back."""
+    out = []
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("expected torch.Tensor, got %s" % type(t).__name__)
+        if t.device.type == "cpu" and t.is_contiguous():
+            out.append(t)
+        else:
+            out.append(t.detach().to("cpu", memory_format=torch.contiguous_format))
+    return out
+
+
+def _write_back(tensors, staged):
+    for t, s in zip(tensors, staged):
+        if s is not t:
+            with torch.no_grad():
+                t.copy_(s)
+
+
+def bcast(tensor, root=0):
+    """Replaces `tensor` on every rank by rank `root`'s value (in place); returns it."""
+    _require()
+    if not 0 <= int(root) < _hvd.size():
+        raise ValueError("bcast root %r is not a rank of this job (size %d)" % (root, _hvd.size()))
+    (buf,) = _staged([tensor])
+    with torch.no_grad():
+        _hvd.broadcast_(buf, int(root), name=None)
+    _write_back([tensor], [buf])
+    return tensor
+
+
+def _reduce_op(op):
+    ops = {"sum": _hvd.Sum, "avg": _hvd.Average, "average": _hvd.Average}
+    key = op.lower() if isinstance(op, str) else op
+    if key not in ops:
+        raise ValueError("allreduce_n op %r: use 'sum' or 'avg'" % (op,))
+    return ops[key]
+
+
+def allreduce_n(tensors, op="avg", name=None):
+    """Reduces every tensor of the list across all ranks, in place, as one group; returns the list.
+    op: 'sum' or 'avg'. Every rank passes tensors of the same shapes and dtypes in the same order."""
+    _require()
+    tensors = list(tensors)
+    if not tensors:
+        return tensors
+    staged = _staged(tensors)
+    with torch.no_grad():
+        _hvd.grouped_allreduce_(staged, op=_reduce_op(op), name=name)
+    _write_back(tensors, staged)
+    return tensors
+
+
+def _group_by_bytes(tensors, limit):
+    """Consecutive runs of `tensors` of at most `limit` bytes each (a larger tensor goes alone)."""
+    groups, current, used = [], [], 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        if current and used + nbytes > limit:
+            groups.append(current)
+            current, used = [], 0
+        current.append(t)
+        used += nbytes
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _gradients(source):
+    if isinstance(source, torch.nn.Module):
+        params = list(source.parameters())
+    else:
+        params = list(source)
+    return [p.grad for p in params if getattr(p, "grad", None) is not None]
+
+
+def grads_reduce(model_or_params, average=True):
+    """Allreduces the gradients of a model (or of an iterable of parameters) across all ranks, in
+    groups of at most DDL_GROUP_SIZE bytes submitted together, and waits for them. Parameters
+    without a gradient are skipped (every rank must have the same ones)."""
+    _require()
+    grads = _gradients(model_or_params)
+    start = time.perf_counter()
+    op = _hvd.Average if average else _hvd.Sum
+    handles, pending = [], []
+    for k, group in enumerate(_group_by_bytes(grads, _S.opts.group_size)):
+        staged = _staged(group)
+        with torch.no_grad():
+            handles.append(_hvd.grouped_allreduce_async_(staged, op=op, name="ddl.grads.%d" % k))
+        pending.append((group, staged))
+    for h, (group, staged) in zip(handles, pending):
+        _hvd.synchronize(h)
+        _write_back(group, staged)
+    _account(time.perf_counter() - start, sum(g.numel() * g.element_size() for g in grads),
+             len(handles))
+
+
+def _account(seconds, nbytes, groups):
+    _S.calls += 1
+    _S.reduce_s += seconds
+    _S.reduce_bytes += nbytes
+    every = _S.opts.dump_iter
+    if every and _S.calls % every == 0:
+        if _hvd.rank() == 0:
+            mib = _S.reduce_bytes / float(1 << 20)
+            print("ddl: iter %d: grads_reduce of %.1f MiB in %.1f ms over the last %d iter(s) "
+                  "(%d group(s) per iter, %s)"
+                  % (_S.calls, mib, _S.reduce_s * 1e3, every, groups, _S.opts.algorithm),
+                  file=sys.stderr, flush=True)
+        _S.reduce_s, _S.reduce_bytes = 0.0, 0
+
+
+def wrap(model, optimizer, average=True):
+    """The one-line integration: moves `model` to device(), gives every rank rank 0's parameters,
+    buffers and optimizer state, and makes ``optimizer.step()`` reduce the gradients first.
+    Returns (model, optimizer)."""
+    _require()
+    model = model.to(_S.device)
+    for t in model.state_dict().values():
+        bcast(t, 0)
+    _hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    step = optimizer.step
+
+    def reducing_step(closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grads_reduce(model, average=average)
+        step()
+        return loss
+
+    optimizer.step = reducing_step
+    return model, optimizer

@@ -1,0 +1,83 @@
+"""One rank of the cadre.ddl API test (run by test_ddl.py as 2 learners x 2 slots). Every check
+uses values in closed form from the ranks; prints "OK <rank>" when all pass."""
+import os
+import sys
+
+import torch
+
+import cadre.ddl as ddl
+
+
+def main():
+    ddl.init(os.environ.get("TEST_DDL_OPTIONS"))
+    r, n = ddl.rank(), ddl.size()
+    want_hosts = int(os.environ.get("TEST_HOSTS", "1"))
+    assert ddl.num_hosts() == want_hosts, (ddl.num_hosts(), want_hosts)
+    assert n == ddl.local_size() * ddl.num_hosts(), (n, ddl.local_size(), ddl.num_hosts())
+    assert r == ddl.host_rank() * ddl.local_size() + ddl.local_rank(), r
+    assert ddl.device() == torch.device("cpu")  # no CUDA on the test machines
+
+    # bcast: every rank ends with root's values, for every root.
+    for root in range(n):
+        t = torch.full((5,), float(r)) + torch.arange(5.0)
+        assert ddl.bcast(t, root) is t
+        assert torch.equal(t, torch.full((5,), float(root)) + torch.arange(5.0)), (root, t)
+
+    # allreduce_n: a list of tensors of different sizes (uneven against the slot count) and dtypes.
+    tensors = [torch.full((7,), float(r + 1)), torch.arange(13, dtype=torch.float64) * (r + 1),
+               torch.full((3, 2), r + 1, dtype=torch.int64), torch.zeros(0)]
+    total = n * (n + 1) // 2
+    out = ddl.allreduce_n(tensors, op="sum")
+    assert out[0] is tensors[0]
+    assert torch.equal(tensors[0], torch.full((7,), float(total))), tensors[0]
+    assert torch.equal(tensors[1], torch.arange(13, dtype=torch.float64) * total), tensors[1]
+    assert torch.equal(tensors[2], torch.full((3, 2), total, dtype=torch.int64)), tensors[2]
+    avg = [torch.full((1001,), float(r))]
+    ddl.allreduce_n(avg, op="avg")
+    assert torch.allclose(avg[0], torch.full((1001,), (n - 1) / 2.0)), avg[0][:3]
+    # A non-contiguous tensor is reduced in place through a staging copy.
+    nc = torch.arange(12.0).reshape(3, 4).t() * (r + 1)
+    ddl.allreduce_n([nc], op="sum")
+    assert torch.equal(nc, torch.arange(12.0).reshape(3, 4).t() * total), nc
+    try:
+        ddl.allreduce_n([torch.ones(1)], op="max")
+        raise AssertionError("op max accepted")
+    except ValueError as e:
+        assert "'sum' or 'avg'" in str(e)
+
+    # grads_reduce: gradients grouped by DDL_GROUP_SIZE (set tiny by the test: several groups).
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3))
+    for i, p in enumerate(model.parameters()):
+        p.grad = torch.full_like(p, float(r * 10 + i))
+    ddl.grads_reduce(model)
+    for i, p in enumerate(model.parameters()):
+        want = sum(q * 10 + i for q in range(n)) / n
+        assert torch.allclose(p.grad, torch.full_like(p, want)), (i, p.grad.flatten()[:3], want)
+
+    # wrap: same start everywhere, averaged gradients, so the replicas stay identical.
+    torch.manual_seed(100 + r)  # different initial weights per rank on purpose
+    model = torch.nn.Linear(6, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model, opt = ddl.wrap(model, opt)
+    for step in range(3):
+        x = torch.full((4, 6), float(r + step))
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    everyone = [flat.clone() for _ in range(n)]
+    for q in range(n):
+        ddl.bcast(everyone[q], q)
+    for q in range(n):
+        assert torch.equal(everyone[q], flat), "rank %d's weights differ from rank %d's" % (q, r)
+
+    ddl.shutdown()
+    print("OK %d" % r)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # report which check failed, with the rank
+        print("rank %s failed: %r" % (os.environ.get("CADRE_RANK"), e), file=sys.stderr)
+        raise
