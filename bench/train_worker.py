@@ -1,0 +1,149 @@
+# One rank of bench/train.py. Modes:
+#   cadre   - the Fashion-MNIST CNN trained with cadre.torch.DistributedOptimizer
+#   ddp     - the same model, data and steps with torch DistributedDataParallel over gloo
+#   grads   - allreduce a synthetic ResNet-50 gradient set (161 tensors, ~100 MB) per step with
+#             cadre (fusion at the configured threshold), reporting ms per step
+#   gloo    - the same gradient set with torch.distributed.all_reduce (gloo), one call per tensor
+#   latency - a 4-byte allreduce through cadre.torch, median microseconds
+# Rank 0 prints one line: RESULT <json>.
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+p = argparse.ArgumentParser()
+p.add_argument("mode", choices=["cadre", "ddp", "grads", "gloo", "latency"])
+p.add_argument("--steps", type=int, default=40)
+p.add_argument("--warmup", type=int, default=5)
+p.add_argument("--batch-size", type=int, default=64)
+args = p.parse_args()
+torch.set_num_threads(1)
+rank = int(os.environ["CADRE_RANK"])
+size = int(os.environ["CADRE_SIZE"])
+
+
+class Net(nn.Module):
+    """The CNN of examples/fashion_mnist (Horovod's MNIST example network)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
+        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
+        self.fc1 = nn.Linear(320, 50)
+        self.fc2 = nn.Linear(50, 10)
+
+    def forward(self, x):
+        x = F.relu(F.max_pool2d(self.conv1(x), 2))
+        x = F.relu(F.max_pool2d(self.conv2(x), 2))
+        x = F.relu(self.fc1(x.view(-1, 320)))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+# ResNet-50's 161 parameter tensors (conv weights, batch-norm scale/shift, fc), ~25.6M floats.
+def resnet50_shapes():
+    shapes = [(64, 3, 7, 7), (64,), (64,)]
+    inplanes = 64
+    for planes, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for b in range(blocks):
+            shapes += [(planes, inplanes, 1, 1), (planes,), (planes,),
+                       (planes, planes, 3, 3), (planes,), (planes,),
+                       (planes * 4, planes, 1, 1), (planes * 4,), (planes * 4,)]
+            if b == 0:
+                shapes += [(planes * 4, inplanes, 1, 1), (planes * 4,), (planes * 4,)]
+            inplanes = planes * 4
+    return shapes + [(1000, 2048), (1000,)]
+
+
+def report(result):
+    if rank == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+def timed_steps(step):
+    for _ in range(args.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    return time.perf_counter() - t0
+
+
+def train_setup():
+    torch.manual_seed(0)
+    model = Net()
+    data = torch.randn(args.batch_size, 1, 28, 28)
+    target = torch.randint(0, 10, (args.batch_size,))
+    return model, data, target
+
+
+if args.mode == "cadre":
+    import cadre.torch as hvd
+    hvd.init()
+    model, data, target = train_setup()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+
+    def step():
+        opt.zero_grad()
+        F.nll_loss(model(data), target).backward()
+        opt.step()
+
+    secs = timed_steps(step)
+    report({"samples_per_s": args.steps * args.batch_size * size / secs})
+    hvd.shutdown()
+elif args.mode == "ddp":
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["BENCH_PORT"],
+                            rank=rank, world_size=size)
+    model, data, target = train_setup()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+
+    def step():
+        opt.zero_grad()
+        F.nll_loss(ddp(data), target).backward()
+        opt.step()
+
+    secs = timed_steps(step)
+    report({"samples_per_s": args.steps * args.batch_size * size / secs})
+    dist.destroy_process_group()
+elif args.mode in ("grads", "gloo"):
+    grads = [torch.randn(s) for s in resnet50_shapes()]
+    if args.mode == "grads":
+        import cadre.torch as hvd
+        hvd.init()
+
+        def step():
+            hs = [hvd.allreduce_async_(g, name="g%d" % i, op=hvd.Sum) for i, g in enumerate(grads)]
+            for h in hs:
+                hvd.synchronize(h)
+    else:
+        import torch.distributed as dist
+        dist.init_process_group("gloo",
+                                init_method="tcp://127.0.0.1:%s" % os.environ["BENCH_PORT"],
+                                rank=rank, world_size=size)
+
+        def step():
+            for g in grads:
+                dist.all_reduce(g)
+
+    secs = timed_steps(step)
+    report({"ms_per_step": 1000 * secs / args.steps, "tensors": len(grads),
+            "mbytes": sum(g.numel() for g in grads) * 4 / 1e6})
+elif args.mode == "latency":
+    import cadre.torch as hvd
+    hvd.init()
+    t = torch.ones(1)
+    samples = []
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        hvd.allreduce_(t, name="lat", op=hvd.Sum)
+        samples.append(time.perf_counter() - t0)
+    report({"median_us": 1e6 * statistics.median(samples[args.warmup:])})
+    hvd.shutdown()
