@@ -65,7 +65,10 @@ int Run(const RunFlags& flags) {
     request.base_dir = std::filesystem::current_path();
     // A flags-only job: one CPU learner in parameter-server mode unless told otherwise.
     request.framework.Set("pytorch", "--framework");
-    if (!flags.args.empty()) request.command.Set(ShellJoin(flags.args), "command (after --)");
+    if (!flags.args.empty()) {
+      request.command.Set(ShellJoin(flags.args), "command (after --)");
+      request.command_argv = flags.args;
+    }
   }
   if (flags.nodes) request.nodes.Set(*flags.nodes, "--nodes");
   if (flags.parameter_servers) {

@@ -149,6 +149,7 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
                   "missing: the command every learner runs");
   } else {
     spec.command = *request.command;
+    spec.command_argv = request.command_argv;
   }
 
   spec.work_dir = request.base_dir.empty() ? std::filesystem::current_path() : request.base_dir;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cadre/launch/catalog.h"
 #include "cadre/launch/manifest.h"
@@ -20,7 +21,8 @@ struct JobSpec {
   std::string name;
   Framework framework;
   std::string framework_version;  // as requested; empty when not given
-  std::string command;            // run with /bin/sh -c in every slot
+  std::string command;  // run with /bin/sh -c in every slot (unless command_argv is given)
+  std::vector<std::string> command_argv;  // when given: exec'd directly, PATH searched
   ComputeConfig compute;
   int nodes = 1;                      // learners
   int parameter_servers = 0;          // PS mode: learners 1..parameter_servers serve

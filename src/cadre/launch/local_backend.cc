@@ -157,7 +157,13 @@ Status LocalJob::StartSlots() {
         "learner-" + std::to_string(slot.learner_id) + "/" + std::to_string(slot.local_rank),
         layout_.job_dir / slot.log, &write_fd, &index));
     SpawnOptions spawn;
-    spawn.argv = {"/bin/sh", "-c", spec_.command};
+    if (spec_.command_argv.empty()) {
+      spawn.argv = {"/bin/sh", "-c", spec_.command};
+    } else {
+      // The shell only searches the slot's PATH (where the job's python3 is) and execs.
+      spawn.argv = {"/bin/sh", "-c", "exec \"$@\"", "sh"};
+      spawn.argv.insert(spawn.argv.end(), spec_.command_argv.begin(), spec_.command_argv.end());
+    }
     spawn.env = SlotEnvironment(spec_, layout_, slot.learner_id, slot.local_rank, base);
     spawn.cwd = spec_.work_dir;
     spawn.output_fd = write_fd;

@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cadre/launch/problems.h"
 
@@ -44,6 +45,9 @@ struct JobRequest {
   Field<std::string> framework;
   Field<std::string> framework_version;
   Field<std::string> command;
+  // The command as separate words (`cadre run -- prog args`): run without a shell's parsing, so
+  // the slot's process is the program itself (its exit code or signal is the slot's).
+  std::vector<std::string> command_argv;
   Field<std::string> compute;  // a compute configuration name (WML)
   Field<int64_t> gpus;         // GPUs per learner (FfDL)
   Field<int64_t> nodes;        // learners

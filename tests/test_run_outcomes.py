@@ -1,0 +1,151 @@
+"""`cadre run` outcomes: bad manifests stop before anything starts, a failing slot stops the
+job with a summary, SIGTERM to the runner leaves no process behind."""
+import os
+import signal
+import subprocess
+import textwrap
+import time
+import json
+import uuid
+
+import pytest
+
+from conftest import CADRE
+
+BAD_MANIFESTS = [
+    # (manifest, [(field path, words in its message)])
+    ("framework: {name: pytorch-horovd}\nexecution: {command: x, compute_configuration: "
+     "{name: k80x2, nodes: 2}}\n",
+     [("framework.name", "did you mean 'pytorch-horovod'"),
+      ("framework.name", "valid: pytorch, pytorch-ddl, pytorch-horovod")]),
+    ("framework: {name: pytorch-ddl}\nexecution: {command: x, compute_configuration: "
+     "{name: k80x3, nodes: 2}}\n",
+     [("execution.compute_configuration.name", "unknown compute configuration 'k80x3'"),
+      ("execution.compute_configuration.name", "k80, k80x2, k80x4")]),
+    ("framework: {name: pytorch, version: '1.4'}\nexecution: {command: x}\n",
+     [("framework.version", "'1.4' does not match the installed torch 1.13")]),
+    ("framework: {name: pytorch-horovod}\nexecution: {command: x, compute_configuration: "
+     "{name: k80, nodes: 1}}\n",
+     [("execution.compute_configuration.nodes", "needs at least 2 learners, got 1")]),
+    ("framework: {name: pytorch}\nexecution: {compute_configuration: {name: cpu, nodes: 2}}\n",
+     [("execution.command", "missing")]),
+    ("framework: {name: pytorch}\nexecution: {command: x, comand: y}\n",
+     [("execution.comand", "unknown key (did you mean 'command'?)")]),
+    ("framework: {name: pytorch}\nexecution: {command: x, compute_configuration: "
+     "{name: cpu, nodes: many}}\n",
+     [("execution.compute_configuration.nodes", "expected an integer, got 'many'")]),
+    ("framework: {name: pytorch}\nexecution: {command: x, compute_configuration: "
+     "{name: cpu, nodes: 3}}\nparameter_servers: 3\n",
+     [("parameter_servers", "3 parameter servers need more than 3 learners")]),
+]
+
+
+@pytest.mark.parametrize("manifest,expected", BAD_MANIFESTS)
+def test_bad_manifest_is_reported_and_nothing_starts(cadre_run, tmp_path, manifest, expected):
+    (tmp_path / "job.yaml").write_text(manifest)
+    job = cadre_run("job.yaml")
+    assert job.returncode == 2, job.stderr
+    assert "nothing was started" in job.stderr
+    for path, words in expected:
+        assert any(line.strip().startswith(path + ":") and words in line
+                   for line in job.stderr.splitlines()), (path, words, job.stderr)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_all_problems_at_once_including_flags(cadre_run, tmp_path):
+    (tmp_path / "job.yaml").write_text(
+        "framework: {name: caffe}\nexecution: {compute_configuration: {name: tpu}}\nzz: 1\n")
+    job = cadre_run("job.yaml", "--grace", "-1")
+    assert job.returncode == 2
+    for path in ("framework.name:", "execution.compute_configuration.name:", "execution.command:",
+                 "zz:", "--grace:"):
+        assert path in job.stderr, job.stderr
+    assert "5 problems" in job.stderr
+    missing = cadre_run("nowhere.yaml")
+    assert missing.returncode == 2 and "manifest: cannot read nowhere.yaml" in missing.stderr
+
+
+def test_failing_slot_stops_the_job_with_a_summary(cadre_run):
+    # Rank 3 fails; the others would run for a minute and one even ignores SIGTERM.
+    script = ('if [ "$CADRE_RANK" = 3 ]; then echo step 1; echo "oops: bad input" >&2; exit 3; fi; '
+              'if [ "$CADRE_RANK" = 0 ]; then trap "" TERM; while :; do sleep 0.1; done; fi; '
+              'sleep 60')
+    start = time.monotonic()
+    job = cadre_run("-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
+                    "--grace", "1", "--", "sh", "-c", script)
+    assert time.monotonic() - start < 30
+    assert job.returncode == 1
+    assert "failed: learner-2 slot 1 exited with code 3" in job.stderr
+    assert "last lines of" in job.stderr and "learner-2/slot-1.log" in job.stderr
+    assert "    step 1\n    oops: bad input\n" in job.stderr
+    status = job.status()
+    assert status["state"] == "failed" and status["exit_code"] == 1
+    assert status["failed_slot"] == {"learner_id": 2, "local_rank": 1}
+    slots = {s["rank"]: s for l in status["learners"] for s in l["slots"]}
+    assert slots[3]["exit_code"] == 3 and not slots[3]["stopped_by_runner"]
+    assert slots[0]["signal"] == "SIGKILL"  # ignored SIGTERM, killed after the grace period
+    assert slots[1]["signal"] == "SIGTERM" and slots[1]["stopped_by_runner"]
+
+
+def test_killed_slot_is_named_by_signal(cadre_run):
+    job = cadre_run("-n", "2", "--framework", "pytorch", "--", "sh", "-c",
+                    'if [ "$LEARNER_ID" = 2 ]; then kill -SEGV $$; fi; sleep 60')
+    assert job.returncode == 1
+    assert "learner-2 slot 0 was killed by SIGSEGV" in job.stderr
+    assert "(no output)" in job.stderr
+
+
+def processes_with(marker):
+    """pids whose command line mentions marker."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_sigterm_stops_everything_and_leaves_no_orphans(tmp_path):
+    # A unique duration marks our sleeps: "300.<random digits>".
+    marker = "300." + str(uuid.uuid4().int)[:12]
+    # Each slot starts a grandchild in its own session (escaping the process group) and one in
+    # the background, then waits; the marker in their command lines finds them in /proc.
+    script = textwrap.dedent(f"""
+        setsid sleep 300 {marker} &
+        sleep 300 {marker} &
+        touch "$RESULT_DIR/started-$CADRE_RANK"
+        wait
+    """)
+    proc = subprocess.Popen([CADRE, "run", "-n", "2", "--compute", "cpux2", "--framework",
+                             "pytorch-horovod", "--grace", "2", "--", "sh", "-c", script],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            runs = tmp_path / "runs"
+            started = list(runs.glob("*/started-*")) if runs.exists() else []
+            if len(started) == 4 and len(processes_with(marker)) >= 8:
+                break
+            assert time.monotonic() < deadline, "slots did not start"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "stopping job" in err and "stopped: stopped by SIGTERM" in err
+    deadline = time.monotonic() + 5
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(marker) == []
+    (job_dir,) = list((tmp_path / "runs").iterdir())
+    status = json.loads((job_dir / "status.json").read_text())
+    assert status["state"] == "stopped" and status["failure"] == "stopped by SIGTERM"
+    assert all(s["stopped_by_runner"] for l in status["learners"] for s in l["slots"])
