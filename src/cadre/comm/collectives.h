@@ -11,16 +11,17 @@
 #include <vector>
 
 #include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
 #include "cadre/comm/communicator.h"
 #include "cadre/comm/types.h"
 
 namespace cadre::comm {
 
 enum class AllreduceAlgorithm {
-  kAuto,              // chosen by size and topology
-  kRing,              // reduce-scatter + allgather around a ring: bandwidth-optimal, large sizes
-  kHalvingDoubling,   // recursive halving-doubling: log(p) steps, small sizes
-  kHierarchical,      // reduce-scatter inside hosts, ring across hosts, allgather inside
+  kAuto,             // chosen by size and topology
+  kRing,             // reduce-scatter + allgather around a ring: bandwidth-optimal, large sizes
+  kHalvingDoubling,  // recursive halving-doubling: log(p) steps, small sizes
+  kHierarchical,     // reduce-scatter inside hosts, ring across hosts, allgather inside
 };
 
 struct AllreduceOptions {
@@ -51,7 +52,7 @@ void Broadcast(Communicator& comm, const BroadcastOptions& options);
 struct AllgatherOptions {
   const void* input = nullptr;  // may point into output at this rank's slot
   void* output = nullptr;
-  std::vector<size_t> counts;   // one per rank
+  std::vector<size_t> counts;  // one per rank
   DataType dtype = DataType::kFloat32;
   std::optional<Duration> timeout;
 };

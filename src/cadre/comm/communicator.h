@@ -24,10 +24,10 @@ namespace cadre::comm {
 struct Topology {
   int rank = 0;
   int size = 1;
-  int local_rank = 0;   // index among the ranks on this host
-  int local_size = 1;   // ranks on this host
-  int cross_rank = 0;   // index of this host among the hosts (ordered by their lowest rank)
-  int cross_size = 1;   // number of hosts
+  int local_rank = 0;       // index among the ranks on this host
+  int local_size = 1;       // ranks on this host
+  int cross_rank = 0;       // index of this host among the hosts (ordered by their lowest rank)
+  int cross_size = 1;       // number of hosts
   bool homogeneous = true;  // every host holds the same number of ranks
   std::vector<std::string> hosts;  // host name of each rank
 };
@@ -40,12 +40,16 @@ struct CommunicatorOptions {
   std::string token;
   // Name of this rank's host; empty means gethostname(). Ranks with equal host names share memory.
   std::string host;
-  // Address to listen on for TCP peers; empty means this host's name resolved, else 127.0.0.1.
+  // Address to listen on for TCP peers, and to advertise to them. When every rank is on one host
+  // it is always 127.0.0.1; otherwise empty means listen everywhere and advertise `host`.
   std::string bind_address;
   // How long any one collective (and the rendezvous) may wait on a peer.
   Duration timeout = std::chrono::seconds(60);
-  // Use shared memory between ranks on one host (TCP otherwise).
+  // Use shared memory between ranks on one host (TCP otherwise). Every rank must pass the same.
   bool use_shm = true;
+  // Bytes of each half of a rank's shared-memory slot (the largest piece one step moves);
+  // 0 = the default (1 MiB). Every rank must pass the same.
+  size_t shm_slot_bytes = 0;
 };
 
 class Communicator {

@@ -1,0 +1,229 @@
+// Argument checks and the choice of transport and algorithm for every collective. The algorithms
+// themselves live in shm_collectives.cc and tcp_collectives.cc.
+#include "cadre/comm/collectives.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "cadre/comm/communicator_impl.h"
+#include "cadre/comm/shm_collectives.h"
+#include "cadre/comm/tcp_collectives.h"
+
+namespace cadre::comm {
+namespace {
+
+// Over TCP, messages up to this size are latency-bound: halving-doubling (log p steps) beats the
+// ring's 2(p-1) steps.
+constexpr size_t kHalvingDoublingMaxBytes = 64 << 10;
+
+void Check(bool ok, const std::string& what, const std::string& message) {
+  if (!ok) throw Error(Code::kInvalidArgument, what + ": " + message);
+}
+
+void CheckType(const char* what, DataType dtype) {
+  Check(static_cast<int>(dtype) < kNumDataTypes, what,
+        "unknown dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+void CheckOp(const char* what, ReduceOp op) {
+  Check(static_cast<int>(op) < kNumReduceOps, what,
+        "unknown reduce op " + std::to_string(static_cast<int>(op)));
+}
+
+void CheckCounts(const char* what, const char* field, const std::vector<size_t>& counts, int size) {
+  Check(counts.size() == static_cast<size_t>(size), what,
+        std::string(field) + " has " + std::to_string(counts.size()) +
+            " entries but the communicator has " + std::to_string(size) + " ranks");
+}
+
+size_t Sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t{0}); }
+
+bool Overlap(const void* a, size_t an, const void* b, size_t bn) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return an > 0 && bn > 0 && pa < pb + bn && pb < pa + an;
+}
+
+// Runs one algorithm; on failure breaks the communicator and throws.
+void Finish(CommunicatorImpl& c, const Status& s) {
+  if (!s.ok()) c.Fail(s);
+}
+
+void HierarchicalAllreduce(CommunicatorImpl& c, const AllreduceOptions& o) {
+  const Topology& t = c.topology();
+  const size_t elem = ElementSize(o.dtype);
+  std::vector<size_t> counts(t.local_size, o.count / t.local_size);
+  for (size_t i = 0; i < o.count % t.local_size; ++i) ++counts[i];
+  std::vector<uint8_t> block(counts[t.local_rank] * elem);
+  try {
+    Communicator& local = c.Local();
+    Communicator& cross = c.Cross();
+    ReduceScatter(local, {o.input, block.data(), counts, o.dtype, o.op, o.timeout});
+    AllreduceOptions x = o;
+    x.input = x.output = block.data();
+    x.count = counts[t.local_rank];
+    x.algorithm = AllreduceAlgorithm::kAuto;
+    Allreduce(cross, x);
+    Allgather(local, {block.data(), o.output, counts, o.dtype, o.timeout});
+  } catch (const Error& e) {
+    c.Fail(e.status());
+  }
+}
+
+}  // namespace
+
+void Allreduce(Communicator& comm, const AllreduceOptions& o) {
+  CommunicatorImpl& c = Impl(comm);
+  c.CheckUsable();
+  CheckType("allreduce", o.dtype);
+  CheckOp("allreduce", o.op);
+  if (o.count == 0) return;
+  Check(o.input != nullptr && o.output != nullptr, "allreduce", "input and output must be set");
+  const size_t bytes = o.count * ElementSize(o.dtype);
+  if (comm.size() == 1) {
+    if (o.input != o.output) std::memmove(o.output, o.input, bytes);
+    return;
+  }
+  Deadline deadline = c.MakeDeadline(o.timeout);
+  if (c.shm() != nullptr) {
+    Finish(c, shm_algo::Allreduce(*c.shm(), o.input, o.output, o.count, o.dtype, o.op,
+                                  o.segment_bytes, deadline));
+    return;
+  }
+  const Topology& t = c.topology();
+  bool hierarchical_possible = c.use_shm() && t.cross_size > 1 && t.local_size > 1 && t.homogeneous;
+  AllreduceAlgorithm algo = o.algorithm;
+  if (algo == AllreduceAlgorithm::kHierarchical && !hierarchical_possible) {
+    algo = AllreduceAlgorithm::kRing;  // one rank per host or shm off: the flat ring is the same
+  }
+  if (algo == AllreduceAlgorithm::kAuto) {
+    if (hierarchical_possible) {
+      algo = AllreduceAlgorithm::kHierarchical;
+    } else if (bytes <= kHalvingDoublingMaxBytes) {
+      algo = AllreduceAlgorithm::kHalvingDoubling;
+    } else {
+      algo = AllreduceAlgorithm::kRing;
+    }
+  }
+  switch (algo) {
+    case AllreduceAlgorithm::kHierarchical:
+      return HierarchicalAllreduce(c, o);
+    case AllreduceAlgorithm::kHalvingDoubling:
+      return Finish(c, tcp_algo::HalvingDoublingAllreduce(*c.tcp(), o.input, o.output, o.count,
+                                                          o.dtype, o.op, deadline));
+    default:
+      return Finish(c, tcp_algo::RingAllreduce(*c.tcp(), o.input, o.output, o.count, o.dtype, o.op,
+                                               o.segment_bytes, deadline));
+  }
+}
+
+void Broadcast(Communicator& comm, const BroadcastOptions& o) {
+  CommunicatorImpl& c = Impl(comm);
+  c.CheckUsable();
+  CheckType("broadcast", o.dtype);
+  Check(o.root >= 0 && o.root < comm.size(), "broadcast",
+        "root " + std::to_string(o.root) + " is not a rank of this communicator");
+  if (o.count == 0 || comm.size() == 1) return;
+  Check(o.buffer != nullptr, "broadcast", "buffer must be set");
+  Deadline deadline = c.MakeDeadline(o.timeout);
+  if (c.shm() != nullptr) {
+    return Finish(c, shm_algo::Broadcast(*c.shm(), o.buffer, o.count, o.dtype, o.root, deadline));
+  }
+  Finish(c,
+         tcp_algo::Broadcast(*c.tcp(), o.buffer, o.count * ElementSize(o.dtype), o.root, deadline));
+}
+
+void Allgather(Communicator& comm, const AllgatherOptions& o) {
+  CommunicatorImpl& c = Impl(comm);
+  c.CheckUsable();
+  CheckType("allgather", o.dtype);
+  CheckCounts("allgather", "counts", o.counts, comm.size());
+  const size_t elem = ElementSize(o.dtype);
+  const size_t total = Sum(o.counts);
+  if (total == 0) return;
+  Check(o.output != nullptr && (o.input != nullptr || o.counts[comm.rank()] == 0), "allgather",
+        "input and output must be set");
+  if (comm.size() == 1) {
+    if (o.input != o.output) std::memmove(o.output, o.input, total * elem);
+    return;
+  }
+  Deadline deadline = c.MakeDeadline(o.timeout);
+  if (c.shm() != nullptr) {
+    return Finish(c,
+                  shm_algo::Allgatherv(*c.shm(), o.input, o.output, o.counts, o.dtype, deadline));
+  }
+  Finish(c, tcp_algo::Allgatherv(*c.tcp(), o.input, o.output, o.counts, elem, deadline));
+}
+
+void ReduceScatter(Communicator& comm, const ReduceScatterOptions& o) {
+  CommunicatorImpl& c = Impl(comm);
+  c.CheckUsable();
+  CheckType("reducescatter", o.dtype);
+  CheckOp("reducescatter", o.op);
+  CheckCounts("reducescatter", "counts", o.counts, comm.size());
+  const size_t elem = ElementSize(o.dtype);
+  const size_t total = Sum(o.counts);
+  if (total == 0) return;
+  const size_t mine = o.counts[comm.rank()] * elem;
+  Check(o.input != nullptr && (o.output != nullptr || mine == 0), "reducescatter",
+        "input and output must be set");
+  const void* input = o.input;
+  std::vector<uint8_t> copy;
+  if (Overlap(o.input, total * elem, o.output, mine)) {  // the output would clobber the input
+    copy.assign(static_cast<const uint8_t*>(o.input),
+                static_cast<const uint8_t*>(o.input) + total * elem);
+    input = copy.data();
+  }
+  if (comm.size() == 1) {
+    std::memcpy(o.output, input, mine);
+    return;
+  }
+  Deadline deadline = c.MakeDeadline(o.timeout);
+  if (c.shm() != nullptr) {
+    return Finish(
+        c, shm_algo::ReduceScatter(*c.shm(), input, o.output, o.counts, o.dtype, o.op, deadline));
+  }
+  Finish(c, tcp_algo::ReduceScatter(*c.tcp(), input, o.output, o.counts, o.dtype, o.op, deadline));
+}
+
+void Alltoall(Communicator& comm, const AlltoallOptions& o) {
+  CommunicatorImpl& c = Impl(comm);
+  c.CheckUsable();
+  CheckType("alltoall", o.dtype);
+  CheckCounts("alltoall", "send_counts", o.send_counts, comm.size());
+  CheckCounts("alltoall", "recv_counts", o.recv_counts, comm.size());
+  const size_t elem = ElementSize(o.dtype);
+  const size_t send_total = Sum(o.send_counts) * elem, recv_total = Sum(o.recv_counts) * elem;
+  Check((o.input != nullptr || send_total == 0) && (o.output != nullptr || recv_total == 0),
+        "alltoall", "input and output must be set");
+  const void* input = o.input;
+  std::vector<uint8_t> copy;
+  if (Overlap(o.input, send_total, o.output, recv_total)) {
+    copy.assign(static_cast<const uint8_t*>(o.input),
+                static_cast<const uint8_t*>(o.input) + send_total);
+    input = copy.data();
+  }
+  if (comm.size() == 1) {
+    Check(send_total == recv_total, "alltoall", "send and receive counts differ on a single rank");
+    if (send_total > 0) std::memcpy(o.output, input, send_total);
+    return;
+  }
+  // Zero everywhere still synchronises the count check (peers cannot know our totals are zero).
+  Deadline deadline = c.MakeDeadline(o.timeout);
+  if (c.shm() != nullptr) {
+    return Finish(c, shm_algo::Alltoall(*c.shm(), input, o.output, o.send_counts, o.recv_counts,
+                                        o.dtype, deadline));
+  }
+  Finish(c, tcp_algo::Alltoall(*c.tcp(), input, o.output, o.send_counts, o.recv_counts, elem,
+                               deadline));
+}
+
+void Barrier(Communicator& comm, std::optional<Duration> timeout) {
+  CommunicatorImpl& c = Impl(comm);
+  c.CheckUsable();
+  if (comm.size() == 1) return;
+  Deadline deadline = c.MakeDeadline(timeout);
+  if (c.shm() != nullptr) return Finish(c, shm_algo::Barrier(*c.shm(), deadline));
+  Finish(c, tcp_algo::Barrier(*c.tcp(), deadline));
+}
+
+}  // namespace cadre::comm

@@ -1,0 +1,284 @@
+// Every collective, over shared memory and over TCP, at world sizes 1, 2, 3, 4 and 7, with
+// closed-form expected values.
+#include "cadre/comm/collectives.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <numeric>
+
+#include "cadre/comm/comm_test_util.h"
+#include "cadre/comm/typed_values.h"
+
+namespace cadre::comm {
+namespace {
+
+using testing::Get;
+using testing::Make;
+using testing::RunRanks;
+
+// Inputs small enough that every dtype holds every result exactly.
+double Value(DataType dt, ReduceOp op, int rank, size_t i) {
+  if (op == ReduceOp::kProduct) return 1.0 + double((rank + i) % 2);
+  double v = double((rank * 7 + i) % 11);
+  return testing::IsSigned(dt) ? v - 3 : v;
+}
+
+double Expected(DataType dt, ReduceOp op, int size, size_t i) {
+  double acc = Value(dt, op, 0, i);
+  for (int r = 1; r < size; ++r) {
+    double v = Value(dt, op, r, i);
+    acc = op == ReduceOp::kSum   ? acc + v
+          : op == ReduceOp::kMin ? std::min(acc, v)
+          : op == ReduceOp::kMax ? std::max(acc, v)
+                                 : acc * v;
+  }
+  return acc;
+}
+
+class CollectivesTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
+ protected:
+  bool shm() const { return std::get<0>(GetParam()); }
+  int size() const { return std::get<1>(GetParam()); }
+  CommunicatorOptions Base() const {
+    CommunicatorOptions o;
+    o.use_shm = shm();
+    o.timeout = std::chrono::seconds(30);
+    return o;
+  }
+};
+
+void CheckAllreduce(Communicator& comm, DataType dt, ReduceOp op, size_t count, bool in_place,
+                    const AllreduceOptions& extra = {}) {
+  auto in = Make(dt, count, [&](size_t i) { return Value(dt, op, comm.rank(), i); });
+  std::vector<uint8_t> out(in.size());
+  AllreduceOptions o = extra;
+  o.input = in.data();
+  o.output = in_place ? in.data() : out.data();
+  o.count = count;
+  o.dtype = dt;
+  o.op = op;
+  Allreduce(comm, o);
+  const uint8_t* result = in_place ? in.data() : out.data();
+  for (size_t i = 0; i < count; ++i) {
+    double want = Expected(dt, op, comm.size(), i);
+    ASSERT_EQ(Get(dt, result, i), want)
+        << DataTypeName(dt) << " " << ReduceOpName(op) << " count " << count << " element " << i
+        << (in_place ? " in place" : "");
+  }
+  if (!in_place) {  // the input is left alone
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(Get(dt, in.data(), i), Value(dt, op, comm.rank(), i));
+    }
+  }
+}
+
+TEST_P(CollectivesTest, AllreduceEveryDtypeAndOp) {
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    for (int d = 0; d < kNumDataTypes; ++d) {
+      for (int o = 0; o < kNumReduceOps; ++o) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{37}}) {
+          for (bool in_place : {false, true}) {
+            CheckAllreduce(comm, DataType(d), ReduceOp(o), count, in_place);
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, AllreduceSeveralMiB) {
+  const size_t count = (3 << 20) / 4 + 3;  // 3 MiB of float32 and an odd tail
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    CheckAllreduce(comm, DataType::kFloat32, ReduceOp::kSum, count, true);
+    CheckAllreduce(comm, DataType::kInt32, ReduceOp::kMax, count / 3, false);
+  });
+}
+
+TEST_P(CollectivesTest, AllreduceTinySegmentsForceChunking) {
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    std::vector<AllreduceAlgorithm> algos = {AllreduceAlgorithm::kAuto};
+    if (!shm()) algos = {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling};
+    for (auto algo : algos) {
+      AllreduceOptions extra;
+      extra.segment_bytes = 64;
+      extra.algorithm = algo;
+      CheckAllreduce(comm, DataType::kFloat64, ReduceOp::kSum, 1001, false, extra);
+      CheckAllreduce(comm, DataType::kBFloat16, ReduceOp::kMin, 257, true, extra);
+      extra.segment_bytes = 1;  // below one element: still one element per piece
+      CheckAllreduce(comm, DataType::kInt8, ReduceOp::kMax, 33, true, extra);
+    }
+  });
+}
+
+TEST_P(CollectivesTest, BroadcastFromEveryRoot) {
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    for (int root = 0; root < comm.size(); ++root) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{100003}}) {
+        std::vector<int32_t> buf(count + 1, -1);
+        if (comm.rank() == root) std::iota(buf.begin(), buf.end(), root * 1000);
+        Broadcast(comm, {buf.data(), count, DataType::kInt32, root, std::nullopt});
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(buf[i], int32_t(root * 1000 + i)) << "root " << root << " element " << i;
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, AllgathervUnequalCountsAndInPlace) {
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    const int n = comm.size();
+    std::vector<size_t> counts(n);
+    for (int r = 0; r < n; ++r) counts[r] = r == 1 ? 0 : size_t(r) * 5001 + 3;
+    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+    std::vector<size_t> offset(n, 0);
+    for (int r = 1; r < n; ++r) offset[r] = offset[r - 1] + counts[r - 1];
+    auto value = [](int r, size_t i) { return double(r) * 100000 + double(i); };
+    for (bool in_place : {false, true}) {
+      std::vector<double> out(total + 1, -1);
+      std::vector<double> in(counts[comm.rank()] + 1);
+      double* src = in_place ? out.data() + offset[comm.rank()] : in.data();
+      for (size_t i = 0; i < counts[comm.rank()]; ++i) src[i] = value(comm.rank(), i);
+      Allgather(comm, {src, out.data(), counts, DataType::kFloat64, std::nullopt});
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < counts[r]; ++i) {
+          ASSERT_EQ(out[offset[r] + i], value(r, i)) << "block " << r << " element " << i;
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, ReduceScatterUnequalCounts) {
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    const int n = comm.size();
+    std::vector<size_t> counts(n);
+    for (int r = 0; r < n; ++r) counts[r] = size_t(r % 3) * 40000 + 1;
+    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+    for (auto op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      auto dt = DataType::kInt64;
+      auto in = Make(dt, total, [&](size_t i) { return Value(dt, op, comm.rank(), i); });
+      std::vector<int64_t> out(counts[comm.rank()] + 1);
+      ReduceScatter(comm, {in.data(), out.data(), counts, dt, op, std::nullopt});
+      size_t offset = 0;
+      for (int r = 0; r < comm.rank(); ++r) offset += counts[r];
+      for (size_t i = 0; i < counts[comm.rank()]; ++i) {
+        ASSERT_EQ(double(out[i]), Expected(dt, op, n, offset + i)) << "element " << i;
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, AlltoallVariableCounts) {
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    const int n = comm.size(), me = comm.rank();
+    // Rank s sends (s + d) % 3 * 30001 elements to rank d; element i is s*1e6 + d*1e3 + i.
+    auto blk = [](int s, int d) { return size_t((s + d) % 3) * 30001; };
+    std::vector<size_t> send(n), recv(n);
+    for (int j = 0; j < n; ++j) {
+      send[j] = blk(me, j);
+      recv[j] = blk(j, me);
+    }
+    std::vector<float> in, out(std::accumulate(recv.begin(), recv.end(), size_t{0}) + 1);
+    for (int d = 0; d < n; ++d) {
+      for (size_t i = 0; i < send[d]; ++i) in.push_back(float(me * 100 + d * 10) + float(i % 7));
+    }
+    in.push_back(0);
+    Alltoall(comm, {in.data(), out.data(), send, recv, DataType::kFloat32, std::nullopt});
+    size_t pos = 0;
+    for (int s = 0; s < n; ++s) {
+      for (size_t i = 0; i < recv[s]; ++i, ++pos) {
+        ASSERT_EQ(out[pos], float(s * 100 + me * 10) + float(i % 7)) << "from " << s;
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, BarrierWaitsForEveryone) {
+  std::atomic<int> arrived{0};
+  std::atomic<int> early{0};
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    for (int round = 1; round <= 3; ++round) {
+      if (comm.rank() == comm.size() - 1)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      arrived.fetch_add(1);
+      Barrier(comm);
+      if (arrived.load() < round * comm.size()) early.fetch_add(1);
+      Barrier(comm);  // nobody starts the next round before everyone checked
+    }
+  });
+  EXPECT_EQ(early.load(), 0);
+}
+
+TEST_P(CollectivesTest, StalledRankFailsTheOthersWithinTheTimeout) {
+  if (size() < 2) GTEST_SKIP() << "needs a peer";
+  CommunicatorOptions o = Base();
+  o.timeout = std::chrono::milliseconds(1500);
+  std::atomic<int> failed{0};
+  RunRanks(size(), o, [&](Communicator& comm) {
+    const int stalled = comm.size() - 1;
+    if (comm.rank() == stalled) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      return;
+    }
+    std::vector<float> buf(1000, 1.0f);
+    auto start = Clock::now();
+    try {
+      AllreduceOptions ar;
+      ar.input = ar.output = buf.data();
+      ar.count = buf.size();
+      Allreduce(comm, ar);
+      ADD_FAILURE() << "allreduce without rank " << stalled << " succeeded";
+    } catch (const Error& e) {
+      EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+      EXPECT_TRUE(e.code() == Code::kTimeout || e.code() == Code::kAborted || e.code() == Code::kIo)
+          << e.what();
+      if (shm()) {
+        EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(stalled)), std::string::npos)
+            << e.what();
+      }
+      failed.fetch_add(1);
+    }
+    // Broken from now on.
+    try {
+      Barrier(comm);
+      ADD_FAILURE() << "a broken communicator ran a barrier";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::kAborted) << e.what();
+    }
+  });
+  EXPECT_EQ(failed.load(), size() - 1);
+}
+
+TEST_P(CollectivesTest, BadArgumentsAreRejectedBeforeAnyExchange) {
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    float x = 0;
+    AllgatherOptions ag{&x, &x, std::vector<size_t>(comm.size() + 1, 1), DataType::kFloat32,
+                        std::nullopt};
+    EXPECT_THROW(Allgather(comm, ag), Error);
+    BroadcastOptions bc{&x, 1, DataType::kFloat32, comm.size(), std::nullopt};
+    EXPECT_THROW(Broadcast(comm, bc), Error);
+    AllreduceOptions ar;
+    ar.input = ar.output = &x;
+    ar.count = 1;
+    ar.dtype = static_cast<DataType>(42);
+    try {
+      Allreduce(comm, ar);
+      ADD_FAILURE() << "bad dtype accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::kInvalidArgument);
+    }
+    Barrier(comm);  // still usable: argument errors do not break the communicator
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, CollectivesTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2, 3, 4, 7)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "shm" : "tcp") + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
+
+}  // namespace
+}  // namespace cadre::comm

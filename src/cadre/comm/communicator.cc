@@ -1,0 +1,199 @@
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+
+#include "cadre/comm/communicator_impl.h"
+#include "cadre/store/prefix_store.h"
+#include "cadre/transport/tcp/device.h"
+
+namespace cadre::comm {
+namespace {
+
+// Per-rank slot half for shared memory; large enough that per-step synchronisation is amortised
+// and small enough to stay near the caches.
+constexpr size_t kDefaultShmSlotBytes = size_t{1} << 20;
+
+std::string ThisHostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+Topology ComputeTopology(int rank, std::vector<std::string> hosts) {
+  Topology t;
+  t.rank = rank;
+  t.size = static_cast<int>(hosts.size());
+  std::vector<std::string> order;  // hosts by lowest rank
+  std::map<std::string, int> per_host;
+  for (const auto& h : hosts) {
+    if (per_host[h]++ == 0) order.push_back(h);
+  }
+  const std::string& mine = hosts[rank];
+  t.local_size = per_host[mine];
+  t.local_rank = static_cast<int>(std::count(hosts.begin(), hosts.begin() + rank, mine));
+  t.cross_size = static_cast<int>(order.size());
+  t.cross_rank = static_cast<int>(std::find(order.begin(), order.end(), mine) - order.begin());
+  t.homogeneous = std::all_of(per_host.begin(), per_host.end(),
+                              [&](const auto& kv) { return kv.second == t.local_size; });
+  t.hosts = std::move(hosts);
+  return t;
+}
+
+}  // namespace
+
+CommunicatorImpl& Impl(Communicator& comm) { return static_cast<CommunicatorImpl&>(comm); }
+
+std::unique_ptr<Communicator> Communicator::Create(CommunicatorOptions options) {
+  if (options.size < 1) {
+    throw Error(Code::kInvalidArgument,
+                "communicator size must be >= 1, got " + std::to_string(options.size));
+  }
+  if (options.rank < 0 || options.rank >= options.size) {
+    throw Error(Code::kInvalidArgument, "rank " + std::to_string(options.rank) +
+                                            " is outside a communicator of size " +
+                                            std::to_string(options.size));
+  }
+  if (!options.store) throw Error(Code::kInvalidArgument, "communicator options need a store");
+  if (options.timeout <= Duration::zero()) {
+    throw Error(Code::kInvalidArgument, "communicator timeout must be positive");
+  }
+  return std::make_unique<CommunicatorImpl>(std::move(options));
+}
+
+CommunicatorImpl::CommunicatorImpl(CommunicatorOptions options) : options_(std::move(options)) {
+  if (options_.host.empty()) options_.host = ThisHostName();
+  Rendezvous();
+}
+
+CommunicatorImpl::~CommunicatorImpl() = default;
+
+void CommunicatorImpl::Rendezvous() {
+  const int rank = options_.rank;
+  const int size = options_.size;
+  Deadline deadline(options_.timeout);
+  int64_t generation = options_.store->add("cadre-comm/generation/" + std::to_string(rank), 1);
+  store_ = std::make_shared<store::PrefixStore>("cadre-comm/" + std::to_string(generation),
+                                                options_.store);
+  store_->set_timeout(options_.timeout);
+
+  std::vector<std::string> hosts(size);
+  store_->set_string("host/" + std::to_string(rank), options_.host);
+  for (int r = 0; r < size; ++r) {
+    std::string key = "host/" + std::to_string(r);
+    try {
+      store_->wait({key}, deadline.remaining());
+    } catch (const Error& e) {
+      throw Error(Code::kTimeout, "rendezvous: rank " + std::to_string(r) +
+                                      " did not join the communicator: " + e.what());
+    }
+    hosts[r] = store_->get_string(key);
+  }
+  topology_ = ComputeTopology(rank, std::move(hosts));
+  for (int r = 0; r < size; ++r) {
+    names_.push_back(topology_.cross_size > 1
+                         ? "rank " + std::to_string(r) + " (host " + topology_.hosts[r] + ")"
+                         : "rank " + std::to_string(r));
+  }
+  if (size == 1) return;
+
+  if (options_.use_shm && topology_.cross_size == 1) {
+    size_t slot = options_.shm_slot_bytes != 0 ? options_.shm_slot_bytes : kDefaultShmSlotBytes;
+    store::PrefixStore shm_store("shm", store_);
+    ThrowIfError(
+        transport::shm::ShmGroup::Create(shm_store, rank, size, names_, slot, deadline, &shm_));
+    return;
+  }
+  transport::tcp::ConnectOptions co;
+  co.rank = rank;
+  co.size = size;
+  co.token = options_.token;
+  co.names = names_;
+  if (topology_.cross_size == 1) {
+    co.bind_address = co.advertise_address = "127.0.0.1";
+  } else {
+    co.bind_address = options_.bind_address;
+    co.advertise_address = options_.bind_address.empty() || options_.bind_address == "0.0.0.0"
+                               ? options_.host
+                               : options_.bind_address;
+  }
+  std::unique_ptr<transport::tcp::TcpDevice> dev;
+  ThrowIfError(transport::tcp::TcpDevice::Connect(*store_, co, deadline, &dev));
+  tcp_ = std::move(dev);
+}
+
+void CommunicatorImpl::CheckUsable() const {
+  if (!broken_.ok()) {
+    throw Error(Code::kAborted,
+                "communicator is broken by an earlier error: " + broken_.ToString());
+  }
+}
+
+void CommunicatorImpl::Fail(const Status& status) {
+  Status s = status.WithContext("rank " + std::to_string(topology_.rank));
+  if (broken_.ok()) broken_ = s;
+  if (tcp_) tcp_->Shutdown();
+  if (shm_) {
+    // Name the culprit when the message says which peer failed ("rank 3 ...").
+    int culprit = -1;
+    for (int r = 0; r < topology_.size; ++r) {
+      const std::string& m = status.message();
+      const std::string& n = names_[r];
+      bool named = m.rfind(n, 0) == 0 && (m.size() == n.size() || !std::isdigit(m[n.size()]));
+      if (r != topology_.rank && named) culprit = r;
+    }
+    if (status.code() != Code::kAborted) shm_->Abort(culprit);
+  }
+  throw Error(s);
+}
+
+std::unique_ptr<Communicator> CommunicatorImpl::Subgroup(const std::vector<int>& ranks,
+                                                         const std::string& name) {
+  CheckUsable();
+  std::set<int> seen;
+  int index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    int r = ranks[i];
+    if (r < 0 || r >= topology_.size || !seen.insert(r).second) {
+      throw Error(Code::kInvalidArgument, "subgroup '" + name + "': rank " + std::to_string(r) +
+                                              " is out of range or listed twice");
+    }
+    if (r == topology_.rank) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    throw Error(Code::kInvalidArgument,
+                "subgroup '" + name + "' does not contain rank " + std::to_string(topology_.rank));
+  }
+  CommunicatorOptions o = options_;
+  o.rank = index;
+  o.size = static_cast<int>(ranks.size());
+  o.store = std::make_shared<store::PrefixStore>("group/" + name, store_);
+  return Communicator::Create(std::move(o));
+}
+
+Communicator& CommunicatorImpl::Local() {
+  if (!local_) {
+    std::vector<int> ranks;
+    for (int r = 0; r < topology_.size; ++r) {
+      if (topology_.hosts[r] == topology_.hosts[topology_.rank]) ranks.push_back(r);
+    }
+    local_ = Subgroup(ranks, "local-" + std::to_string(topology_.cross_rank));
+  }
+  return *local_;
+}
+
+Communicator& CommunicatorImpl::Cross() {
+  if (!cross_) {
+    std::vector<int> ranks;
+    std::map<std::string, int> seen;  // ranks met so far per host
+    for (int r = 0; r < topology_.size; ++r) {
+      if (seen[topology_.hosts[r]]++ == topology_.local_rank) ranks.push_back(r);
+    }
+    cross_ = Subgroup(ranks, "cross-" + std::to_string(topology_.local_rank));
+  }
+  return *cross_;
+}
+
+}  // namespace cadre::comm

@@ -1,0 +1,68 @@
+// CommunicatorImpl: the one implementation of Communicator (internal to comm/).
+//
+// Transports, decided at creation from the topology:
+// - every rank on one host and use_shm: one ShmGroup over all ranks, no sockets at all;
+// - otherwise: a full TCP mesh (TcpDevice). Allreduce across hosts may go hierarchical through
+//   Local() (shared memory inside a host) and Cross() (TCP between hosts).
+// Rendezvous keys live under "cadre-comm/<generation>/" of the caller's store, where the
+// generation counts the communicators this rank created on that store, so creating several
+// communicators on one store in the same order on every rank never mixes their keys.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cadre/base/status.h"
+#include "cadre/comm/communicator.h"
+#include "cadre/transport/device.h"
+#include "cadre/transport/shm/group.h"
+
+namespace cadre::comm {
+
+class CommunicatorImpl final : public Communicator {
+ public:
+  explicit CommunicatorImpl(CommunicatorOptions options);
+  ~CommunicatorImpl() override;
+
+  const Topology& topology() const override { return topology_; }
+  Duration timeout() const override { return options_.timeout; }
+  std::unique_ptr<Communicator> Subgroup(const std::vector<int>& ranks,
+                                         const std::string& name) override;
+  Communicator& Local() override;
+  Communicator& Cross() override;
+
+  // Null when not in use (see the header comment).
+  transport::shm::ShmGroup* shm() const { return shm_.get(); }
+  transport::Device* tcp() const { return tcp_.get(); }
+  bool use_shm() const { return options_.use_shm; }
+
+  // Throws kAborted when an earlier collective failed.
+  void CheckUsable() const;
+  // Marks the communicator broken, makes peers fail fast (closes connections, aborts the shared
+  // group) and throws Error(status).
+  [[noreturn]] void Fail(const Status& status);
+  Deadline MakeDeadline(std::optional<Duration> timeout) const {
+    return Deadline(timeout.value_or(options_.timeout));
+  }
+  const std::string& name(int rank) const { return names_[rank]; }
+
+ private:
+  void Rendezvous();
+
+  CommunicatorOptions options_;
+  std::shared_ptr<store::Store> store_;  // prefixed for this communicator
+  Topology topology_;
+  std::vector<std::string> names_;
+  std::unique_ptr<transport::shm::ShmGroup> shm_;
+  std::unique_ptr<transport::Device> tcp_;
+  std::unique_ptr<Communicator> local_;
+  std::unique_ptr<Communicator> cross_;
+  Status broken_;
+};
+
+// The implementation behind a Communicator reference (every Communicator is one).
+CommunicatorImpl& Impl(Communicator& comm);
+
+}  // namespace cadre::comm

@@ -1,0 +1,147 @@
+// Hierarchical allreduce on real communicators: threads as ranks, a host name per thread (ranks
+// of one "host" share memory, hosts talk over loopback TCP), every layout the issue names, uneven
+// counts, closed-form values; host grids; the flat fallback; bad grids.
+#include "cadre/comm/hierarchical_allreduce.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cadre/comm/comm_test_util.h"
+
+namespace cadre::comm {
+namespace {
+
+using testing::RunRanks;
+
+struct Layout {
+  int hosts;
+  int slots;
+};
+
+std::string HostOf(int rank, int slots) { return "host-" + std::to_string(rank / slots); }
+
+// Element i of rank r: small, so sums and products are exact in every type used here.
+int64_t Value(int r, size_t i) {
+  return static_cast<int64_t>((static_cast<size_t>(r) * 5 + i) % 7);
+}
+
+void RunLayout(Layout l, const std::function<void(Communicator&)>& fn) {
+  CommunicatorOptions base;
+  base.timeout = std::chrono::seconds(30);
+  RunRanks(l.hosts * l.slots, base, fn, [&](int r) { return HostOf(r, l.slots); });
+}
+
+// Runs `allreduce` on float32 sums and int64 max for counts that do and do not divide by the
+// slots and hosts, in and out of place, and checks every element.
+void CheckSumAndMax(Communicator& comm, const std::function<void(const AllreduceOptions&)>& run) {
+  const int n = comm.size(), r = comm.rank();
+  for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{7}, size_t{1001}, size_t{40000}}) {
+    std::vector<float> in(count), out(count, -1.0f);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(Value(r, i));
+    AllreduceOptions o;
+    o.input = in.data();
+    o.output = out.data();
+    o.count = count;
+    o.segment_bytes = 512;  // many pieces per step
+    run(o);
+    for (size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int q = 0; q < n; ++q) want += static_cast<float>(Value(q, i));
+      ASSERT_EQ(out[i], want) << "float32 sum, count " << count << ", element " << i;
+    }
+
+    std::vector<int64_t> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = Value(r, i) - 3;
+    AllreduceOptions m;
+    m.input = m.output = buf.data();
+    m.count = count;
+    m.dtype = DataType::kInt64;
+    m.op = ReduceOp::kMax;
+    run(m);
+    for (size_t i = 0; i < count; ++i) {
+      int64_t want = INT64_MIN;
+      for (int q = 0; q < n; ++q) want = std::max(want, Value(q, i) - 3);
+      ASSERT_EQ(buf[i], want) << "int64 max in place, count " << count << ", element " << i;
+    }
+  }
+}
+
+class HierarchicalAllreduceTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(HierarchicalAllreduceTest, ThroughAllreduceDispatch) {
+  RunLayout(GetParam(), [](Communicator& comm) {
+    CheckSumAndMax(comm, [&](const AllreduceOptions& o) {
+      AllreduceOptions h = o;
+      h.algorithm = AllreduceAlgorithm::kHierarchical;
+      Allreduce(comm, h);
+    });
+  });
+}
+
+TEST_P(HierarchicalAllreduceTest, HierarchyObjectWithTheChosenGrid) {
+  const Layout l = GetParam();
+  RunLayout(l, [&](Communicator& comm) {
+    auto h = Hierarchy::Create(comm);
+    EXPECT_FALSE(h->flat());
+    EXPECT_EQ(h->levels().front(), l.slots);
+    CheckSumAndMax(comm, [&](const AllreduceOptions& o) { h->Allreduce(o); });
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HierarchicalAllreduceTest,
+                         ::testing::Values(Layout{1, 1}, Layout{1, 4}, Layout{2, 1}, Layout{2, 2},
+                                           Layout{3, 2}, Layout{2, 3}),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           return std::to_string(info.param.hosts) + "hosts_x" +
+                                  std::to_string(info.param.slots) + "slots";
+                         });
+
+// DDL's multi-ring: 4 hosts as a 2x2 grid, 2 slots each (levels 2, 2, 2), against the plain ring.
+TEST(HierarchicalAllreduce, HostGridOfTwoDimensions) {
+  RunLayout({4, 2}, [](Communicator& comm) {
+    auto grid = Hierarchy::Create(comm);  // chosen: 4 hosts -> 2x2
+    EXPECT_EQ(grid->levels(), (std::vector<int>{2, 2, 2}));
+    auto ring = Hierarchy::Create(comm, {.host_grid = {4}});
+    EXPECT_EQ(ring->levels(), (std::vector<int>{2, 4}));
+    for (Hierarchy* h : {grid.get(), ring.get()}) {
+      CheckSumAndMax(comm, [&](const AllreduceOptions& o) { h->Allreduce(o); });
+    }
+  });
+}
+
+// Hosts holding different numbers of ranks cannot be cut into equal levels: the flat ring.
+TEST(HierarchicalAllreduce, UnevenHostsFallBackToTheFlatRing) {
+  CommunicatorOptions base;
+  base.timeout = std::chrono::seconds(30);
+  RunRanks(
+      3, base,
+      [](Communicator& comm) {
+        ASSERT_FALSE(comm.topology().homogeneous);
+        auto h = Hierarchy::Create(comm);
+        EXPECT_TRUE(h->flat());
+        EXPECT_EQ(h->levels(), (std::vector<int>{3}));
+        CheckSumAndMax(comm, [&](const AllreduceOptions& o) { h->Allreduce(o); });
+        CheckSumAndMax(comm, [&](const AllreduceOptions& o) { HierarchicalAllreduce(comm, o); });
+      },
+      [](int r) { return r < 2 ? std::string("big") : std::string("small"); });
+}
+
+TEST(HierarchicalAllreduce, GridThatDoesNotFitIsRefusedNamingBoth) {
+  RunLayout({2, 2}, [](Communicator& comm) {
+    try {
+      Hierarchy::Create(comm, {.host_grid = {2, 2}});
+      ADD_FAILURE() << "a 2x2 grid of hosts was accepted for 2 hosts";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("host grid 2x2 holds 4 hosts, the communicator has 2"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace cadre::comm

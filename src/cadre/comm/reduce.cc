@@ -1,0 +1,183 @@
+#include "cadre/comm/reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+namespace cadre::comm {
+namespace {
+
+// Integer arithmetic goes through the unsigned type so that overflow wraps instead of being
+// undefined behaviour.
+template <typename T, bool = std::is_integral_v<T>>
+struct ArithOf {
+  using type = T;
+};
+template <typename T>
+struct ArithOf<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+template <typename T>
+using Arith = typename ArithOf<T>::type;
+
+template <typename T, ReduceOp kOp>
+inline T Combine(T a, T b) {
+  if constexpr (kOp == ReduceOp::kSum) {
+    return static_cast<T>(static_cast<Arith<T>>(a) + static_cast<Arith<T>>(b));
+  } else if constexpr (kOp == ReduceOp::kProduct) {
+    return static_cast<T>(static_cast<Arith<T>>(a) * static_cast<Arith<T>>(b));
+  } else if constexpr (kOp == ReduceOp::kMin) {
+    return b < a ? b : a;
+  } else {
+    return a < b ? b : a;
+  }
+}
+
+template <typename T, ReduceOp kOp>
+void Loop(T* out, const T* a, const T* b, size_t count) {
+  for (size_t i = 0; i < count; ++i) out[i] = Combine<T, kOp>(a[i], b[i]);
+}
+
+template <typename T>
+void Dispatch(void* out, const void* a, const void* b, size_t count, ReduceOp op) {
+  auto* o = static_cast<T*>(out);
+  auto* x = static_cast<const T*>(a);
+  auto* y = static_cast<const T*>(b);
+  switch (op) {
+    case ReduceOp::kSum:
+      return Loop<T, ReduceOp::kSum>(o, x, y, count);
+    case ReduceOp::kMin:
+      return Loop<T, ReduceOp::kMin>(o, x, y, count);
+    case ReduceOp::kMax:
+      return Loop<T, ReduceOp::kMax>(o, x, y, count);
+    case ReduceOp::kProduct:
+      return Loop<T, ReduceOp::kProduct>(o, x, y, count);
+  }
+}
+
+// 16-bit floats: widen a block to float32, combine there, narrow once.
+template <float (*kToFloat)(uint16_t), uint16_t (*kFromFloat)(float)>
+void Dispatch16(void* out, const void* a, const void* b, size_t count, ReduceOp op) {
+  constexpr size_t kBlock = 512;
+  float fa[kBlock], fb[kBlock];
+  auto* o = static_cast<uint16_t*>(out);
+  auto* x = static_cast<const uint16_t*>(a);
+  auto* y = static_cast<const uint16_t*>(b);
+  for (size_t base = 0; base < count; base += kBlock) {
+    size_t n = std::min(kBlock, count - base);
+    for (size_t i = 0; i < n; ++i) fa[i] = kToFloat(x[base + i]);
+    for (size_t i = 0; i < n; ++i) fb[i] = kToFloat(y[base + i]);
+    Dispatch<float>(fa, fa, fb, n, op);
+    for (size_t i = 0; i < n; ++i) o[base + i] = kFromFloat(fa[i]);
+  }
+}
+
+}  // namespace
+
+float HalfToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / NaN (payload kept)
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {
+    // Subnormal half: normalise.
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400) == 0);
+    bits = sign | ((112 - e) << 23) | ((mant & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  uint32_t abs = bits & 0x7fffffff;
+  if (abs >= 0x7f800000u) {  // inf or NaN
+    return sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0);
+  }
+  if (abs >= 0x477ff000u) return sign | 0x7c00;  // rounds to above 65504: inf
+  if (abs < 0x38800000u) {                       // below the smallest normal half
+    if (abs < 0x33000000u) return sign;          // below half of the smallest subnormal
+    uint32_t exp = abs >> 23;
+    uint32_t mant = (abs & 0x7fffff) | 0x800000;
+    uint32_t shift = 126 - exp;  // 14..24
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return sign | static_cast<uint16_t>(half);
+  }
+  uint32_t rounded = abs + 0xfff + ((abs >> 13) & 1);  // round to nearest even at bit 13
+  return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
+}
+
+float BFloat16ToFloat(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToBFloat16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffff) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+void Reduce(void* out, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return Dispatch<float>(out, a, b, count, op);
+    case DataType::kFloat64:
+      return Dispatch<double>(out, a, b, count, op);
+    case DataType::kInt32:
+      return Dispatch<int32_t>(out, a, b, count, op);
+    case DataType::kInt64:
+      return Dispatch<int64_t>(out, a, b, count, op);
+    case DataType::kUInt8:
+      return Dispatch<uint8_t>(out, a, b, count, op);
+    case DataType::kInt8:
+      return Dispatch<int8_t>(out, a, b, count, op);
+    case DataType::kFloat16:
+      return Dispatch16<HalfToFloat, FloatToHalf>(out, a, b, count, op);
+    case DataType::kBFloat16:
+      return Dispatch16<BFloat16ToFloat, FloatToBFloat16>(out, a, b, count, op);
+  }
+}
+
+void ReduceMany(void* out, const void* const* srcs, int n, size_t count, DataType dtype,
+                ReduceOp op) {
+  size_t elem = ElementSize(dtype);
+  if (n == 1) {
+    if (out != srcs[0] && count > 0) std::memcpy(out, srcs[0], count * elem);
+    return;
+  }
+  // Blocks small enough that `out` stays in L1 while every source streams through it once.
+  const size_t block = std::max<size_t>(1, 8192 / elem);
+  auto* o = static_cast<uint8_t*>(out);
+  for (size_t base = 0; base < count; base += block) {
+    size_t len = std::min(block, count - base);
+    size_t off = base * elem;
+    Reduce(o + off, static_cast<const uint8_t*>(srcs[0]) + off,
+           static_cast<const uint8_t*>(srcs[1]) + off, len, dtype, op);
+    for (int i = 2; i < n; ++i) {
+      Reduce(o + off, o + off, static_cast<const uint8_t*>(srcs[i]) + off, len, dtype, op);
+    }
+  }
+}
+
+}  // namespace cadre::comm

@@ -1,0 +1,84 @@
+#include "cadre/comm/reduce.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "cadre/comm/typed_values.h"
+
+namespace cadre::comm {
+namespace {
+
+using testing::Get;
+using testing::Make;
+
+TEST(ReduceTest, EveryDtypeAndOpMatchesScalarMath) {
+  const size_t count = 1037;  // odd, not a multiple of any vector width or block
+  for (int d = 0; d < kNumDataTypes; ++d) {
+    auto dt = static_cast<DataType>(d);
+    double lo = testing::IsSigned(dt) ? -4 : 0;
+    auto a = Make(dt, count, [&](size_t i) { return lo + double(i % 9); });
+    auto b = Make(dt, count, [&](size_t i) { return lo + double((i * 5) % 7); });
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      auto op = static_cast<ReduceOp>(o);
+      std::vector<uint8_t> out(a.size());
+      Reduce(out.data(), a.data(), b.data(), count, dt, op);
+      for (size_t i = 0; i < count; ++i) {
+        double x = lo + double(i % 9), y = lo + double((i * 5) % 7);
+        double want = op == ReduceOp::kSum   ? x + y
+                      : op == ReduceOp::kMin ? std::min(x, y)
+                      : op == ReduceOp::kMax ? std::max(x, y)
+                                             : x * y;
+        ASSERT_EQ(Get(dt, out.data(), i), want)
+            << DataTypeName(dt) << " " << ReduceOpName(op) << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(ReduceTest, InPlaceAndManySources) {
+  auto dt = DataType::kInt64;
+  auto a = Make(dt, 100, [](size_t i) { return double(i); });
+  auto b = Make(dt, 100, [](size_t i) { return 2.0 * double(i); });
+  auto c = Make(dt, 100, [](size_t) { return 7.0; });
+  const void* srcs[3] = {a.data(), b.data(), c.data()};
+  ReduceMany(a.data(), srcs, 3, 100, dt, ReduceOp::kSum);
+  for (size_t i = 0; i < 100; ++i) ASSERT_EQ(Get(dt, a.data(), i), 3.0 * double(i) + 7);
+}
+
+TEST(ReduceTest, IntegersWrapInsteadOfOverflowing) {
+  int8_t a = 127, b = 1, out = 0;
+  Reduce(&out, &a, &b, 1, DataType::kInt8, ReduceOp::kSum);
+  EXPECT_EQ(out, -128);
+  int32_t x = 1 << 30, y = 4, z = 0;
+  Reduce(&z, &x, &y, 1, DataType::kInt32, ReduceOp::kProduct);
+  EXPECT_EQ(z, 0);
+}
+
+TEST(ReduceTest, HalfConversionsRoundToNearestEven) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // the tie above the largest half rounds to inf
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);             // smallest subnormal
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);             // tie rounds to even (zero)
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie, even stays
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie, odd rounds up
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::numeric_limits<float>::quiet_NaN()))));
+  for (uint32_t h = 0; h < 0x7c00; ++h) {  // every finite positive half survives a round trip
+    ASSERT_EQ(FloatToHalf(HalfToFloat(static_cast<uint16_t>(h))), h) << h;
+  }
+  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);  // tie to even
+  EXPECT_EQ(BFloat16ToFloat(0x4049), 3.140625f);
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(std::nanf("")))));
+}
+
+TEST(ReduceTest, NamesCoverEveryValue) {
+  for (int d = 0; d < kNumDataTypes; ++d) EXPECT_NE(DataTypeName(DataType(d)), "unknown");
+  for (int o = 0; o < kNumReduceOps; ++o) EXPECT_NE(ReduceOpName(ReduceOp(o)), "unknown");
+  EXPECT_EQ(ElementSize(DataType::kBFloat16), 2u);
+}
+
+}  // namespace
+}  // namespace cadre::comm

@@ -1,0 +1,213 @@
+#include "cadre/comm/tcp_collectives.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cadre/comm/reduce.h"
+
+namespace cadre::comm::tcp_algo {
+namespace {
+
+using transport::Transfer;
+
+struct Block {
+  size_t offset = 0;  // bytes
+  size_t bytes = 0;
+};
+
+std::vector<Block> Blocks(const std::vector<size_t>& counts, size_t elem) {
+  std::vector<Block> b(counts.size());
+  size_t off = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    b[i] = {off, counts[i] * elem};
+    off += b[i].bytes;
+  }
+  return b;
+}
+
+// `count` elements split into n nearly equal blocks.
+std::vector<size_t> EvenCounts(size_t count, int n) {
+  std::vector<size_t> c(n, count / n);
+  for (size_t i = 0; i < count % n; ++i) ++c[i];
+  return c;
+}
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// After this, block `rank` of `buf` holds the reduction of that block over all ranks.
+Status RingReduceScatterInPlace(Device& d, uint8_t* buf, const std::vector<Block>& blocks,
+                                DataType dtype, ReduceOp op, size_t segment_bytes,
+                                Deadline deadline) {
+  const int n = d.size(), r = d.rank();
+  const size_t elem = ElementSize(dtype);
+  const size_t seg = std::max(elem, segment_bytes / elem * elem);
+  const int right = Mod(r + 1, n), left = Mod(r - 1, n);
+  std::vector<uint8_t> tmp(seg);
+  size_t largest = 0;
+  for (const Block& b : blocks) largest = std::max(largest, b.bytes);
+  // Every rank cuts every step into the same number of pieces (from the largest block), so the
+  // sender's piece i is the receiver's piece i.
+  const size_t pieces = std::max<size_t>(1, (largest + seg - 1) / seg);
+  for (int s = 0; s < n - 1; ++s) {
+    const Block& out = blocks[Mod(r - s - 1, n)];
+    const Block& in = blocks[Mod(r - s - 2, n)];
+    for (size_t i = 0; i < pieces; ++i) {
+      size_t so = std::min(out.bytes, i * seg), sl = std::min(seg, out.bytes - so);
+      size_t ro = std::min(in.bytes, i * seg), rl = std::min(seg, in.bytes - ro);
+      Transfer t[2] = {Transfer::Send(right, buf + out.offset + so, sl),
+                       Transfer::Recv(left, tmp.data(), rl)};
+      CADRE_RETURN_IF_ERROR(d.Run(t, deadline));
+      uint8_t* acc = buf + in.offset + ro;
+      Reduce(acc, acc, tmp.data(), rl / elem, dtype, op);
+    }
+  }
+  return Status::Ok();
+}
+
+// Block `rank` of `buf` is complete on entry; on return every block is.
+Status RingAllgatherInPlace(Device& d, uint8_t* buf, const std::vector<Block>& blocks,
+                            Deadline deadline) {
+  const int n = d.size(), r = d.rank();
+  for (int s = 0; s < n - 1; ++s) {
+    const Block& out = blocks[Mod(r - s, n)];
+    const Block& in = blocks[Mod(r - s - 1, n)];
+    Transfer t[2] = {Transfer::Send(Mod(r + 1, n), buf + out.offset, out.bytes),
+                     Transfer::Recv(Mod(r - 1, n), buf + in.offset, in.bytes)};
+    CADRE_RETURN_IF_ERROR(d.Run(t, deadline));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RingAllreduce(Device& d, const void* in, void* out, size_t count, DataType dtype,
+                     ReduceOp op, size_t segment_bytes, Deadline deadline) {
+  const size_t elem = ElementSize(dtype);
+  auto* buf = static_cast<uint8_t*>(out);
+  if (in != out) std::memcpy(buf, in, count * elem);
+  auto blocks = Blocks(EvenCounts(count, d.size()), elem);
+  if (segment_bytes == 0) segment_bytes = kDefaultSegmentBytes;
+  CADRE_RETURN_IF_ERROR(
+      RingReduceScatterInPlace(d, buf, blocks, dtype, op, segment_bytes, deadline));
+  return RingAllgatherInPlace(d, buf, blocks, deadline);
+}
+
+Status HalvingDoublingAllreduce(Device& d, const void* in, void* out, size_t count, DataType dtype,
+                                ReduceOp op, Deadline deadline) {
+  const int n = d.size(), r = d.rank();
+  const size_t elem = ElementSize(dtype);
+  auto* buf = static_cast<uint8_t*>(out);
+  if (in != out) std::memcpy(buf, in, count * elem);
+  const size_t bytes = count * elem;
+  int p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2;
+  const int extra = n - p2;
+  if (r >= p2) {  // fold into the partner, get the result back at the end
+    Transfer send[1] = {Transfer::Send(r - p2, buf, bytes)};
+    CADRE_RETURN_IF_ERROR(d.Run(send, deadline));
+    Transfer recv[1] = {Transfer::Recv(r - p2, buf, bytes)};
+    return d.Run(recv, deadline);
+  }
+  std::vector<uint8_t> tmp(bytes);
+  if (r < extra) {
+    Transfer recv[1] = {Transfer::Recv(r + p2, tmp.data(), bytes)};
+    CADRE_RETURN_IF_ERROR(d.Run(recv, deadline));
+    Reduce(buf, buf, tmp.data(), count, dtype, op);
+  }
+  struct Range {
+    size_t lo, hi;  // elements
+  };
+  std::vector<Range> stack;
+  Range cur{0, count};
+  for (int mask = p2 / 2; mask >= 1; mask /= 2) {
+    const int partner = r ^ mask;
+    const size_t mid = cur.lo + (cur.hi - cur.lo) / 2;
+    Range keep = (r & mask) == 0 ? Range{cur.lo, mid} : Range{mid, cur.hi};
+    Range give = (r & mask) == 0 ? Range{mid, cur.hi} : Range{cur.lo, mid};
+    Transfer t[2] = {Transfer::Send(partner, buf + give.lo * elem, (give.hi - give.lo) * elem),
+                     Transfer::Recv(partner, tmp.data(), (keep.hi - keep.lo) * elem)};
+    CADRE_RETURN_IF_ERROR(d.Run(t, deadline));
+    Reduce(buf + keep.lo * elem, buf + keep.lo * elem, tmp.data(), keep.hi - keep.lo, dtype, op);
+    stack.push_back(cur);
+    cur = keep;
+  }
+  for (int mask = 1; mask < p2; mask *= 2) {
+    const int partner = r ^ mask;
+    Range parent = stack.back();
+    stack.pop_back();
+    Range other = cur.lo == parent.lo ? Range{cur.hi, parent.hi} : Range{parent.lo, cur.lo};
+    Transfer t[2] = {Transfer::Send(partner, buf + cur.lo * elem, (cur.hi - cur.lo) * elem),
+                     Transfer::Recv(partner, buf + other.lo * elem, (other.hi - other.lo) * elem)};
+    CADRE_RETURN_IF_ERROR(d.Run(t, deadline));
+    cur = parent;
+  }
+  if (r < extra) {
+    Transfer send[1] = {Transfer::Send(r + p2, buf, bytes)};
+    CADRE_RETURN_IF_ERROR(d.Run(send, deadline));
+  }
+  return Status::Ok();
+}
+
+Status Broadcast(Device& d, void* buffer, size_t bytes, int root, Deadline deadline) {
+  std::vector<Transfer> t;
+  if (d.rank() == root) {
+    for (int p = 0; p < d.size(); ++p) {
+      if (p != root) t.push_back(Transfer::Send(p, buffer, bytes));
+    }
+  } else {
+    t.push_back(Transfer::Recv(root, buffer, bytes));
+  }
+  return d.Run(t, deadline);
+}
+
+Status Allgatherv(Device& d, const void* in, void* out, const std::vector<size_t>& counts,
+                  size_t elem, Deadline deadline) {
+  auto blocks = Blocks(counts, elem);
+  auto* buf = static_cast<uint8_t*>(out);
+  const Block& mine = blocks[d.rank()];
+  if (in != buf + mine.offset) std::memmove(buf + mine.offset, in, mine.bytes);
+  return RingAllgatherInPlace(d, buf, blocks, deadline);
+}
+
+Status ReduceScatter(Device& d, const void* in, void* out, const std::vector<size_t>& counts,
+                     DataType dtype, ReduceOp op, Deadline deadline) {
+  const size_t elem = ElementSize(dtype);
+  auto blocks = Blocks(counts, elem);
+  size_t total = blocks.back().offset + blocks.back().bytes;
+  std::vector<uint8_t> work(static_cast<const uint8_t*>(in),
+                            static_cast<const uint8_t*>(in) + total);
+  CADRE_RETURN_IF_ERROR(
+      RingReduceScatterInPlace(d, work.data(), blocks, dtype, op, kDefaultSegmentBytes, deadline));
+  const Block& mine = blocks[d.rank()];
+  std::memcpy(out, work.data() + mine.offset, mine.bytes);
+  return Status::Ok();
+}
+
+Status Alltoall(Device& d, const void* in, void* out, const std::vector<size_t>& send_counts,
+                const std::vector<size_t>& recv_counts, size_t elem, Deadline deadline) {
+  auto sb = Blocks(send_counts, elem);
+  auto rb = Blocks(recv_counts, elem);
+  auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  const int me = d.rank();
+  std::memcpy(dst + rb[me].offset, src + sb[me].offset, sb[me].bytes);
+  std::vector<Transfer> t;
+  for (int i = 1; i < d.size(); ++i) {
+    int to = Mod(me + i, d.size()), from = Mod(me - i, d.size());
+    t.push_back(Transfer::Send(to, src + sb[to].offset, sb[to].bytes));
+    t.push_back(Transfer::Recv(from, dst + rb[from].offset, rb[from].bytes));
+  }
+  return d.Run(t, deadline);
+}
+
+Status Barrier(Device& d, Deadline deadline) {
+  const int n = d.size(), r = d.rank();
+  uint8_t out = 0, in = 0;
+  for (int k = 1; k < n; k <<= 1) {
+    Transfer t[2] = {Transfer::Send(Mod(r + k, n), &out, 1), Transfer::Recv(Mod(r - k, n), &in, 1)};
+    CADRE_RETURN_IF_ERROR(d.Run(t, deadline));
+  }
+  return Status::Ok();
+}
+
+}  // namespace cadre::comm::tcp_algo

@@ -1,0 +1,39 @@
+// Collectives over point-to-point transfers (transport/device.h), used between hosts and when
+// shared memory is off. Algorithms follow Gloo and MPICH:
+// - RingAllreduce: reduce-scatter then allgather around the ring, each step moved in segments of
+//   at most `segment_bytes` so that sends and receives overlap: bandwidth-optimal.
+// - HalvingDoublingAllreduce: recursive vector halving (reduce-scatter) then doubling (allgather)
+//   among the largest power of two of ranks; the extra ranks first fold their data into a partner
+//   and get the result back at the end: log2(p) steps, for latency-bound sizes.
+// Every function is called by all ranks with agreeing arguments.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+#include "cadre/comm/types.h"
+#include "cadre/transport/device.h"
+
+namespace cadre::comm::tcp_algo {
+
+using transport::Device;
+
+inline constexpr size_t kDefaultSegmentBytes = 1 << 20;
+
+// `out` holds `in` (copied when they differ) and is reduced in place.
+Status RingAllreduce(Device& d, const void* in, void* out, size_t count, DataType dtype,
+                     ReduceOp op, size_t segment_bytes, Deadline deadline);
+Status HalvingDoublingAllreduce(Device& d, const void* in, void* out, size_t count, DataType dtype,
+                                ReduceOp op, Deadline deadline);
+Status Broadcast(Device& d, void* buffer, size_t bytes, int root, Deadline deadline);
+Status Allgatherv(Device& d, const void* in, void* out, const std::vector<size_t>& counts,
+                  size_t elem, Deadline deadline);
+Status ReduceScatter(Device& d, const void* in, void* out, const std::vector<size_t>& counts,
+                     DataType dtype, ReduceOp op, Deadline deadline);
+Status Alltoall(Device& d, const void* in, void* out, const std::vector<size_t>& send_counts,
+                const std::vector<size_t>& recv_counts, size_t elem, Deadline deadline);
+Status Barrier(Device& d, Deadline deadline);
+
+}  // namespace cadre::comm::tcp_algo

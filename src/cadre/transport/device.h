@@ -1,0 +1,33 @@
+// Device: moves Transfers between this rank and its peers.
+//
+// Run() progresses every transfer of the batch concurrently (so a rank may send to and receive
+// from the same or different peers at once without deadlock) and returns when all completed, or
+// with the first failure: kTimeout naming the peers still owed bytes when the deadline passes,
+// kIo naming a peer whose connection broke, kProtocol for a malformed frame, kMismatch for a
+// message of unexpected size. After a failure the device is broken: every later Run fails at once
+// and the connections are shut down, so peers blocked on this rank fail fast too.
+//
+// Thread-safety: one thread calls Run at a time.
+#pragma once
+
+#include <span>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+#include "cadre/transport/pair.h"
+
+namespace cadre::transport {
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Pair& pair(int peer) = 0;
+  virtual Status Run(std::span<const Transfer> transfers, Deadline deadline) = 0;
+  // Breaks the device (see above) without a failure of its own, e.g. when another transport of
+  // the same communicator failed.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace cadre::transport

@@ -1,0 +1,247 @@
+#include "cadre/transport/shm/group.h"
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CADRE_CPU_RELAX() _mm_pause()
+#else
+#define CADRE_CPU_RELAX() std::atomic_signal_fence(std::memory_order_seq_cst)
+#endif
+
+namespace cadre::transport::shm {
+namespace {
+
+constexpr uint32_t kMagic = 0x4d485343;  // "CSHM"
+constexpr uint32_t kLayoutVersion = 1;
+constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+
+struct alignas(64) Line {
+  std::atomic<uint32_t> value{0};
+};
+
+long Futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
+}
+
+// Wrap-safe "a has reached b" for step numbers.
+bool Reached(uint32_t value, uint32_t step) { return static_cast<int32_t>(value - step) >= 0; }
+
+int CpuCount() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+struct ShmGroup::Header {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t size;
+  uint32_t pad;
+  uint64_t slot_bytes;
+  Line attached;
+  Line abort;     // 0, or (reporter + 1) << 16 | (culprit + 1)
+  Line sleepers;  // ranks inside a futex wait; publishers wake only when non-zero
+};
+
+struct ShmGroup::RankState {
+  Line flags[kNumFlags];
+  alignas(64) std::atomic<int32_t> pid{0};
+  OpDescriptor desc[2];
+};
+
+namespace {
+size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+}  // namespace
+
+ShmGroup::Header* ShmGroup::header() const { return static_cast<Header*>(segment_.data()); }
+
+ShmGroup::RankState* ShmGroup::state(int rank) const {
+  auto* base = static_cast<uint8_t*>(segment_.data()) + AlignUp(sizeof(Header), 64);
+  return reinterpret_cast<RankState*>(base) + rank;
+}
+
+uint8_t* ShmGroup::slot(int rank, uint32_t step) const {
+  auto* base = static_cast<uint8_t*>(segment_.data()) + slots_offset_;
+  return base + (static_cast<size_t>(rank) * 2 + (step & 1)) * slot_bytes_;
+}
+
+Status ShmGroup::Create(store::Store& store, int rank, int size, std::vector<std::string> names,
+                        size_t slot_bytes, Deadline deadline, std::unique_ptr<ShmGroup>* out) {
+  std::unique_ptr<ShmGroup> g(new ShmGroup());
+  g->rank_ = rank;
+  g->size_ = size;
+  g->slot_bytes_ = AlignUp(slot_bytes, 4096);
+  g->names_ = std::move(names);
+  g->pidfds_.assign(size, -1);
+  g->spin_ = size <= CpuCount();
+  g->slots_offset_ =
+      AlignUp(AlignUp(sizeof(Header), 64) + sizeof(RankState) * static_cast<size_t>(size), 4096);
+  size_t total = g->slots_offset_ + static_cast<size_t>(size) * 2 * g->slot_bytes_;
+
+  const std::string key = "shm-segment";
+  if (rank == 0) {
+    CADRE_RETURN_IF_ERROR(SharedSegment::Create(total, &g->segment_));
+    Header* h = g->header();
+    h->size = static_cast<uint32_t>(size);
+    h->slot_bytes = g->slot_bytes_;
+    h->version = kLayoutVersion;
+    for (int r = 0; r < size; ++r) new (g->state(r)) RankState();
+    std::atomic_thread_fence(std::memory_order_release);
+    h->magic = kMagic;
+    store.set_string(key, g->segment_.name());
+  } else {
+    try {
+      store.wait({key}, deadline.remaining());
+    } catch (const Error& e) {
+      return TimeoutError("shared memory rendezvous: " + g->names_[0] +
+                          " did not publish its segment: " + e.what());
+    }
+    std::string name = store.get_string(key);
+    CADRE_RETURN_IF_ERROR(SharedSegment::Open(name, total, &g->segment_));
+    Header* h = g->header();
+    if (h->magic != kMagic || h->version != kLayoutVersion || h->size != uint32_t(size) ||
+        h->slot_bytes != g->slot_bytes_) {
+      return ProtocolError("shared memory segment " + name + " of " + g->names_[0] +
+                           " has another layout (different cadre version or settings)");
+    }
+  }
+  g->state(rank)->pid.store(static_cast<int32_t>(getpid()), std::memory_order_release);
+  g->header()->attached.value.fetch_add(1, std::memory_order_acq_rel);
+  if (rank == 0) {
+    // Unlink once everyone mapped it, so a killed job leaves nothing in /dev/shm.
+    while (g->header()->attached.value.load(std::memory_order_acquire) < uint32_t(size)) {
+      if (deadline.expired()) {
+        std::string missing;
+        for (int r = 1; r < size; ++r) {
+          if (g->state(r)->pid.load() == 0) missing += (missing.empty() ? "" : ", ") + g->names_[r];
+        }
+        return TimeoutError("shared memory rendezvous: " + missing + " did not attach in time");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    g->segment_.Unlink();
+  }
+  *out = std::move(g);
+  return Status::Ok();
+}
+
+ShmGroup::~ShmGroup() {
+  for (int fd : pidfds_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void ShmGroup::SetDescriptor(uint32_t step, const OpDescriptor& d) {
+  state(rank_)->desc[step & 1] = d;
+}
+
+OpDescriptor ShmGroup::descriptor(int rank, uint32_t step) const {
+  return state(rank)->desc[step & 1];
+}
+
+void ShmGroup::Publish(Flag flag, uint32_t step) {
+  auto& word = state(rank_)->flags[flag].value;
+  word.store(step, std::memory_order_seq_cst);
+  if (header()->sleepers.value.load(std::memory_order_seq_cst) != 0) {
+    Futex(&word, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+}
+
+Status ShmGroup::AbortedStatus() const {
+  uint32_t a = header()->abort.value.load(std::memory_order_acquire);
+  int reporter = static_cast<int>(a >> 16) - 1;
+  int culprit = static_cast<int>(a & 0xffff) - 1;
+  std::string who = culprit >= 0 && culprit < size_ ? names_[culprit] : "a peer";
+  std::string by = reporter >= 0 && reporter < size_ ? names_[reporter] : "a peer";
+  return AbortedError("the shared-memory group failed: " + by + " reported a failure of " + who);
+}
+
+void ShmGroup::Abort(int culprit) {
+  uint32_t value = (static_cast<uint32_t>(rank_ + 1) << 16) | static_cast<uint32_t>(culprit + 1);
+  uint32_t expected = 0;
+  header()->abort.value.compare_exchange_strong(expected, value);
+  for (int r = 0; r < size_; ++r) {
+    for (auto& line : state(r)->flags) Futex(&line.value, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+}
+
+Status ShmGroup::PeerFailure(int peer) {
+  if (header()->abort.value.load(std::memory_order_acquire) != 0) return AbortedStatus();
+  int pid = state(peer)->pid.load(std::memory_order_acquire);
+  if (pid == 0 || pid == getpid()) return Status::Ok();  // threads as ranks: no process to watch
+  if (pidfds_[peer] < 0) {
+    int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (fd >= 0) {
+      pidfds_[peer] = fd;
+    } else if (errno == ESRCH) {
+      return IoError(names_[peer] + " (pid " + std::to_string(pid) + ") has exited");
+    } else if (kill(pid, 0) != 0 && errno == ESRCH) {
+      return IoError(names_[peer] + " (pid " + std::to_string(pid) + ") has exited");
+    }
+  }
+  if (pidfds_[peer] >= 0) {
+    pollfd p{pidfds_[peer], POLLIN, 0};
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      return IoError(names_[peer] + " (pid " + std::to_string(pid) + ") died during a collective");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ShmGroup::WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline) {
+  auto& word = state(peer)->flags[flag].value;
+  if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
+  // Short spin: a peer on another core is usually microseconds away.
+  if (spin_) {
+    auto until = Clock::now() + std::chrono::microseconds(100);
+    for (int i = 0;; ++i) {
+      CADRE_CPU_RELAX();
+      if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
+      if ((i & 63) == 63 && Clock::now() > until) break;
+    }
+  }
+  // Yielding hands the core to the peer we wait for when ranks outnumber cores.
+  auto until = Clock::now() + std::chrono::microseconds(spin_ ? 20 : 200);
+  while (Clock::now() < until) {
+    sched_yield();
+    if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
+  }
+  auto& sleepers = header()->sleepers.value;
+  while (true) {
+    if (Status s = PeerFailure(peer); !s.ok()) return s;
+    if (deadline.expired()) {
+      return TimeoutError(names_[peer] + " did not reach step " + std::to_string(step) +
+                          " of the collective in time (it is stalled or out of step)");
+    }
+    auto slice = std::min<Duration>(deadline.remaining(), kSleepSlice);
+    timespec ts{static_cast<time_t>(slice.count() / 1000),
+                static_cast<long>((slice.count() % 1000) * 1000000)};
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t v = word.load(std::memory_order_seq_cst);
+    if (!Reached(v, step) && header()->abort.value.load() == 0) Futex(&word, FUTEX_WAIT, v, &ts);
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
+  }
+}
+
+Status ShmGroup::WaitAll(Flag flag, uint32_t step, Deadline deadline) {
+  for (int i = 1; i < size_; ++i) {
+    int peer = (rank_ + i) % size_;
+    CADRE_RETURN_IF_ERROR(WaitOne(peer, flag, step, deadline));
+  }
+  return Status::Ok();
+}
+
+}  // namespace cadre::transport::shm

@@ -1,0 +1,97 @@
+// ShmGroup: the ranks of one host sharing one memory segment, with per-rank step flags.
+//
+// Layout: a header, one cache-line-aligned RankState per rank (step flags, pid, the descriptor of
+// the collective it is in), then per rank a slot of two halves of slot_bytes() each. Collectives
+// (comm/shm_collectives.cc) run in *steps*: in step s a rank writes into half (s & 1) of its own
+// slot, Publish(kArrived, s), WaitAll(kArrived, s), then reads its peers' halves. Because a rank
+// can only reach step s+1 after every peer arrived at step s, and peers only write half (s & 1)
+// again at step s+2, two halves make reuse safe without an extra "done" flag.
+//
+// Waiting: spin briefly (only when there are at least as many cores as ranks), then yield, then
+// sleep on a futex on the peer's flag word, waking every 50 ms to check that the peer process is
+// alive (pidfd) and that no rank aborted the group. Nothing waits past the Deadline.
+// Failures name the peer with the name given at creation ("rank 3").
+//
+// Thread-safety: one thread per rank uses its ShmGroup object; distinct objects (threads or
+// processes) share the segment.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+#include "cadre/store/store.h"
+#include "cadre/transport/shm/segment.h"
+
+namespace cadre::transport::shm {
+
+// What a rank is doing in its current collective, compared across ranks to catch mismatches.
+struct OpDescriptor {
+  uint32_t kind = 0;
+  uint32_t detail = 0;  // dtype, op, root: packed by the caller
+  uint64_t count = 0;
+  bool operator==(const OpDescriptor&) const = default;
+};
+
+class ShmGroup {
+ public:
+  enum Flag { kArrived = 0, kReduced = 1, kNumFlags = 2 };
+
+  // Collective over the `size` ranks of one host. Local rank 0 creates the segment and publishes
+  // its name under "shm-segment" in `store` (already prefixed per communicator); the others map
+  // it. `names[r]` describes rank r in error messages.
+  static Status Create(store::Store& store, int rank, int size, std::vector<std::string> names,
+                       size_t slot_bytes, Deadline deadline, std::unique_ptr<ShmGroup>* out);
+  ~ShmGroup();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t slot_bytes() const { return slot_bytes_; }
+
+  // Starts the next step; returns its number (shared by every rank, since all run the same steps).
+  uint32_t NextStep() { return ++step_; }
+  // Half (step & 1) of `rank`'s slot.
+  uint8_t* slot(int rank, uint32_t step) const;
+
+  // The descriptor of the collective that starts at `step` (kept per half, like the data: a
+  // peer may already describe its next collective while this rank still reads this one).
+  void SetDescriptor(uint32_t step, const OpDescriptor& d);
+  OpDescriptor descriptor(int rank, uint32_t step) const;
+
+  void Publish(Flag flag, uint32_t step);
+  Status WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline);
+  Status WaitAll(Flag flag, uint32_t step, Deadline deadline);
+
+  // Marks the group failed because of `culprit` (a local rank, or -1 when unknown) and wakes every
+  // waiter: they return kAborted naming the culprit instead of waiting for their timeout.
+  void Abort(int culprit);
+
+  const std::string& name(int rank) const { return names_[rank]; }
+
+ private:
+  struct Header;
+  struct RankState;
+
+  ShmGroup() = default;
+  Header* header() const;
+  RankState* state(int rank) const;
+  Status PeerFailure(int peer);  // non-ok if the peer died or the group was aborted
+  Status AbortedStatus() const;
+
+  SharedSegment segment_;
+  int rank_ = 0;
+  int size_ = 1;
+  size_t slot_bytes_ = 0;
+  size_t slots_offset_ = 0;
+  uint32_t step_ = 0;
+  bool spin_ = true;  // false when ranks outnumber cores
+  std::vector<std::string> names_;
+  std::vector<int> pidfds_;  // per peer, -1 until opened
+};
+
+}  // namespace cadre::transport::shm

@@ -1,0 +1,177 @@
+#include "cadre/transport/tcp/device.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "cadre/base/logging.h"
+#include "cadre/net/handshake.h"
+
+namespace cadre::transport::tcp {
+namespace {
+
+std::string Identity(int rank, int size) {
+  return "cadre rank " + std::to_string(rank) + " of " + std::to_string(size);
+}
+
+// Parses Identity(); -1 when `id` is not one for a group of `size`.
+int RankOfIdentity(const std::string& id, int size) {
+  const std::string prefix = "cadre rank ";
+  const std::string suffix = " of " + std::to_string(size);
+  if (id.size() <= prefix.size() + suffix.size() || id.rfind(prefix, 0) != 0 ||
+      id.compare(id.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return -1;
+  }
+  int rank = -1;
+  const char* first = id.data() + prefix.size();
+  const char* last = id.data() + id.size() - suffix.size();
+  auto [ptr, ec] = std::from_chars(first, last, rank);
+  if (ec != std::errc() || ptr != last || rank < 0 || rank >= size) return -1;
+  return rank;
+}
+
+}  // namespace
+
+Status TcpDevice::Connect(store::Store& store, const ConnectOptions& o, Deadline deadline,
+                          std::unique_ptr<TcpDevice>* out) {
+  std::unique_ptr<TcpDevice> dev(new TcpDevice());
+  dev->rank_ = o.rank;
+  dev->size_ = o.size;
+  dev->pairs_.resize(o.size);
+  if (o.size == 1) {
+    *out = std::move(dev);
+    return Status::Ok();
+  }
+  net::Socket listener;
+  CADRE_RETURN_IF_ERROR(net::Socket::Listen(o.bind_address, 0, o.size + 16, &listener));
+  std::string advertise = o.advertise_address.empty() ? "127.0.0.1" : o.advertise_address;
+  net::HostPort me{advertise, listener.local_port()};
+  store.set_string("tcp-addr/" + std::to_string(o.rank), me.ToString());
+  const std::string my_id = Identity(o.rank, o.size);
+
+  // Connect to every lower rank. Lower ranks reach their accept phase without waiting for us,
+  // so this order cannot deadlock.
+  for (int peer = 0; peer < o.rank; ++peer) {
+    std::string key = "tcp-addr/" + std::to_string(peer);
+    net::HostPort addr;
+    try {
+      store.wait({key}, deadline.remaining());
+      CADRE_RETURN_IF_ERROR(net::ParseHostPort(store.get_string(key), key, &addr));
+    } catch (const Error& e) {
+      return TimeoutError(o.names[peer] + " did not publish its address: " + e.what());
+    }
+    net::Socket sock;
+    Status s = net::Socket::Connect(addr.host, addr.port, deadline, &sock);
+    if (!s.ok()) return s.WithContext("connecting to " + o.names[peer]);
+    std::string peer_id;
+    s = net::ClientHandshake(sock, o.token, my_id, deadline, &peer_id);
+    if (!s.ok()) return s.WithContext("handshake with " + o.names[peer]);
+    if (RankOfIdentity(peer_id, o.size) != peer) {
+      return ProtocolError(o.names[peer] + " at " + addr.ToString() + " introduced itself as '" +
+                           peer_id + "'");
+    }
+    dev->pairs_[peer] = std::make_unique<TcpPair>(peer, o.names[peer], std::move(sock));
+  }
+  int missing = o.size - 1 - o.rank;
+  while (missing > 0) {
+    net::Socket sock;
+    Status s = listener.Accept(deadline, &sock);
+    if (!s.ok()) {
+      std::string who;
+      for (int peer = o.rank + 1; peer < o.size; ++peer) {
+        if (!dev->pairs_[peer]) who += (who.empty() ? "" : ", ") + o.names[peer];
+      }
+      return Status(s.code(), "waiting for " + who + " to connect: " + s.message());
+    }
+    std::string peer_id;
+    s = net::ServerHandshake(sock, o.token, my_id, deadline, &peer_id);
+    int peer = s.ok() ? RankOfIdentity(peer_id, o.size) : -1;
+    if (!s.ok() || peer <= o.rank || dev->pairs_[peer]) {
+      CADRE_LOG(WARNING) << "rank " << o.rank << ": refused a connection from "
+                         << sock.peer_address() << ": "
+                         << (s.ok() ? "unexpected identity '" + peer_id + "'" : s.ToString());
+      continue;
+    }
+    dev->pairs_[peer] = std::make_unique<TcpPair>(peer, o.names[peer], std::move(sock));
+    --missing;
+  }
+  *out = std::move(dev);
+  return Status::Ok();
+}
+
+void TcpDevice::Shutdown() {
+  for (auto& p : pairs_) {
+    if (p) {
+      p->Clear();
+      p->Shutdown();
+    }
+  }
+}
+
+Status TcpDevice::Fail(Status status) {
+  if (broken_.ok()) broken_ = status;
+  Shutdown();
+  return status;
+}
+
+Status TcpDevice::Run(std::span<const Transfer> transfers, Deadline deadline) {
+  if (!broken_.ok())
+    return AbortedError("transport is broken by an earlier error: " + broken_.message());
+  std::vector<TcpPair*> active;
+  for (const Transfer& t : transfers) {
+    if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
+      return InternalError("transfer to invalid peer " + std::to_string(t.peer));
+    }
+    TcpPair* p = pairs_[t.peer].get();
+    if (t.kind == Transfer::kSend) {
+      p->QueueSend(t.data, t.bytes);
+    } else {
+      p->QueueRecv(t.data, t.bytes);
+    }
+    if (std::find(active.begin(), active.end(), p) == active.end()) active.push_back(p);
+  }
+  std::vector<pollfd> fds;
+  std::vector<TcpPair*> polled;
+  while (true) {
+    fds.clear();
+    polled.clear();
+    for (TcpPair* p : active) {
+      if (p->send_pending()) {
+        if (Status s = p->ProgressSend(); !s.ok()) return Fail(s);
+      }
+      if (p->recv_pending()) {
+        if (Status s = p->ProgressRecv(); !s.ok()) return Fail(s);
+      }
+      short events = (p->send_pending() ? POLLOUT : 0) | (p->recv_pending() ? POLLIN : 0);
+      if (events != 0) {
+        fds.push_back({p->fd(), events, 0});
+        polled.push_back(p);
+      }
+    }
+    if (fds.empty()) return Status::Ok();
+    if (deadline.expired()) {
+      std::string owed;
+      for (TcpPair* p : polled) {
+        owed += (owed.empty() ? "" : "; ") + p->peer_name() + " (" +
+                std::to_string(p->recv_left()) + " bytes to receive, " +
+                std::to_string(p->send_left()) + " to send)";
+      }
+      return Fail(TimeoutError("collective timed out waiting for " + owed));
+    }
+    int n = poll(fds.data(), fds.size(), std::min(deadline.poll_timeout_ms(), 1000));
+    if (n < 0 && errno != EINTR)
+      return Fail(IoError("poll failed: " + std::string(std::strerror(errno))));
+    for (size_t i = 0; n > 0 && i < fds.size(); ++i) {
+      // A hang-up with nothing left to read surfaces as an error from the next ProgressRecv;
+      // make sure a pair that only sends sees it too.
+      if ((fds[i].revents & (POLLERR | POLLHUP)) != 0 && !polled[i]->recv_pending()) {
+        return Fail(IoError("connection to " + polled[i]->peer_name() + " was closed"));
+      }
+    }
+  }
+}
+
+}  // namespace cadre::transport::tcp

@@ -1,0 +1,53 @@
+// TcpDevice: a full mesh of authenticated TCP pairs between the ranks of a group.
+//
+// Connect() rendezvouses through the store: every rank listens, publishes "tcp-addr/<rank>"
+// (host:port), connects to every lower rank and accepts every higher one. Each connection starts
+// with the job-token handshake (net/handshake.h) carrying the identity "cadre rank R of N"; a
+// connection that fails the handshake (wrong token, garbage, another version) is dropped and
+// logged, and the rank keeps accepting until its peers arrive or the deadline passes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cadre/base/deadline.h"
+#include "cadre/base/status.h"
+#include "cadre/net/socket.h"
+#include "cadre/store/store.h"
+#include "cadre/transport/device.h"
+#include "cadre/transport/tcp/pair.h"
+
+namespace cadre::transport::tcp {
+
+struct ConnectOptions {
+  int rank = 0;
+  int size = 1;
+  std::string token;
+  std::vector<std::string> names;  // names[r] describes rank r in errors ("rank 3 (host a)")
+  std::string bind_address;        // listen here; empty = every IPv4 address
+  std::string advertise_address;   // what peers connect to; empty = 127.0.0.1
+};
+
+class TcpDevice final : public Device {
+ public:
+  static Status Connect(store::Store& store, const ConnectOptions& options, Deadline deadline,
+                        std::unique_ptr<TcpDevice>* out);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Pair& pair(int peer) override { return *pairs_[peer]; }
+  Status Run(std::span<const Transfer> transfers, Deadline deadline) override;
+  void Shutdown() override;
+
+ private:
+  TcpDevice() = default;
+  Status Fail(Status status);
+
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<std::unique_ptr<TcpPair>> pairs_;  // null at rank_
+  Status broken_;
+};
+
+}  // namespace cadre::transport::tcp
