@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT
+from runner_helpers import ROOT
 
 # Writes the slot's whole environment, and what `python3` on its PATH is, to RESULT_DIR.
 DUMP_ENV = textwrap.dedent("""

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from conftest import CADRE
+from runner_helpers import CADRE
 
 BAD_MANIFESTS = [
     # (manifest, [(field path, words in its message)])
