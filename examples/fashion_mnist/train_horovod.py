@@ -1,0 +1,114 @@
+"""Fashion-MNIST with PyTorch in Horovod mode (`pytorch-horovod`): a single-process training
+script plus the lines marked "# Horovod" — exactly what a Horovod user writes, and
+`import horovod.torch as hvd` works the same. Run it with
+`cadre run examples/fashion_mnist/horovod.yaml`; started by hand it is a job of size 1."""
+import argparse
+import gzip
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import cadre.torch as hvd  # Horovod
+
+parser = argparse.ArgumentParser(description="Fashion-MNIST, PyTorch, Horovod mode")
+parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--batch-size", type=int, default=64)
+parser.add_argument("--lr", type=float, default=0.01)
+parser.add_argument("--momentum", type=float, default=0.9)
+parser.add_argument("--seed", type=int, default=42)
+parser.add_argument("--max-batches", type=int, default=0, help="stop each epoch early (0: no)")
+parser.add_argument("--fp16-allreduce", action="store_true")
+parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR",
+                                                         "/usr/share/datasets/fashion-mnist"))
+parser.add_argument("--result-dir", default=os.environ.get("RESULT_DIR", "."))
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load(data_dir, train):
+    prefix = "train" if train else "t10k"
+    images = read_idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte.gz"))
+    x = (torch.from_numpy(images.copy()).float().div_(255) - 0.2860) / 0.3530
+    return torch.utils.data.TensorDataset(x.unsqueeze(1), torch.from_numpy(labels.astype(np.int64)))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, kernel_size=3, padding=1)
+        self.drop = nn.Dropout(0.25)
+        self.fc1 = nn.Linear(64 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = self.drop(F.relu(self.fc1(x.flatten(1))))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def main():
+    args = parser.parse_args()
+    hvd.init()  # Horovod
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    train_set, test_set = load(args.data_dir, True), load(args.data_dir, False)
+    sampler = torch.utils.data.distributed.DistributedSampler(  # Horovod: this rank's share
+        train_set, num_replicas=hvd.size(), rank=hvd.rank(), seed=args.seed)  # Horovod
+    loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(),  # Horovod: lr x size
+                                momentum=args.momentum)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)  # Horovod
+    optimizer = hvd.DistributedOptimizer(  # Horovod
+        optimizer, named_parameters=model.named_parameters(),  # Horovod
+        compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
+
+    start = time.time()
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        sampler.set_epoch(epoch)
+        for i, (x, y) in enumerate(loader):
+            if args.max_batches and i >= args.max_batches:
+                break
+            optimizer.zero_grad()
+            loss = F.nll_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            if i % 100 == 0:
+                avg = hvd.allreduce(loss.detach(), name="train_loss").item()  # Horovod
+                if hvd.rank() == 0:
+                    print("epoch %d batch %d/%d loss %.4f (%.0f s)"
+                          % (epoch, i, len(loader), avg, time.time() - start), flush=True)
+
+    # Each rank scores its share of the test set; the counts are summed across ranks.
+    model.eval()
+    with torch.no_grad():
+        x, y = test_set.tensors
+        mine = slice(hvd.rank(), None, hvd.size())
+        correct = (model(x[mine]).argmax(1) == y[mine]).sum()
+    correct = int(hvd.allreduce(correct, op=hvd.Sum, name="test_correct").item())  # Horovod
+    accuracy = correct / len(y)
+    if hvd.rank() == 0:
+        print("test accuracy %.4f (%d/%d) after %.0f s on %d ranks"
+              % (accuracy, correct, len(y), time.time() - start, hvd.size()), flush=True)
+        os.makedirs(args.result_dir, exist_ok=True)
+        with open(os.path.join(args.result_dir, "accuracy.txt"), "w") as f:
+            f.write("%.4f\n" % accuracy)
+
+
+if __name__ == "__main__":
+    main()
