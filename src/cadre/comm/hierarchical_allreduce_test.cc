@@ -28,10 +28,16 @@ int64_t Value(int r, size_t i) {
   return static_cast<int64_t>((static_cast<size_t>(r) * 5 + i) % 7);
 }
 
+// Pretend hosts are names only: every rank listens on loopback, so the names need not resolve.
+CommunicatorOptions Base() {
+  CommunicatorOptions o;
+  o.bind_address = "127.0.0.1";
+  o.timeout = std::chrono::seconds(20);
+  return o;
+}
+
 void RunLayout(Layout l, const std::function<void(Communicator&)>& fn) {
-  CommunicatorOptions base;
-  base.timeout = std::chrono::seconds(30);
-  RunRanks(l.hosts * l.slots, base, fn, [&](int r) { return HostOf(r, l.slots); });
+  RunRanks(l.hosts * l.slots, Base(), fn, [&](int r) { return HostOf(r, l.slots); });
 }
 
 // Runs `allreduce` on float32 sums and int64 max for counts that do and do not divide by the
@@ -114,10 +120,8 @@ TEST(HierarchicalAllreduce, HostGridOfTwoDimensions) {
 
 // Hosts holding different numbers of ranks cannot be cut into equal levels: the flat ring.
 TEST(HierarchicalAllreduce, UnevenHostsFallBackToTheFlatRing) {
-  CommunicatorOptions base;
-  base.timeout = std::chrono::seconds(30);
   RunRanks(
-      3, base,
+      3, Base(),
       [](Communicator& comm) {
         ASSERT_FALSE(comm.topology().homogeneous);
         auto h = Hierarchy::Create(comm);
