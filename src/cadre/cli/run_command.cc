@@ -17,6 +17,7 @@
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/local_backend.h"
 #include "cadre/launch/manifest.h"
+#include "cadre/launch/netem/link_spec.h"
 #include "cadre/launch/python_env.h"
 
 namespace cadre::cli {
@@ -29,6 +30,8 @@ struct RunFlags {
   std::optional<std::string> output_dir;
   double grace_seconds = 10;
   bool quiet = false;
+  std::optional<std::string> emulate_network;  // a netem link spec
+  bool require_delay = false;
 };
 
 bool IsManifestPath(const std::string& arg) {
@@ -86,6 +89,15 @@ int Run(const RunFlags& flags) {
   if (flags.data_dir) request.data_path.Set(*flags.data_dir, "--data-dir");
   if (flags.results_dir) request.results_path.Set(*flags.results_dir, "--results-dir");
   if (flags.grace_seconds < 0) problems.Add("--grace", "must not be negative");
+  std::optional<netem::LinkSpec> link;
+  if (flags.emulate_network) {
+    link.emplace();
+    Status parsed = netem::ParseLinkSpec(*flags.emulate_network, &*link);
+    if (!parsed.ok()) problems.Add("--emulate-network", parsed.message());
+  }
+  if (flags.require_delay && !flags.emulate_network) {
+    problems.Add("--require-delay", "only means something with --emulate-network");
+  }
 
   launch::PythonInfo python = launch::FindPython();
   launch::Installed installed{python.torch_version, python.interpreter};
@@ -106,6 +118,8 @@ int Run(const RunFlags& flags) {
   options.grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_seconds * 1000));
   if (flags.output_dir) options.output_dir = std::filesystem::path(*flags.output_dir);
   options.python = python;
+  options.emulate_network = link;
+  options.require_delay_loss = flags.require_delay;
   if (python.interpreter.empty() || !python.torch_version) {
     std::cerr << "cadre run: warning: no python3 with torch found"
               << (python.interpreter.empty() ? "" : " (using " + python.interpreter + ")")
@@ -148,6 +162,12 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--grace", flags->grace_seconds,
                   "Seconds between SIGTERM and SIGKILL when stopping slots (default 10)");
   cmd->add_flag("-q,--quiet", flags->quiet, "Do not show the learners' output (logs still kept)");
+  cmd->add_option("--emulate-network", flags->emulate_network,
+                  "Run each learner on an emulated node (root): its own network namespace and a "
+                  "link RATE[,DELAY[,LOSS]] to a virtual switch, e.g. 1gbit,1ms (docs/netem.md)");
+  cmd->add_flag("--require-delay", flags->require_delay,
+                "With --emulate-network: fail instead of warning when this kernel cannot emulate "
+                "delay/loss");
   cmd->callback([flags, exit_code] { *exit_code = Run(*flags); });
 }
 

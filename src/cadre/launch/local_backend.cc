@@ -94,7 +94,11 @@ Status LocalJob::Prepare() {
   layout_.machine_cores = UsableCores();
   layout_.machine_gpus = CountMachineGpus();
   layout_.python_path = CadrePythonPath();
-  CADRE_RETURN_IF_ERROR(PickLearnerHosts(layout_.name_prefix, spec_.nodes, &layout_.hosts));
+  if (options_.emulate_network) {
+    CADRE_RETURN_IF_ERROR(StartNetwork());
+  } else {
+    CADRE_RETURN_IF_ERROR(PickLearnerHosts(layout_.name_prefix, spec_.nodes, &layout_.hosts));
+  }
 
   std::error_code ec;
   fs::create_directories(layout_.job_dir, ec);
@@ -125,9 +129,15 @@ Status LocalJob::Prepare() {
 
   try {
     store::TcpStoreServerOptions store_options;
-    store_options.host = "127.0.0.1";
+    store_options.host = network_ ? network_->switch_address() : "127.0.0.1";
     store_options.token = layout_.job_token;
-    store_ = std::make_unique<store::TcpStoreServer>(store_options);
+    auto start_store = [&] { store_ = std::make_unique<store::TcpStoreServer>(store_options); };
+    // On emulated nodes the store listens on the switch, which every learner can reach.
+    if (network_) {
+      CADRE_RETURN_IF_ERROR(network_->RunInSwitch(start_store));
+    } else {
+      start_store();
+    }
     layout_.store_address = store_->address();
   } catch (const Error& e) {
     return e.status().WithContext("starting the job's rendezvous store");
@@ -144,6 +154,32 @@ Status LocalJob::Prepare() {
     }
   }
   UpdateStatus();
+  return Status::Ok();
+}
+
+Status LocalJob::StartNetwork() {
+  if (geteuid() != 0) {
+    return Status(Code::kUnavailable,
+                  "emulating a network needs root (it creates network namespaces)");
+  }
+  netem::EmulatorOptions o;
+  o.hosts = spec_.nodes;
+  o.link = *options_.emulate_network;
+  o.job_id = layout_.training_id;
+  o.require_delay_loss = options_.require_delay_loss;
+  for (int id = 1; id <= spec_.nodes; ++id) {
+    o.host_names.push_back(layout_.name_prefix + "-" + std::to_string(id));
+  }
+  CADRE_RETURN_IF_ERROR(
+      netem::NetworkEmulator::Create(o, &network_).WithContext("emulating the network"));
+  layout_.hosts.clear();
+  for (int id = 1; id <= spec_.nodes; ++id) {
+    layout_.hosts.push_back({id, o.host_names[id - 1], network_->hosts()[id - 1].address});
+  }
+  if (!network_->delay_loss_emulated()) {
+    Warn("this kernel cannot emulate link delay/loss (no netem qdisc): links are " +
+         netem::FormatRate(o.link.rate_bits_per_s) + " with no added delay or loss");
+  }
   return Status::Ok();
 }
 
@@ -169,6 +205,8 @@ Status LocalJob::StartSlots() {
     spawn.output_fd = write_fd;
     spawn.hosts_method = layout_.hosts_method;
     spawn.hosts_file = layout_.hosts_file;
+    spawn.network = network_.get();
+    spawn.network_host = slot.learner_id - 1;
     Status st = SpawnSlot(spawn, &slot.pid);
     close(write_fd);
     if (!st.ok()) return st.WithContext("starting learner-" + std::to_string(slot.learner_id));

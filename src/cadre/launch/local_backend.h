@@ -22,6 +22,7 @@
 #include "cadre/base/status.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/job_status.h"
+#include "cadre/launch/netem/link_spec.h"
 #include "cadre/launch/python_env.h"
 
 namespace cadre::launch {
@@ -35,6 +36,10 @@ struct RunOptions {
   PythonInfo python;  // the interpreter the learners' `python3` means
   int console_fd = 1;
   int message_fd = 2;
+  // Emulated nodes (root only): each learner in its own network namespace with a link of this
+  // spec to a virtual switch, 198.18.x addresses, and the store on the switch; see docs/netem.md.
+  std::optional<netem::LinkSpec> emulate_network;
+  bool require_delay_loss = false;  // fail rather than warn when delay/loss cannot be emulated
 };
 
 struct JobOutcome {

@@ -10,6 +10,7 @@
 #include "cadre/launch/learner_env.h"
 #include "cadre/launch/local_backend.h"
 #include "cadre/launch/log_mux.h"
+#include "cadre/launch/netem/network_emulator.h"
 #include "cadre/store/tcp_store.h"
 
 namespace cadre::launch {
@@ -20,6 +21,8 @@ class LocalJob {
 
   // Job directory, addresses, hosts file, rendezvous store; nothing started yet.
   Status Prepare();
+  // Prepare's part for emulated nodes: the network, and learner addresses on it.
+  Status StartNetwork();
   // Starts every slot; on a failure the slots already started are stopped by Supervise.
   Status StartSlots();
   // Records a start-up failure and stops the slots that did start.
@@ -49,6 +52,7 @@ class LocalJob {
   JobLayout layout_;
   JobStatus status_;
   LogMux mux_;
+  std::unique_ptr<netem::NetworkEmulator> network_;  // with RunOptions::emulate_network
   std::unique_ptr<store::TcpStoreServer> store_;
   std::optional<Deadline> kill_deadline_;
   int stop_signal_ = 0;    // the signal that stopped the job, if one did

@@ -22,6 +22,8 @@ struct ChildPlan {
   std::string cwd, hosts_file;
   std::string uid_map, gid_map;  // for kUserNamespace: map our ids onto themselves
   HostsMethod method = HostsMethod::kCadreHosts;
+  const netem::NetworkEmulator* network = nullptr;
+  int network_host = -1;
   int output_fd = -1;
   pid_t parent = 0;
 
@@ -31,6 +33,8 @@ struct ChildPlan {
         cwd(o.cwd.string()),
         hosts_file(o.hosts_file.string()),
         method(o.hosts_method),
+        network(o.network),
+        network_host(o.network_host),
         output_fd(o.output_fd),
         parent(getpid()) {
     for (auto& s : argv_storage) argv.push_back(s.data());
@@ -107,6 +111,10 @@ void ResetSignals() {
   if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0) ChildFail(plan.output_fd, "open /dev/null");
   if (dup2(plan.output_fd, STDOUT_FILENO) < 0 || dup2(plan.output_fd, STDERR_FILENO) < 0) {
     ChildFail(plan.output_fd, "redirect output");
+  }
+  if (plan.network != nullptr) {
+    errno = plan.network->EnterHost(plan.network_host);
+    if (errno != 0) ChildFail(STDERR_FILENO, "enter the emulated host (setns, UTS namespace)");
   }
   const char* step = "";
   if (!InstallHosts(plan, &step)) ChildFail(STDERR_FILENO, step);

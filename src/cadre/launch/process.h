@@ -15,6 +15,7 @@
 
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
+#include "cadre/launch/netem/network_emulator.h"
 
 namespace cadre::launch {
 
@@ -34,6 +35,10 @@ struct SpawnOptions {
   int output_fd = -1;  // becomes the child's stdout and stderr; stdin is /dev/null
   HostsMethod hosts_method = HostsMethod::kCadreHosts;
   std::filesystem::path hosts_file;  // bind-mounted over /etc/hosts in the namespace methods
+  // When set, the child first joins emulated host `network_host` (its network namespace and
+  // host name; see netem::NetworkEmulator::EnterHost). The emulator must outlive the call.
+  const netem::NetworkEmulator* network = nullptr;
+  int network_host = -1;
 };
 
 // Starts the child; returns its pid (also its process-group id). A failure after fork (mount,
