@@ -138,7 +138,7 @@ void LogMux::WriteConsole(const std::string& text) {
 }
 
 void LogMux::SetStatus(std::string text) {
-  if (!options_.status_line) return;
+  if (!options_.status_line || text == status_) return;
   status_ = std::move(text);
   WriteAll(options_.console_fd, "\r\033[K" + status_);
 }
