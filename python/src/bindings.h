@@ -11,5 +11,6 @@ namespace cadre::python {
 void BindBase(pybind11::module_& m);
 void BindComm(pybind11::module_& m);    // comm_bindings.cc
 void BindEngine(pybind11::module_& m);  // engine_bindings.cc
+void BindPs(pybind11::module_& m);      // ps_bindings.cc
 
 }  // namespace cadre::python

@@ -32,4 +32,5 @@ PYBIND11_MODULE(_core, m) {
   cadre::python::BindBase(m);
   cadre::python::BindComm(m);
   cadre::python::BindEngine(m);
+  cadre::python::BindPs(m);
 }

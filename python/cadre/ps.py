@@ -1,0 +1,205 @@
+"""cadre.ps: parameter-server mode for PyTorch.
+
+Every learner of a ``pytorch`` (parameter-server) job runs the same program. Learners
+1..PS_HOSTS_COUNT are servers, the rest are workers (see ``role()``)::
+
+    import cadre.ps as ps
+    if ps.role() == "ps":
+        ps.serve()                      # returns once every worker called done()
+    else:
+        opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+        for x, y in data:
+            opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+        opt.done()
+
+The servers hold the variables and apply the optimizer themselves (SGD, momentum, Adam, or a plain
+sum), with the wrapped optimizer's hyper-parameters as they were at construction; a worker pushes
+gradients and pulls the updated parameters on every ``step()``. In ``mode="sync"`` each step is
+one update with the mean gradient of all workers; in ``mode="async"`` each push is applied as it
+arrives. Parameters must be float32 CPU tensors.
+"""
+import atexit
+import weakref
+
+from cadre import _core
+
+__all__ = ["role", "serve", "DistributedOptimizer", "PsServer", "PsClient", "learner_role"]
+
+PsServer = _core.PsServer
+PsClient = _core.PsClient
+CadreError = _core.CadreError
+
+
+def learner_role():
+    """This learner's full parameter-server role (a dict) from the learner contract
+    (LEARNER_ID, NUM_LEARNERS, LEARNER_NAME_PREFIX, PS_HOSTS_COUNT, CADRE_JOB_TOKEN)."""
+    return _core.ps_role()
+
+
+def role():
+    """``"ps"`` on learners 1..PS_HOSTS_COUNT, ``"worker"`` on the others."""
+    return learner_role()["role"]
+
+
+def serve(step_timeout=300.0, timeout=None):
+    """Serves this learner's share of the variables on its port 2222 and returns once every
+    worker is done (True), or False when ``timeout`` seconds pass first."""
+    r = learner_role()
+    if r["role"] != "ps":
+        raise _core.CadreInvalidArgument(
+            "cadre.ps.serve: learner %d is a worker (PS_HOSTS_COUNT=%d)"
+            % (r["learner_id"], r["num_servers"]))
+    server = _core.PsServer(r["listen_address"], r["num_workers"], r["token"], step_timeout)
+    try:
+        return server.wait(timeout)
+    finally:
+        server.shutdown()
+
+
+def _optimizer_config(optimizer, group):
+    import torch
+
+    def hp(name, default=0.0):
+        return float(group.get(name, default))
+
+    if isinstance(optimizer, torch.optim.SGD):
+        momentum = hp("momentum")
+        if momentum == 0.0:
+            return {"kind": "sgd", "lr": hp("lr"), "weight_decay": hp("weight_decay")}
+        return {"kind": "momentum", "lr": hp("lr"), "momentum": momentum,
+                "dampening": hp("dampening"), "nesterov": bool(group.get("nesterov", False)),
+                "weight_decay": hp("weight_decay")}
+    if isinstance(optimizer, torch.optim.Adam) and not isinstance(optimizer, torch.optim.AdamW):
+        if group.get("amsgrad", False):
+            raise ValueError("cadre.ps: Adam(amsgrad=True) is not served; use amsgrad=False")
+        if group.get("maximize", False):
+            raise ValueError("cadre.ps: maximize=True is not served")
+        beta1, beta2 = group["betas"]
+        return {"kind": "adam", "lr": hp("lr"), "beta1": float(beta1), "beta2": float(beta2),
+                "eps": hp("eps", 1e-8), "weight_decay": hp("weight_decay")}
+    raise ValueError("cadre.ps: optimizer %s is not served; use torch.optim.SGD (with or without "
+                     "momentum) or torch.optim.Adam, or optimizer='sum'"
+                     % type(optimizer).__name__)
+
+
+def _entry(name, tensor):
+    return (name, tensor.data_ptr(), tensor.numel())
+
+
+class DistributedOptimizer:
+    """Wraps a torch optimizer so that its updates happen on the parameter servers.
+
+    Declares every parameter on the servers (the first worker's initial values win, and every
+    worker starts from them), then each ``step()`` pushes this worker's gradients and writes the
+    servers' updated values into the parameters. Other attributes (``param_groups``,
+    ``zero_grad``...) are the wrapped optimizer's.
+
+    Parameter names come from ``named_parameters``, else ``model.named_parameters()``, else
+    their position in the optimizer's groups; every worker must use the same model.
+    """
+
+    def __init__(self, optimizer, model=None, named_parameters=None, mode="sync",
+                 servers=None, worker_id=None, token=None, **client_options):
+        import torch
+        if mode not in ("sync", "async"):
+            raise ValueError("cadre.ps: mode must be 'sync' or 'async', not %r" % (mode,))
+        self._optimizer = optimizer
+        if named_parameters is None and model is not None:
+            named_parameters = model.named_parameters()
+        names = {}
+        if named_parameters is not None:
+            for name, p in named_parameters:
+                names[id(p)] = name
+        self._params = []  # (name, parameter) in the optimizer's order
+        configs = []
+        for gi, group in enumerate(optimizer.param_groups):
+            config = _optimizer_config(optimizer, group)
+            for pi, p in enumerate(group["params"]):
+                name = names.get(id(p), "group%d.param%d" % (gi, pi))
+                if p.dtype != torch.float32 or p.device.type != "cpu":
+                    raise ValueError("cadre.ps: parameter %r is %s on %s; only float32 CPU "
+                                     "tensors are served" % (name, p.dtype, p.device))
+                if not p.is_contiguous():
+                    raise ValueError("cadre.ps: parameter %r is not contiguous" % name)
+                self._params.append((name, p))
+                configs.append(config)
+        if len({n for n, _ in self._params}) != len(self._params):
+            raise ValueError("cadre.ps: two parameters share a name")
+        if servers is None or worker_id is None or token is None:
+            r = learner_role()
+            if r["role"] != "worker":
+                raise _core.CadreInvalidArgument(
+                    "cadre.ps.DistributedOptimizer: learner %d is a parameter server; call "
+                    "cadre.ps.serve() there" % r["learner_id"])
+            servers = r["server_addresses"] if servers is None else servers
+            worker_id = r["worker_id"] if worker_id is None else worker_id
+            token = r["token"] if token is None else token
+        self._client = _core.PsClient(list(servers), int(worker_id), token, **client_options)
+        sync = mode == "sync"
+        with torch.no_grad():
+            self._client.declare([(n, list(p.shape), p.data_ptr(), c, sync)
+                                  for (n, p), c in zip(self._params, configs)])
+            self._client.pull(0, [_entry(n, p) for n, p in self._params])
+        self._step = 0
+        self._grads = {}  # zero gradients for parameters that got none, kept between steps
+        # Tell the servers this worker finished even if the script forgets to (or fails).
+        self._finalizer = weakref.finalize(self, DistributedOptimizer._finish, self._client)
+        atexit.register(self._finalizer)
+
+    @staticmethod
+    def _finish(client):
+        try:
+            client.done()
+        except Exception:  # noqa: BLE001 -- at exit, a dead server must not mask the real error
+            pass
+
+    @property
+    def worker_id(self):
+        return self._client.worker_id
+
+    @property
+    def steps(self):
+        return self._step
+
+    def step(self, closure=None):
+        """Pushes the gradients and replaces the parameters with the servers' values after this
+        step (sync: once every worker pushed it; async: at once)."""
+        import torch
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grads, outs = [], []
+        keep = []
+        for name, p in self._params:
+            g = p.grad
+            if g is None:
+                g = self._grads.get(name)
+                if g is None:
+                    g = self._grads[name] = torch.zeros_like(p)
+            elif not g.is_contiguous() or g.dtype != torch.float32:
+                g = g.detach().contiguous().to(torch.float32)
+                keep.append(g)
+            grads.append(_entry(name, g))
+            outs.append(_entry(name, p))
+        with torch.no_grad():
+            self._client.push_pull(self._step, grads, outs)
+        self._step += 1
+        return loss
+
+    def pull_parameters(self):
+        """Replaces the parameters with the servers' values: after this worker's last step (sync),
+        or the latest (async) -- e.g. before evaluating an async-trained model."""
+        import torch
+        with torch.no_grad():
+            self._client.pull(self._step, [_entry(n, p) for n, p in self._params])
+
+    def done(self):
+        """Tells every server this worker finished (also done automatically at exit)."""
+        self._finalizer()
+
+    def zero_grad(self, set_to_none=False):
+        self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getattr__(self, name):
+        return getattr(self._optimizer, name)

@@ -1,0 +1,170 @@
+"""cadre.ps: the server-side optimizers against torch.optim, bad input, and a parameter-server
+job (1 server, 2 workers) through `cadre run` with the sample launcher."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import cadre.ps as ps  # noqa: E402
+from cadre import _core  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BUILD = os.environ.get("CADRE_BUILD_DIR", os.path.join(ROOT, "build"))
+LAUNCHER = os.path.join(ROOT, "examples", "fashion_mnist", "launcher.py")
+
+
+def make_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
+
+
+def batches(seed, n=6):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(8, 5, generator=g), torch.randn(8, 2, generator=g)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda p: torch.optim.SGD(p, lr=0.1),
+    lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
+    lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True),
+    lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.001),
+], ids=["sgd", "momentum", "nesterov", "adam"])
+def test_server_side_optimizer_matches_torch(make_opt):
+    server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
+    try:
+        local, remote = make_model(1), make_model(2)  # the servers' values come from `remote`
+        local.load_state_dict(remote.state_dict())
+        opt_local = make_opt(local.parameters())
+        opt_remote = ps.DistributedOptimizer(
+            make_opt(remote.parameters()), model=remote,
+            servers=["127.0.0.1:%d" % server.port], worker_id=0, token="tok")
+        for x, y in batches(3):
+            for model, opt in ((local, opt_local), (remote, opt_remote)):
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+        for (name, a), b in zip(local.named_parameters(), remote.parameters()):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+        opt_remote.done()
+        assert server.wait(10)
+    finally:
+        server.shutdown()
+
+
+def test_sync_workers_share_one_trajectory():
+    # Two workers with different data: each sync step applies the mean gradient once, so both
+    # end with the same parameters, equal to one model trained on the mean gradient.
+    server = ps.PsServer("127.0.0.1:0", 2, "tok", 30.0)
+    addr = ["127.0.0.1:%d" % server.port]
+    finals = {}
+
+    def worker(w):
+        model = make_model(10 + w)  # different initial values: the first declare wins
+        opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                      servers=addr, worker_id=w, token="tok")
+        for x, y in batches(20 + w):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        opt.done()
+        finals[w] = [p.detach().clone() for p in model.parameters()]
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert server.wait(10)
+    finally:
+        server.shutdown()
+    assert sorted(finals) == [0, 1]
+    for a, b in zip(finals[0], finals[1]):
+        assert torch.equal(a, b)
+
+
+def test_bad_input_is_reported_not_applied():
+    server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
+    addr = ["127.0.0.1:%d" % server.port]
+    try:
+        w = torch.arange(6, dtype=torch.float32)
+        intruder = _core.PsClient(addr, 0, "wrong", connect_timeout=10)
+        with pytest.raises(_core.CadreError, match="wrong job token"):
+            intruder.declare([("w", [6], w.data_ptr(), {"kind": "sgd", "lr": 0.1}, True)])
+        client = _core.PsClient(addr, 0, "tok", connect_timeout=10)
+        with pytest.raises(_core.CadreInvalidArgument, match="optimizer.lr"):
+            client.declare([("w", [6], w.data_ptr(), {"kind": "sgd", "lr": -1.0}, True)])
+        client.declare([("w", [6], w.data_ptr(), {"kind": "sgd", "lr": 0.1}, True)])
+        g = torch.ones(6)
+        with pytest.raises(_core.CadreError, match="'nope' was not declared"):
+            client.push(0, [("nope", g.data_ptr(), 6)])
+        with pytest.raises(_core.CadreInvalidArgument, match="has 6 elements"):
+            client.push(0, [("w", g.data_ptr(), 5)])
+        outsider = _core.PsClient(addr, 3, "tok", connect_timeout=10)
+        out = torch.empty(6)
+        client.pull(0, [("w", out.data_ptr(), 6)])
+        assert torch.equal(out, w)  # nothing was applied
+        with pytest.raises(_core.CadreInvalidArgument, match="worker id 3 is outside the job"):
+            outsider.declare([("w", [6], w.data_ptr(), {"kind": "sgd", "lr": 0.1}, True)])
+    finally:
+        server.shutdown()
+
+
+JOB = textwrap.dedent("""
+    import json, os, torch
+    import cadre.ps as ps
+    me = ps.learner_role()
+    torch.manual_seed(100 + me["worker_id"])
+    model = torch.nn.Linear(4, 1)
+    true_w = torch.tensor([[1.0, -2.0, 0.5, 3.0]])
+    opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                  mode="sync")
+    losses = []
+    for step in range(40):
+        x = torch.randn(16, 4)
+        loss = torch.nn.functional.mse_loss(model(x), x @ true_w.t())
+        opt.zero_grad(); loss.backward(); opt.step()
+        losses.append(loss.item())
+    opt.done()
+    out = os.path.join(os.environ["RESULT_DIR"], "worker-%d.json" % me["worker_id"])
+    with open(out, "w") as f:
+        json.dump({"first": losses[0], "last": losses[-1], "steps": opt.steps,
+                   "weight": model.weight.detach().flatten().tolist()}, f)
+    print("worker", me["worker_id"], "done", flush=True)
+""")
+
+
+def test_ps_job_one_server_two_workers(tmp_path):
+    cadre = os.path.join(BUILD, "cadre")
+    if not os.path.exists(cadre):
+        pytest.fail("%s is not built" % cadre)
+    (tmp_path / "job.py").write_text(JOB)
+    env = dict(os.environ)
+    env.pop("CADRE_HOSTS_METHOD", None)
+    proc = subprocess.run(
+        [cadre, "run", "-n", "3", "--framework", "pytorch", "--parameter-servers", "1",
+         "--grace", "5", "--", "python3", LAUNCHER, "job.py"],
+        cwd=tmp_path, env=env, timeout=120, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = tmp_path / "runs"
+    (job_dir,) = list(runs.iterdir())
+    results = [json.loads((job_dir / ("worker-%d.json" % w)).read_text()) for w in range(2)]
+    for r in results:
+        assert r["steps"] == 40
+        assert r["last"] < 0.1 * r["first"], r
+    assert results[0]["weight"] == results[1]["weight"]  # sync: one shared set of values
+    assert results[0]["weight"] == pytest.approx([1.0, -2.0, 0.5, 3.0], abs=0.3)
+    status = json.loads((job_dir / "status.json").read_text())
+    assert status["state"] == "completed"
+    server = status["learners"][0]
+    assert server["role"] == "parameter-server"
+    # The server returned by itself once both workers were done (or the runner stopped it
+    # when the workers finished first); either way it is no longer running.
+    assert "every worker is done" in proc.stdout or server["slots"][0]["stopped_by_runner"]
