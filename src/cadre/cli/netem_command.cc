@@ -102,8 +102,10 @@ void AddNetemCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   sweep->callback([state_dir, exit_code] {
     std::vector<std::string> removed;
-    Status s =
-        netem::SweepStaleJobs(*state_dir, "cadre-", Deadline(std::chrono::seconds(120)), &removed);
+    Deadline deadline(std::chrono::seconds(120));
+    Status s = netem::SweepStaleJobs(*state_dir, "cadre-", deadline, &removed);
+    Status probes = netem::SweepDeadProbes(deadline, &removed);
+    if (s.ok()) s = probes;
     for (const auto& name : removed) std::cout << "removed " << name << "\n";
     ThrowIfError(s);
     *exit_code = 0;

@@ -154,6 +154,27 @@ Status DeleteNamespaces(const std::vector<std::string>& names, Deadline deadline
   return Status::Ok();
 }
 
+std::string ProbeNamespaceName(pid_t pid) { return "cadre-probe-" + std::to_string(pid); }
+
+Status SweepDeadProbes(Deadline deadline, std::vector<std::string>* removed) {
+  const std::string prefix = "cadre-probe-";
+  std::vector<std::string> dead;
+  if (DIR* dir = opendir(kNetnsRunDir)) {
+    while (dirent* entry = readdir(dir)) {
+      std::string name = entry->d_name;
+      if (name.rfind(prefix, 0) != 0) continue;
+      char* end = nullptr;
+      long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+      if (*end != '\0' || pid <= 0) continue;
+      if (ProcessStartTime(static_cast<pid_t>(pid)) == 0) dead.push_back(name);
+    }
+    closedir(dir);
+  }
+  CADRE_RETURN_IF_ERROR(DeleteNamespaces(dead, deadline));
+  if (removed != nullptr) removed->insert(removed->end(), dead.begin(), dead.end());
+  return Status::Ok();
+}
+
 Status SweepStaleJobs(const std::string& state_dir, const std::string& prefix, Deadline deadline,
                       std::vector<std::string>* removed) {
   DIR* dir = opendir(state_dir.c_str());

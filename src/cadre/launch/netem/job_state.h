@@ -61,4 +61,11 @@ Status DeleteNamespaces(const std::vector<std::string>& names, Deadline deadline
 Status SweepStaleJobs(const std::string& state_dir, const std::string& prefix, Deadline deadline,
                       std::vector<std::string>* removed = nullptr);
 
+// The short-lived namespace CheckNetnsSupport makes: "cadre-probe-<pid>". Its pid is its record.
+std::string ProbeNamespaceName(pid_t pid);
+
+// Removes probe namespaces whose process is gone (a probe killed midway). Appends their names to
+// *removed (may be null).
+Status SweepDeadProbes(Deadline deadline, std::vector<std::string>* removed = nullptr);
+
 }  // namespace cadre::netem

@@ -338,7 +338,8 @@ Status CheckNetnsSupport(Duration timeout) {
     return Status(Code::kUnavailable, "network emulation needs root (creates network namespaces)");
   }
   Deadline deadline(timeout);
-  const std::string probe = "cadre-probe-" + std::to_string(getpid());
+  (void)SweepDeadProbes(deadline);  // best effort: leftovers of killed probes
+  const std::string probe = ProbeNamespaceName(getpid());
   Status s = RunChecked({"ip", "netns", "add", probe}, deadline);
   if (!s.ok()) {
     return Status(Code::kUnavailable, "cannot create network namespaces: " + s.message());

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -199,6 +200,23 @@ TEST_F(NetworkEmulatorTest, SweepRemovesLeftoversOfAKilledOwner) {
   for (const auto& n : removed) EXPECT_FALSE(present.count(n)) << n;
   EXPECT_FALSE(present.count(host0));
   EXPECT_TRUE(fs::is_empty(state_dir_));
+}
+
+TEST_F(NetworkEmulatorTest, SweepRemovesProbesOfDeadProcessesOnly) {
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  WaitChild(dead);
+  const std::string stale = ProbeNamespaceName(dead);
+  const std::string live = ProbeNamespaceName(getpid());
+  ASSERT_TRUE(RunChecked({"ip", "netns", "add", stale}, Deadline(seconds(30))).ok());
+  ASSERT_TRUE(RunChecked({"ip", "netns", "add", live}, Deadline(seconds(30))).ok());
+  std::vector<std::string> removed;
+  EXPECT_TRUE(SweepDeadProbes(Deadline(seconds(30)), &removed).ok());
+  std::set<std::string> present = Namespaces();
+  EXPECT_FALSE(present.count(stale));
+  EXPECT_TRUE(present.count(live));
+  EXPECT_NE(std::find(removed.begin(), removed.end(), stale), removed.end());
+  EXPECT_TRUE(DeleteNamespaces({live}, Deadline(seconds(30))).ok());
 }
 
 TEST_F(NetworkEmulatorTest, DelayAndLossAreEmulatedOrReportedNeverFaked) {
