@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "cadre/comm/communicator_impl.h"
+#include "cadre/comm/hierarchical_allreduce.h"
 #include "cadre/comm/shm_collectives.h"
 #include "cadre/comm/tcp_collectives.h"
 
@@ -48,22 +49,11 @@ void Finish(CommunicatorImpl& c, const Status& s) {
   if (!s.ok()) c.Fail(s);
 }
 
-void HierarchicalAllreduce(CommunicatorImpl& c, const AllreduceOptions& o) {
-  const Topology& t = c.topology();
-  const size_t elem = ElementSize(o.dtype);
-  std::vector<size_t> counts(t.local_size, o.count / t.local_size);
-  for (size_t i = 0; i < o.count % t.local_size; ++i) ++counts[i];
-  std::vector<uint8_t> block(counts[t.local_rank] * elem);
+// The algorithm is in hierarchical_allreduce.cc (reduce-scatter among the host's slots, one ring
+// per slot across hosts, allgather inside). A failure in a level breaks this communicator too.
+void RunHierarchical(CommunicatorImpl& c, const AllreduceOptions& o) {
   try {
-    Communicator& local = c.Local();
-    Communicator& cross = c.Cross();
-    ReduceScatter(local, {o.input, block.data(), counts, o.dtype, o.op, o.timeout});
-    AllreduceOptions x = o;
-    x.input = x.output = block.data();
-    x.count = counts[t.local_rank];
-    x.algorithm = AllreduceAlgorithm::kAuto;
-    Allreduce(cross, x);
-    Allgather(local, {block.data(), o.output, counts, o.dtype, o.timeout});
+    HierarchicalAllreduce(static_cast<Communicator&>(c), o);
   } catch (const Error& e) {
     c.Fail(e.status());
   }
@@ -106,7 +96,7 @@ void Allreduce(Communicator& comm, const AllreduceOptions& o) {
   }
   switch (algo) {
     case AllreduceAlgorithm::kHierarchical:
-      return HierarchicalAllreduce(c, o);
+      return RunHierarchical(c, o);
     case AllreduceAlgorithm::kHalvingDoubling:
       return Finish(c, tcp_algo::HalvingDoublingAllreduce(*c.tcp(), o.input, o.output, o.count,
                                                           o.dtype, o.op, deadline));
