@@ -63,6 +63,9 @@ def test_all_problems_at_once_including_flags(cadre_run, tmp_path):
     assert "5 problems" in job.stderr
     missing = cadre_run("nowhere.yaml")
     assert missing.returncode == 2 and "manifest: cannot read nowhere.yaml" in missing.stderr
+    bad_python = cadre_run("--", "true", env={"CADRE_PYTHON": "/nonexistent/python3"})
+    assert bad_python.returncode == 2
+    assert "CADRE_PYTHON: '/nonexistent/python3' is not an executable" in bad_python.stderr
 
 
 def test_failing_slot_stops_the_job_with_a_summary(cadre_run):
@@ -85,6 +88,7 @@ def test_failing_slot_stops_the_job_with_a_summary(cadre_run):
     assert slots[3]["exit_code"] == 3 and not slots[3]["stopped_by_runner"]
     assert slots[0]["signal"] == "SIGKILL"  # ignored SIGTERM, killed after the grace period
     assert slots[1]["signal"] == "SIGTERM" and slots[1]["stopped_by_runner"]
+    assert slots[1]["state"] == "stopped" and slots[3]["state"] == "failed"
 
 
 def test_killed_slot_is_named_by_signal(cadre_run):

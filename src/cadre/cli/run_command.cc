@@ -8,6 +8,7 @@
 // 1 failed, 128+signal when stopped by a signal).
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -100,6 +101,9 @@ int Run(const RunFlags& flags) {
   }
 
   launch::PythonInfo python = launch::FindPython();
+  if (std::getenv("CADRE_PYTHON") != nullptr && access(python.interpreter.c_str(), X_OK) != 0) {
+    problems.Add("CADRE_PYTHON", "'" + python.interpreter + "' is not an executable interpreter");
+  }
   launch::Installed installed{python.torch_version, python.interpreter};
   std::optional<launch::JobSpec> spec;
   if (readable) {

@@ -165,16 +165,20 @@ std::string StatusJson(const JobSpec& spec, const JobLayout& layout, const JobSt
     json slots = json::array();
     for (const auto& s : status.slots) {
       if (s.learner_id != h.id) continue;
+      const char* state = s.running                   ? "running"
+                          : s.succeeded()             ? "succeeded"
+                          : !s.exit_code && !s.signal ? "not-started"
+                          : s.stop_requested          ? "stopped"
+                                                      : "failed";
       json slot = {{"local_rank", s.local_rank},
                    {"rank", s.rank},
                    {"pid", s.pid},
-                   {"state", s.running ? "running" : (s.succeeded() ? "succeeded" : "failed")},
+                   {"state", state},
                    {"exit_code", s.exit_code ? json(*s.exit_code) : json(nullptr)},
                    {"signal", s.signal ? json(SignalName(*s.signal)) : json(nullptr)},
                    {"stopped_by_runner", s.stop_requested},
                    {"end_time", s.end_time ? json(Iso8601(*s.end_time)) : json(nullptr)},
                    {"log", s.log.string()}};
-      if (!s.running && !s.exit_code && !s.signal) slot["state"] = "not-started";
       slots.push_back(std::move(slot));
     }
     learners.push_back({{"id", h.id},
