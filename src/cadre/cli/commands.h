@@ -8,6 +8,7 @@ namespace cadre::cli {
 
 void AddVersionCommand(CLI::App& app, int* exit_code);
 void AddRunCommand(CLI::App& app, int* exit_code);
+void AddBenchAllreduceCommand(CLI::App& app, int* exit_code);
 void AddNetemCommand(CLI::App& app, int* exit_code);
 void AddPsServerCommand(CLI::App& app, int* exit_code);
 void AddBenchPsCommand(CLI::App& app, int* exit_code);

@@ -12,6 +12,7 @@ using AddCommand = void (*)(CLI::App&, int*);
 constexpr AddCommand kCommands[] = {
     cadre::cli::AddVersionCommand,
     cadre::cli::AddRunCommand,
+    cadre::cli::AddBenchAllreduceCommand,
     cadre::cli::AddNetemCommand,
     cadre::cli::AddPsServerCommand,
     cadre::cli::AddBenchPsCommand,

@@ -203,17 +203,18 @@ Status ShmGroup::PeerFailure(int peer) {
 Status ShmGroup::WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline) {
   auto& word = state(peer)->flags[flag].value;
   if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
-  // Short spin: a peer on another core is usually microseconds away.
+  // A short spin only when every rank has its own core; then yield, which hands the core to the
+  // rank we wait for when ranks outnumber cores (or other programs compete), and costs little
+  // when the core is idle; only then sleep.
   if (spin_) {
-    auto until = Clock::now() + std::chrono::microseconds(100);
+    auto until = Clock::now() + std::chrono::microseconds(5);
     for (int i = 0;; ++i) {
       CADRE_CPU_RELAX();
       if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
-      if ((i & 63) == 63 && Clock::now() > until) break;
+      if ((i & 15) == 15 && Clock::now() > until) break;
     }
   }
-  // Yielding hands the core to the peer we wait for when ranks outnumber cores.
-  auto until = Clock::now() + std::chrono::microseconds(spin_ ? 20 : 200);
+  auto until = Clock::now() + std::chrono::microseconds(500);
   while (Clock::now() < until) {
     sched_yield();
     if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();

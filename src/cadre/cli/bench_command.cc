@@ -1,0 +1,220 @@
+// `cadre bench allreduce`: cadre's allreduce timed across RANKS local processes.
+//
+// The parent starts a TcpStore server and forks one process per rank; every rank builds a
+// Communicator (shared memory, or TCP with --transport tcp) and times float32 sum allreduces at
+// each size: warm-up, a barrier, `iters` back-to-back calls, and the slowest rank's mean is the
+// result (so the table is what a training step would wait for). Rank 0 prints one row, or one
+// JSON object, per size: bytes, time_us, busbw_gbps = bytes / time * 2(n-1)/n in GB/s (1e9 B/s).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cadre/base/status.h"
+#include "cadre/cli/commands.h"
+#include "cadre/comm/collectives.h"
+#include "cadre/comm/communicator.h"
+#include "cadre/store/tcp_store.h"
+
+namespace cadre::cli {
+namespace {
+
+struct AllreduceBenchArgs {
+  int ranks = 2;
+  std::string sizes;
+  bool json = false;
+  std::string transport = "shm";
+  int iters = 0;  // 0 = by size
+  double timeout_s = 120;
+};
+
+CLI::App* BenchGroup(CLI::App& app) {
+  // `bench` is shared by several subcommands (allreduce, ps, train): whoever registers first
+  // creates it.
+  for (CLI::App* sub : app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; }))
+    return sub;
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks, printed as tables");
+  bench->require_subcommand(1);
+  return bench;
+}
+
+std::vector<size_t> DefaultSizes() {
+  std::vector<size_t> s;
+  for (size_t b = 4; b <= (size_t{256} << 20); b *= 4) s.push_back(b);
+  return s;
+}
+
+// "4096,16M,1K" -> bytes; each a positive multiple of 4 (float32 elements).
+std::vector<size_t> ParseSizeList(const std::string& text) {
+  if (text.empty()) return DefaultSizes();
+  std::vector<size_t> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(item.c_str(), &end, 10);
+    std::string unit = end ? end : "";
+    size_t mult = unit.empty() || unit == "B"                   ? 1
+                  : unit == "K" || unit == "KiB" || unit == "k" ? 1024
+                  : unit == "M" || unit == "MiB"                ? size_t{1} << 20
+                  : unit == "G" || unit == "GiB"                ? size_t{1} << 30
+                                                                : 0;
+    size_t bytes = static_cast<size_t>(v) * mult;
+    if (item.empty() || end == item.c_str() || mult == 0 || bytes < 4 || bytes % 4 != 0) {
+      throw Error(Code::kInvalidArgument, "bench allreduce: --sizes item '" + item +
+                                              "' is not a byte count (a multiple of 4, like "
+                                              "4096 or 16M)");
+    }
+    out.push_back(bytes);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+int ItersFor(size_t bytes, int override_iters) {
+  if (override_iters > 0) return override_iters;
+  size_t iters = (size_t{128} << 20) / bytes;  // about 128 MiB reduced per size
+  return static_cast<int>(std::clamp<size_t>(iters, 5, 2000));
+}
+
+// One rank's whole benchmark. Returns the process exit code.
+int RunRank(int rank, const AllreduceBenchArgs& args, const std::vector<size_t>& sizes,
+            uint16_t store_port, const std::string& token) {
+  store::TcpStoreOptions so;
+  so.port = store_port;
+  so.token = token;
+  so.identity = "bench rank " + std::to_string(rank);
+  comm::CommunicatorOptions co;
+  co.rank = rank;
+  co.size = args.ranks;
+  co.store = std::make_shared<store::TcpStore>(so);
+  co.token = token;
+  co.use_shm = args.transport == "shm";
+  co.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
+  auto comm = comm::Communicator::Create(co);
+
+  size_t largest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<float> buf(largest / 4, 1.0f);
+  if (rank == 0 && !args.json) {
+    std::printf("# cadre allreduce, %d ranks (processes), %s, float32 sum\n", args.ranks,
+                args.transport.c_str());
+    std::printf("%12s %12s %12s %8s\n", "bytes", "time_us", "busbw_gbps", "iters");
+  }
+  for (size_t bytes : sizes) {
+    comm::AllreduceOptions o;
+    o.input = o.output = buf.data();
+    o.count = bytes / 4;
+    int iters = ItersFor(bytes, args.iters);
+    for (int i = 0; i < std::max(2, iters / 10); ++i) comm::Allreduce(*comm, o);
+    comm::Barrier(*comm);
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) comm::Allreduce(*comm, o);
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                    .count() /
+                iters;
+    comm::AllreduceOptions mx;  // the slowest rank decides
+    mx.input = mx.output = &us;
+    mx.count = 1;
+    mx.dtype = comm::DataType::kFloat64;
+    mx.op = comm::ReduceOp::kMax;
+    comm::Allreduce(*comm, mx);
+    if (rank == 0) {
+      double n = args.ranks;
+      double busbw = double(bytes) / (us * 1e-6) * (n > 1 ? 2 * (n - 1) / n : 1) / 1e9;
+      if (args.json) {
+        std::printf(
+            "{\"bytes\": %zu, \"time_us\": %.3f, \"busbw_gbps\": %.4f, \"ranks\": %d, "
+            "\"iters\": %d, \"transport\": \"%s\"}\n",
+            bytes, us, busbw, args.ranks, iters, args.transport.c_str());
+      } else {
+        std::printf("%12zu %12.2f %12.3f %8d\n", bytes, us, busbw, iters);
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+int RunAllreduceBench(const AllreduceBenchArgs& args) {
+  if (args.ranks < 1 || args.ranks > 256) {
+    throw Error(Code::kInvalidArgument, "bench allreduce: -n must be between 1 and 256");
+  }
+  if (args.transport != "shm" && args.transport != "tcp") {
+    throw Error(Code::kInvalidArgument, "bench allreduce: --transport must be shm or tcp");
+  }
+  std::vector<size_t> sizes = ParseSizeList(args.sizes);
+  std::string token = "bench-" + std::to_string(getpid());
+  store::TcpStoreServerOptions server_options;
+  server_options.token = token;
+  store::TcpStoreServer server(server_options);
+  std::fflush(stdout);
+
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < args.ranks; ++rank) {
+    pid_t pid = fork();
+    if (pid < 0) throw Error(Code::kIo, std::string("fork failed: ") + std::strerror(errno));
+    if (pid == 0) {
+      int code = 1;
+      try {
+        code = RunRank(rank, args, sizes, server.port(), token);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "cadre bench allreduce: rank %d: %s\n", rank, e.what());
+      }
+      std::fflush(stdout);
+      _exit(code);
+    }
+    children.push_back(pid);
+  }
+  // Wait for every rank; once one fails, the others fail within their timeout (or are killed
+  // here when they outlive it).
+  int failures = 0;
+  auto give_up = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000)) * 4;
+  size_t left = children.size();
+  while (left > 0) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      --left;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+      continue;
+    }
+    if (pid < 0 && errno != EINTR) break;
+    if (std::chrono::steady_clock::now() > give_up) {
+      for (pid_t c : children) kill(c, SIGKILL);  // reaped by the next waitpid calls
+      give_up = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void AddBenchAllreduceCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<AllreduceBenchArgs>();
+  CLI::App* cmd = BenchGroup(app)->add_subcommand(
+      "allreduce", "Time cadre's allreduce across local processes (bytes, time_us, busbw_gbps)");
+  cmd->add_option("-n,--ranks", args->ranks, "Number of ranks (processes)")->required();
+  cmd->add_option("--sizes", args->sizes, "Comma-separated byte counts (default 4 B..256 MiB)");
+  cmd->add_flag("--json", args->json, "One JSON object per size instead of a table");
+  cmd->add_option("--transport", args->transport, "shm (default) or tcp")
+      ->check(CLI::IsMember({"shm", "tcp"}));
+  cmd->add_option("--iters", args->iters, "Timed iterations per size (default: by size)");
+  cmd->add_option("--timeout", args->timeout_s, "Seconds any collective may wait on a peer");
+  cmd->callback([args, exit_code] { *exit_code = RunAllreduceBench(*args); });
+}
+
+}  // namespace cadre::cli
