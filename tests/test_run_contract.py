@@ -1,11 +1,15 @@
 """`cadre run` end to end: the learner contract on every slot, names, ports, job directory."""
 import json
 import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
 import textwrap
 
 import pytest
 
-from runner_helpers import ROOT
+from runner_helpers import CADRE, ROOT
 
 # Writes the slot's whole environment, and what `python3` on its PATH is, to RESULT_DIR.
 DUMP_ENV = textwrap.dedent("""
@@ -82,8 +86,11 @@ def test_every_contract_variable_on_every_slot(cadre_run, tmp_path):
 
 def test_parameter_server_mode(cadre_run, tmp_path):
     (tmp_path / "dump_env.py").write_text(DUMP_ENV)
-    # Servers wait to be stopped; workers finish, which ends the job successfully.
-    script = ('python3 dump_env.py && if [ "$CADRE_ROLE" = ps ]; then exec sleep 60; fi')
+    # Servers wait to be stopped; workers finish (once the server has written its environment),
+    # which ends the job successfully.
+    script = ('python3 dump_env.py && if [ "$CADRE_ROLE" = ps ]; then exec sleep 60; fi; '
+              'i=0; while [ ! -e "$RESULT_DIR/env-0.json" ] && [ $i -lt 600 ]; do '
+              'sleep 0.05; i=$((i+1)); done')
     job = cadre_run("-n", "3", "--framework", "pytorch", "--parameter-servers", "1",
                     "--grace", "5", "--", "sh", "-c", script)
     assert job.returncode == 0, job.stderr
@@ -215,3 +222,28 @@ def test_ffdl_manifest_and_output_dir(cadre_run, tmp_path):
     status = json.loads((tmp_path / "out" / "status.json").read_text())
     assert status["framework"] == "tensorflow-horovod" and status["nodes"] == 2
     assert "2\n" in (tmp_path / "out" / "learner-2" / "slot-0.log").read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root to drop to an unprivileged user")
+def test_unprivileged_user_gets_names_through_a_user_namespace():
+    """As an ordinary user (nobody) the private /etc/hosts comes from a user namespace that maps
+    the user to itself: names resolve and the learner keeps its own uid."""
+    with tempfile.TemporaryDirectory() as where:  # pytest's tmp_path is private to root
+        os.chmod(where, 0o777)
+        check_unprivileged_job(pathlib.Path(where))
+
+
+def check_unprivileged_job(tmp_path):
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", CADRE, "run", "-n", "2",
+         "--framework", "pytorch-horovod", "--", "sh", "-c", "id -u; getent hosts learner-1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60,
+        env={**os.environ, "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert "[learner-2/0] 65534" in proc.stdout
+    assert "learner-1" in [line.split()[-1] for line in proc.stdout.splitlines()
+                           if line.startswith("[learner-2/0] 127.0.")]
+    (job_dir,) = list((tmp_path / "runs").iterdir())
+    assert json.loads((job_dir / "status.json").read_text())["hosts_method"] == "user-namespace"
+    assert "warning" not in proc.stderr

@@ -69,10 +69,15 @@ def test_all_problems_at_once_including_flags(cadre_run, tmp_path):
 
 
 def test_failing_slot_stops_the_job_with_a_summary(cadre_run):
-    # Rank 3 fails; the others would run for a minute and one even ignores SIGTERM.
-    script = ('if [ "$CADRE_RANK" = 3 ]; then echo step 1; echo "oops: bad input" >&2; exit 3; fi; '
-              'if [ "$CADRE_RANK" = 0 ]; then trap "" TERM; while :; do sleep 0.1; done; fi; '
-              'sleep 60')
+    # Rank 3 fails once the others are ready; they would run for a minute, and rank 0 even
+    # ignores SIGTERM.
+    script = ('ready() { i=0; while [ ! -e "$RESULT_DIR/ready-$1" ] && [ $i -lt 600 ]; do '
+              'sleep 0.05; i=$((i+1)); done; }; '
+              'if [ "$CADRE_RANK" = 3 ]; then ready 0; ready 1; ready 2; '
+              'echo step 1; echo "oops: bad input" >&2; exit 3; fi; '
+              'if [ "$CADRE_RANK" = 0 ]; then trap "" TERM; fi; '
+              'touch "$RESULT_DIR/ready-$CADRE_RANK"; '
+              'if [ "$CADRE_RANK" = 0 ]; then while :; do sleep 0.1; done; fi; sleep 60')
     start = time.monotonic()
     job = cadre_run("-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
                     "--grace", "1", "--", "sh", "-c", script)

@@ -102,7 +102,10 @@ Status LocalJob::Prepare() {
 
   std::error_code ec;
   fs::create_directories(layout_.job_dir, ec);
-  if (ec) return IoError("cannot create the job directory " + layout_.job_dir.string());
+  if (ec) {
+    return IoError("cannot create the job directory " + layout_.job_dir.string() + ": " +
+                   ec.message());
+  }
   layout_.hosts_file = layout_.job_dir / "hosts";
   CADRE_RETURN_IF_ERROR(WriteFileAtomically(
       layout_.hosts_file, HostsFileText(layout_.hosts, ReadSmallFile("/etc/hosts"))));
