@@ -133,6 +133,22 @@ void CommunicatorImpl::CheckUsable() const {
 
 void CommunicatorImpl::Fail(const Status& status) {
   Status s = status.WithContext("rank " + std::to_string(topology_.rank));
+  if (tcp_ && status.code() != Code::kInvalidArgument) {
+    // Over TCP a rank only sees its own neighbours' connections close. The first rank to fail
+    // records why in the store before it closes its connections, so every later error names
+    // the rank at the root of the failure, not only the neighbour that hung up.
+    try {
+      if (store_->add("failure/count", 1) == 1) {
+        store_->set_string("failure/first", s.message());
+      } else {
+        store_->wait({"failure/first"}, std::chrono::milliseconds(200));
+        std::string first = store_->get_string("failure/first");
+        s = Status(s.code(), s.message() + "; the first failure in the group: " + first);
+      }
+    } catch (const Error&) {
+      // The store is gone too: report what this rank saw.
+    }
+  }
   if (broken_.ok()) broken_ = s;
   if (tcp_) tcp_->Shutdown();
   if (shm_) {

@@ -4,8 +4,9 @@
 // from the same or different peers at once without deadlock) and returns when all completed, or
 // with the first failure: kTimeout naming the peers still owed bytes when the deadline passes,
 // kIo naming a peer whose connection broke, kProtocol for a malformed frame, kMismatch for a
-// message of unexpected size. After a failure the device is broken: every later Run fails at once
-// and the connections are shut down, so peers blocked on this rank fail fast too.
+// message of unexpected size. After a failure the device is broken: every later Run fails at
+// once. The owner then calls Shutdown() (after recording why, see comm/communicator.cc), so peers
+// blocked on this rank fail fast too.
 //
 // Thread-safety: one thread calls Run at a time.
 #pragma once

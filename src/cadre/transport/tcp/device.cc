@@ -113,7 +113,9 @@ void TcpDevice::Shutdown() {
 
 Status TcpDevice::Fail(Status status) {
   if (broken_.ok()) broken_ = status;
-  Shutdown();
+  for (auto& p : pairs_) {
+    if (p) p->Clear();
+  }
   return status;
 }
 
