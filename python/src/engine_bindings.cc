@@ -49,6 +49,8 @@ std::unique_ptr<engine::CollectiveBackend> MakeBackend(const std::string& kind, 
     o.store = scoped;
     o.token = GetEnv("CADRE_JOB_TOKEN").value_or("");
     o.host = GetEnv("CADRE_HOST").value_or("");
+    // Where to listen for TCP peers; empty: the address CADRE_HOST resolves to.
+    o.bind_address = GetEnv("CADRE_BIND_ADDRESS").value_or("");
     o.timeout = timeout;
     return std::make_unique<engine::CommBackend>(comm::Communicator::Create(std::move(o)));
   }

@@ -54,6 +54,9 @@ def run_ranks(args, size, env=None, timeout=120, python=None, hosts=1):
             "PYTHONPATH": _python_path(),
             "OMP_NUM_THREADS": "1",
         })
+        if hosts > 1:
+            # The pretend host names do not resolve: every rank listens on loopback.
+            e["CADRE_BIND_ADDRESS"] = "127.0.0.1"
         e.update(env or {})
         procs.append(subprocess.Popen([python or sys.executable] + list(args), env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
