@@ -68,6 +68,18 @@ std::optional<ComputeConfig> ComputeConfigForGpus(int gpus) {
   return std::nullopt;
 }
 
+std::vector<std::string_view> FrameworkNameList() {
+  std::vector<std::string_view> names;
+  for (const auto& f : kFrameworks) names.push_back(f.name);
+  return names;
+}
+
+std::vector<std::string_view> ComputeConfigNameList() {
+  std::vector<std::string_view> names;
+  for (const auto& c : kComputeConfigs) names.push_back(c.name);
+  return names;
+}
+
 std::string FrameworkNames() { return JoinNames(kFrameworks); }
 std::string ComputeConfigNames() { return JoinNames(kComputeConfigs); }
 

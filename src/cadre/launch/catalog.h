@@ -39,6 +39,10 @@ std::optional<ComputeConfig> FindComputeConfig(std::string_view name);
 // ("k80"-family names are used for GPU counts, "cpu" for 0). nullopt when no config has that many.
 std::optional<ComputeConfig> ComputeConfigForGpus(int gpus);
 
+// Every valid name, in table order (for "did you mean").
+std::vector<std::string_view> FrameworkNameList();
+std::vector<std::string_view> ComputeConfigNameList();
+
 // "pytorch, pytorch-ddl, ..." for error messages.
 std::string FrameworkNames();
 std::string ComputeConfigNames();

@@ -20,11 +20,6 @@ std::string MajorMinor(std::string_view version) {
   return std::string(version.substr(0, end));
 }
 
-std::vector<std::string_view> FrameworkCandidates() {
-  return {"pytorch",    "pytorch-ddl",    "pytorch-horovod",
-          "tensorflow", "tensorflow-ddl", "tensorflow-horovod"};
-}
-
 std::filesystem::path Resolve(const std::filesystem::path& base, const std::string& path) {
   std::filesystem::path p(path);
   return (p.is_absolute() ? p : base / p).lexically_normal();
@@ -45,7 +40,7 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
   if (!request.framework.has_value()) {
     problems->Add("framework.name", "missing (valid: " + FrameworkNames() + ")");
   } else if (!(framework = FindFramework(*request.framework))) {
-    std::string hint = DidYouMean(*request.framework, FrameworkCandidates());
+    std::string hint = DidYouMean(*request.framework, FrameworkNameList());
     problems->Add(request.framework.origin,
                   "unknown framework '" + *request.framework + "'" +
                       (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
@@ -75,18 +70,11 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
   if (request.compute.has_value()) {
     compute = FindComputeConfig(*request.compute);
     if (!compute) {
-      std::vector<std::string_view> names;
-      std::string all = ComputeConfigNames();
-      for (std::string_view rest = all; !rest.empty();) {
-        size_t comma = rest.find(", ");
-        names.push_back(rest.substr(0, comma));
-        rest = comma == std::string_view::npos ? "" : rest.substr(comma + 2);
-      }
-      std::string hint = DidYouMean(*request.compute, names);
+      std::string hint = DidYouMean(*request.compute, ComputeConfigNameList());
       problems->Add(request.compute.origin,
                     "unknown compute configuration '" + *request.compute + "'" +
                         (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
-                        "; valid: " + all);
+                        "; valid: " + ComputeConfigNames());
     }
     if (request.gpus.has_value() && compute && compute->gpus != *request.gpus) {
       problems->Add(request.gpus.origin, "says " + std::to_string(*request.gpus) +
