@@ -1,8 +1,43 @@
 #include "cadre/engine/comm_backend.h"
 
+#include "cadre/base/env.h"
 #include "cadre/comm/collectives.h"
 
 namespace cadre::engine {
+
+namespace {
+
+comm::AllreduceAlgorithm AlgorithmFromEnv() {
+  using comm::AllreduceAlgorithm;
+  if (auto v = GetEnv("CADRE_ALLREDUCE_ALGORITHM"); v && !v->empty()) {
+    if (*v == "auto") return AllreduceAlgorithm::kAuto;
+    if (*v == "ring") return AllreduceAlgorithm::kRing;
+    if (*v == "halving_doubling") return AllreduceAlgorithm::kHalvingDoubling;
+    if (*v == "hierarchical") return AllreduceAlgorithm::kHierarchical;
+    throw Error(InvalidArgument("CADRE_ALLREDUCE_ALGORITHM=\"" + *v +
+                                "\": use auto, ring, halving_doubling or hierarchical"));
+  }
+  if (auto v = GetEnv("HOROVOD_HIERARCHICAL_ALLREDUCE"); v && !v->empty()) {
+    return EnvBool("HOROVOD_HIERARCHICAL_ALLREDUCE", false) ? AllreduceAlgorithm::kHierarchical
+                                                            : AllreduceAlgorithm::kRing;
+  }
+  return AllreduceAlgorithm::kAuto;
+}
+
+}  // namespace
+
+CommBackend::CommBackend(std::unique_ptr<comm::Communicator> comm)
+    : comm_(std::move(comm)), algorithm_(AlgorithmFromEnv()) {
+  if (algorithm_ != comm::AllreduceAlgorithm::kHierarchical) return;
+  comm::HierarchyOptions options;
+  if (auto grid = GetEnv("CADRE_HOST_GRID"); grid && !grid->empty()) {
+    Status s = comm::ParseGrid(*grid, &options.host_grid);
+    if (!s.ok()) throw Error(s.WithContext("CADRE_HOST_GRID"));
+  }
+  hierarchy_ = comm::Hierarchy::Create(*comm_, options);
+}
+
+CommBackend::~CommBackend() = default;
 
 void CommBackend::AllgatherFixed(const void* in, void* out, size_t bytes) {
   comm::AllgatherOptions o;
@@ -30,6 +65,8 @@ void CommBackend::Allreduce(void* buffer, size_t count, DataType dtype, ReduceOp
   o.count = count;
   o.dtype = dtype;
   o.op = op;
+  o.algorithm = algorithm_;
+  if (hierarchy_) return hierarchy_->Allreduce(o);
   comm::Allreduce(*comm_, o);
 }
 

@@ -6,13 +6,23 @@
 #include <memory>
 
 #include "cadre/comm/communicator.h"
+#include "cadre/comm/hierarchical_allreduce.h"
 #include "cadre/engine/backend.h"
 
 namespace cadre::engine {
 
 class CommBackend final : public CollectiveBackend {
  public:
-  explicit CommBackend(std::unique_ptr<comm::Communicator> comm) : comm_(std::move(comm)) {}
+  // The allreduce algorithm is read from the environment here, once (every rank must agree):
+  //   CADRE_ALLREDUCE_ALGORITHM: auto (default; hierarchical when hosts hold several slots),
+  //     ring, halving_doubling or hierarchical. HOROVOD_HIERARCHICAL_ALLREDUCE=1 (Horovod's
+  //     --hierarchical-allreduce) means hierarchical, =0 the flat ring.
+  //   CADRE_HOST_GRID: for hierarchical, the hosts as a grid "AxB.." (DDL's multi-ring);
+  //     default chosen from the number of hosts (comm::ChooseHostGrid).
+  // For hierarchical it builds the comm::Hierarchy now, collectively. Throws cadre::Error
+  // (kInvalidArgument naming the variable) for a bad value.
+  explicit CommBackend(std::unique_ptr<comm::Communicator> comm);
+  ~CommBackend() override;
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
   comm::Communicator& communicator() { return *comm_; }
@@ -29,6 +39,8 @@ class CommBackend final : public CollectiveBackend {
 
  private:
   std::unique_ptr<comm::Communicator> comm_;
+  comm::AllreduceAlgorithm algorithm_ = comm::AllreduceAlgorithm::kAuto;
+  std::unique_ptr<comm::Hierarchy> hierarchy_;  // set when algorithm_ is kHierarchical
 };
 
 }  // namespace cadre::engine
