@@ -49,11 +49,15 @@ int RunExec(const ExecArgs& args) {
   options.link = netem::ParseLinkSpecOrThrow(args.link);
   options.job_id = args.job_id.empty() ? "exec-" + std::to_string(getpid()) : args.job_id;
   options.require_delay_loss = args.require_delay;
+  options.log_warnings = false;  // the summary line below says it
   options.state_dir = args.state_dir;
   auto emu = netem::NetworkEmulator::CreateOrThrow(options);
   std::cerr << "cadre netem: " << emu->size() << " hosts (" << emu->hosts().front().address
             << " to " << emu->hosts().back().address << "), link " << emu->link().ToString()
-            << (emu->delay_loss_emulated() ? "" : " (rate only: no netem in this kernel)") << "\n";
+            << (emu->delay_loss_emulated()
+                    ? ""
+                    : " (rate only: this kernel has no netem to add delay/loss)")
+            << "\n";
   netem::HostExecOptions exec;
   if (args.timeout_s > 0) {
     exec.deadline = Deadline(std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1e3)));

@@ -170,6 +170,7 @@ Status LocalJob::StartNetwork() {
   o.link = *options_.emulate_network;
   o.job_id = layout_.training_id;
   o.require_delay_loss = options_.require_delay_loss;
+  o.log_warnings = false;  // reported below, with the job's messages
   for (int id = 1; id <= spec_.nodes; ++id) {
     o.host_names.push_back(layout_.name_prefix + "-" + std::to_string(id));
   }

@@ -99,6 +99,7 @@ Status NetworkEmulator::Create(const EmulatorOptions& options,
   std::unique_ptr<NetworkEmulator> emu(new NetworkEmulator());
   emu->link_ = options.link;
   emu->command_timeout_ = options.command_timeout;
+  emu->log_warnings_ = options.log_warnings;
   const std::string prefix = "cadre-" + options.job_id;
   emu->state_path_ = options.state_dir + "/" + prefix + ".state";
   emu->switch_netns_ = prefix + "-sw";
@@ -204,8 +205,10 @@ Status NetworkEmulator::ShapeHost(int i, const LinkSpec& link, bool require_dela
                         "emulate them (" +
                         s.message() + ")";
       if (require_delay_loss) return Status(Code::kUnavailable, "netem: " + why);
-      CADRE_LOG(WARNING) << "netem: " << why << "; emulating the rate "
-                         << FormatRate(link.rate_bits_per_s) << " only";
+      if (log_warnings_) {
+        CADRE_LOG(WARNING) << "netem: " << why << "; emulating the rate "
+                           << FormatRate(link.rate_bits_per_s) << " only";
+      }
       with_netem = false;
       *netem_missing = true;
       continue;  // ShapeEgress installed the rate limit before netem failed

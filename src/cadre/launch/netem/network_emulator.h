@@ -42,6 +42,9 @@ struct EmulatorOptions {
   // When the link asks for delay or loss and the kernel has no netem qdisc: true makes Create
   // fail with kUnavailable; false logs one warning and emulates the rate only.
   bool require_delay_loss = false;
+  // The one warning about missing netem goes to the log unless the caller reports
+  // !delay_loss_emulated() itself (as `cadre run` does, in the job's messages).
+  bool log_warnings = true;
   // Host names set (in a private UTS namespace) by EnterHost; empty means the netns names.
   std::vector<std::string> host_names;
   std::string state_dir = kDefaultStateDir;
@@ -122,6 +125,7 @@ class NetworkEmulator {
   std::vector<int> host_fds_;         // O_CLOEXEC fds of the host namespaces, opened in Create
   int switch_fd_ = -1;
   bool delay_loss_emulated_ = true;
+  bool log_warnings_ = true;
   std::string state_path_;
   Duration command_timeout_{0};
   bool destroyed_ = false;
