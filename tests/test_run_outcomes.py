@@ -158,3 +158,27 @@ def test_sigterm_stops_everything_and_leaves_no_orphans(tmp_path):
     status = json.loads((job_dir / "status.json").read_text())
     assert status["state"] == "stopped" and status["failure"] == "stopped by SIGTERM"
     assert all(s["stopped_by_runner"] for l in status["learners"] for s in l["slots"])
+
+
+def test_learners_die_with_a_killed_runner(tmp_path):
+    """SIGKILL gives the runner no chance to clean up: each slot's keeper sees it die and takes
+    the slot's process group down, including the command's own children."""
+    marker = "300." + str(uuid.uuid4().int)[:12]
+    script = f'sleep {marker} & touch "$RESULT_DIR/started-$CADRE_RANK"; wait'
+    proc = subprocess.Popen([CADRE, "run", "-q", "-n", "2", "--compute", "cpux2", "--framework",
+                             "pytorch-ddl", "--", "sh", "-c", script],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while len(list(tmp_path.glob("runs/*/started-*"))) < 4:
+            assert time.monotonic() < deadline, "slots did not start"
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(marker) == []

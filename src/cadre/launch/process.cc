@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,12 +102,42 @@ void ResetSignals() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) signal(sig, SIG_DFL);
 }
 
+// The signals the slot's keeper waits for (blocked, taken with sigwaitinfo).
+sigset_t KeeperSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGCHLD, SIGUSR1, SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, sig);
+  return set;
+}
+
+// Ends the keeper the way the command ended: the same exit code, or the same signal.
+[[noreturn]] void ExitLike(int wait_status) {
+  if (WIFEXITED(wait_status)) _exit(WEXITSTATUS(wait_status));
+  int sig = WTERMSIG(wait_status);
+  rlimit no_core{0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);  // the command may have dumped core; the keeper must not
+  signal(sig, SIG_DFL);
+  sigset_t just;
+  sigemptyset(&just);
+  sigaddset(&just, sig);
+  sigprocmask(SIG_UNBLOCK, &just, nullptr);
+  kill(getpid(), sig);
+  _exit(128 + sig);
+}
+
+// The slot's first process, its keeper: it leads the slot's process group, sets up the
+// namespaces, starts the command as its child and waits. It exists because the command is
+// usually not our direct child (sh -c forks), and PR_SET_PDEATHSIG covers only direct children:
+// when the runner dies, even by SIGKILL, the keeper gets SIGUSR1 and kills the whole group.
+// Signals the runner sends to the group reach the command directly; the keeper ignores them and
+// leaves with the command's exit status.
 [[noreturn]] void RunChild(const ChildPlan& plan) {
   ResetSignals();
+  sigset_t waited = KeeperSignals();
+  sigprocmask(SIG_BLOCK, &waited, nullptr);
   setpgid(0, 0);
-  // The runner's death (even SIGKILL) takes the slot with it; check for a race with fork.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != plan.parent) _exit(127);
+  prctl(PR_SET_PDEATHSIG, SIGUSR1);
+  if (getppid() != plan.parent) _exit(127);  // the runner died before prctl took effect
   int null_fd = open("/dev/null", O_RDONLY);
   if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0) ChildFail(plan.output_fd, "open /dev/null");
   if (dup2(plan.output_fd, STDOUT_FILENO) < 0 || dup2(plan.output_fd, STDERR_FILENO) < 0) {
@@ -119,8 +150,25 @@ void ResetSignals() {
   const char* step = "";
   if (!InstallHosts(plan, &step)) ChildFail(STDERR_FILENO, step);
   if (!plan.cwd.empty() && chdir(plan.cwd.c_str()) != 0) ChildFail(STDERR_FILENO, "chdir");
-  execve(plan.argv[0], plan.argv.data(), plan.envp.data());
-  ChildFail(STDERR_FILENO, "exec");
+
+  pid_t command = fork();
+  if (command < 0) ChildFail(STDERR_FILENO, "fork");
+  if (command == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve(plan.argv[0], plan.argv.data(), plan.envp.data());
+    ChildFail(STDERR_FILENO, "exec");
+  }
+  for (;;) {
+    siginfo_t info;
+    int sig = sigwaitinfo(&waited, &info);
+    if (sig == SIGUSR1) kill(0, SIGKILL);  // the runner is gone: take the whole slot down
+    if (sig != SIGCHLD) continue;
+    int wait_status = 0;
+    pid_t done = waitpid(command, &wait_status, WNOHANG);
+    if (done == command) ExitLike(wait_status);
+  }
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 // Starting processes for a job: slots (a learner's processes) and short probes.
 //
-// A slot is started with fork+exec so that everything between the two is under our control: the
-// child leads its own process group (so the job can signal everything it started), dies with the
-// runner (PR_SET_PDEATHSIG), gets a private /etc/hosts in a mount namespace when asked, and
-// writes stdout and stderr into one pipe (so its lines keep their order). Only async-signal-safe
-// calls run in the child: every string is prepared before fork, because the runner has threads.
+// A slot is started with fork+exec so that everything between the two is under our control. The
+// forked child is the slot's keeper: it leads the slot's process group (so the job can signal
+// everything it started), gets a private /etc/hosts in a mount namespace when asked, points
+// stdout and stderr into one pipe (so lines keep their order), then runs the command as its own
+// child and exits the way the command does (same code or signal). When the runner dies, even by
+// SIGKILL, the keeper learns it (PR_SET_PDEATHSIG) and kills the whole group, so no learner
+// outlives its runner. Only async-signal-safe calls run after fork: every string is prepared
+// before, because the runner has threads.
 #pragma once
 
 #include <sys/types.h>
@@ -41,8 +44,8 @@ struct SpawnOptions {
   int network_host = -1;
 };
 
-// Starts the child; returns its pid (also its process-group id). A failure after fork (mount,
-// chdir, exec) is written to output_fd by the child, which exits with 127.
+// Starts the slot; *pid is its keeper's pid, which is also the slot's process-group id. A failure
+// after fork (mount, chdir, exec) is written to output_fd, and the slot exits with 127.
 Status SpawnSlot(const SpawnOptions& options, pid_t* pid);
 
 // Whether `method` works here: a throwaway child tries it with `hosts_file` and exits.
