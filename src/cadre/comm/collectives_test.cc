@@ -214,12 +214,12 @@ TEST_P(CollectivesTest, BarrierWaitsForEveryone) {
 TEST_P(CollectivesTest, StalledRankFailsTheOthersWithinTheTimeout) {
   if (size() < 2) GTEST_SKIP() << "needs a peer";
   CommunicatorOptions o = Base();
-  o.timeout = std::chrono::milliseconds(1500);
+  o.timeout = std::chrono::milliseconds(1000);
   std::atomic<int> failed{0};
   RunRanks(size(), o, [&](Communicator& comm) {
     const int stalled = comm.size() - 1;
     if (comm.rank() == stalled) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1600));
       return;
     }
     std::vector<float> buf(1000, 1.0f);
@@ -249,6 +249,28 @@ TEST_P(CollectivesTest, StalledRankFailsTheOthersWithinTheTimeout) {
     }
   });
   EXPECT_EQ(failed.load(), size() - 1);
+}
+
+TEST_P(CollectivesTest, MismatchedCallsFailInsteadOfMixingData) {
+  if (!shm() || size() < 2) GTEST_SKIP() << "shared memory compares descriptors each step";
+  std::atomic<int> mismatches{0};
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    std::vector<float> buf(8, 1.0f);
+    AllreduceOptions o;
+    o.input = o.output = buf.data();
+    o.count = comm.rank() == 0 ? 5 : 6;  // rank 0 disagrees on the count
+    try {
+      Allreduce(comm, o);
+      ADD_FAILURE() << "mismatched allreduce succeeded";
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.code() == Code::kMismatch || e.code() == Code::kAborted) << e.what();
+      if (e.code() == Code::kMismatch) {
+        mismatches.fetch_add(1);
+        EXPECT_NE(std::string(e.what()).find("count 5"), std::string::npos) << e.what();
+      }
+    }
+  });
+  EXPECT_GE(mismatches.load(), 1);
 }
 
 TEST_P(CollectivesTest, BadArgumentsAreRejectedBeforeAnyExchange) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "cadre/base/env.h"
 #include "cadre/comm/communicator_impl.h"
 #include "cadre/store/prefix_store.h"
 #include "cadre/transport/tcp/device.h"
@@ -100,7 +101,8 @@ void CommunicatorImpl::Rendezvous() {
   if (size == 1) return;
 
   if (options_.use_shm && topology_.cross_size == 1) {
-    size_t slot = options_.shm_slot_bytes != 0 ? options_.shm_slot_bytes : kDefaultShmSlotBytes;
+    size_t slot = options_.shm_slot_bytes;
+    if (slot == 0) slot = static_cast<size_t>(EnvInt("CADRE_SHM_SLOT_BYTES", kDefaultShmSlotBytes));
     store::PrefixStore shm_store("shm", store_);
     ThrowIfError(
         transport::shm::ShmGroup::Create(shm_store, rank, size, names_, slot, deadline, &shm_));

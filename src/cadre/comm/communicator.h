@@ -48,7 +48,7 @@ struct CommunicatorOptions {
   // Use shared memory between ranks on one host (TCP otherwise). Every rank must pass the same.
   bool use_shm = true;
   // Bytes of each half of a rank's shared-memory slot (the largest piece one step moves);
-  // 0 = the default (1 MiB). Every rank must pass the same.
+  // 0 = $CADRE_SHM_SLOT_BYTES, else 1 MiB. Every rank must use the same.
   size_t shm_slot_bytes = 0;
 };
 
