@@ -203,3 +203,50 @@ class DistributedOptimizer:
 
     def __getattr__(self, name):
         return getattr(self._optimizer, name)
+
+
+def _bench(argv):
+    """`python3 -m cadre.ps bench [--size 64M] [--steps 5]` as every learner of a PS job: servers
+    serve, each worker push-pulls one tensor of SIZE per step (sync, sum optimizer) and reports
+    its median step time and throughput. Run it under `cadre run --emulate-network RATE` to
+    measure against a shaped link: with full-duplex links and pipelined partitions the bound for
+    one worker and one server is SIZE / RATE per step."""
+    import argparse
+    import statistics
+    import time
+
+    import numpy as np
+
+    parser = argparse.ArgumentParser(prog="python3 -m cadre.ps bench")
+    parser.add_argument("--size", default="64M", help="tensor size (K/M suffix)")
+    parser.add_argument("--steps", type=int, default=5)
+    args = parser.parse_args(argv)
+    mult = {"K": 1 << 10, "M": 1 << 20}.get(args.size[-1:].upper(), 1)
+    size = int(float(args.size.rstrip("KkMm")) * mult)
+    r = learner_role()
+    if r["role"] == "ps":
+        serve()
+        return
+    client = _core.PsClient(r["server_addresses"], r["worker_id"], r["token"])
+    n = size // 4
+    value = np.zeros(n, dtype=np.float32)
+    grad = np.full(n, 1e-6, dtype=np.float32)
+    client.declare([("bench", [n], value.ctypes.data, {"kind": "sum"}, True)])
+    times = []
+    for step in range(args.steps + 1):
+        t0 = time.perf_counter()
+        client.push_pull(step, [("bench", grad.ctypes.data, n)], [("bench", value.ctypes.data, n)])
+        if step:
+            times.append(time.perf_counter() - t0)
+    client.done()
+    t = statistics.median(times)
+    print("ps bench: worker %d of %d, %d servers, %.1f MiB: step %.3f s, %.3f Gbit/s per worker"
+          % (r["worker_id"], r["num_workers"], r["num_servers"], size / 2**20, t,
+             size * 8 / t / 1e9), flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:2] != ["bench"]:
+        sys.exit("usage: python3 -m cadre.ps bench [--size 64M] [--steps 5]")
+    _bench(sys.argv[2:])
