@@ -43,6 +43,7 @@ TEST_P(CommBackendTest, EngineCollectivesMatchClosedForm) {
         EngineOptions eo;
         eo.cycle_time = 1ms;
         eo.fusion_threshold_bytes = 256;
+        eo.fusion_segment_bytes = 40;
         Engine e(std::make_unique<CommBackend>(comm::Communicator::Create(o)), eo);
         // Twenty allreduces of odd lengths (fused into several buffers), twice (second time
         // through the response cache).

@@ -42,10 +42,12 @@ Message Message::Decode(const uint8_t* data, size_t size, int rank) {
   }
 }
 
-Controller::Controller(int rank, int size, size_t fusion_threshold_bytes, size_t cache_capacity)
+Controller::Controller(int rank, int size, size_t fusion_threshold_bytes, size_t cache_capacity,
+                       size_t fusion_tensor_limit_bytes)
     : rank_(rank),
       size_(size),
       fusion_threshold_(fusion_threshold_bytes),
+      fusion_tensor_limit_(fusion_tensor_limit_bytes),
       cache_(cache_capacity),
       joined_(size, false) {}
 
@@ -200,10 +202,10 @@ void Controller::Fuse(std::vector<Response>& responses) const {
   };
   std::vector<Response> out;
   for (Response& r : responses) {
-    const Request* k = key_of(r);
+    const Request* k = bytes_of(r) > fusion_tensor_limit_ ? nullptr : key_of(r);
     if (k && !out.empty()) {
       Response& prev = out.back();
-      const Request* pk = key_of(prev);
+      const Request* pk = bytes_of(prev) > fusion_tensor_limit_ ? nullptr : key_of(prev);
       if (pk && pk->dtype == k->dtype && pk->reduce_op == k->reduce_op &&
           pk->prescale == k->prescale && pk->postscale == k->postscale &&
           bytes_of(prev) + bytes_of(r) <= fusion_threshold_) {

@@ -19,6 +19,7 @@
 // Not thread-safe: owned by the engine thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -63,7 +64,10 @@ struct PendingName {
 
 class Controller {
  public:
-  Controller(int rank, int size, size_t fusion_threshold_bytes, size_t cache_capacity);
+  // Allreduces larger than fusion_tensor_limit_bytes are never fused: they are reduced in place,
+  // since copying them through the fusion buffer costs more than the latency fusion saves.
+  Controller(int rank, int size, size_t fusion_threshold_bytes, size_t cache_capacity,
+             size_t fusion_tensor_limit_bytes = SIZE_MAX);
 
   // Builds this rank's message for `fresh` (requests submitted since the last cycle).
   Message MakeMessage(const std::vector<Request>& fresh, bool shutdown, bool joined) const;
@@ -87,6 +91,7 @@ class Controller {
   const int rank_;
   const int size_;
   const size_t fusion_threshold_;
+  const size_t fusion_tensor_limit_;
   ResponseCache cache_;
   std::map<std::string, Entry> table_;
   std::vector<bool> joined_;

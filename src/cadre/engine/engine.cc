@@ -45,6 +45,10 @@ EngineOptions EngineOptions::FromEnv() {
                                       static_cast<int64_t>(o.fusion_threshold_bytes));
   if (fusion < 0) throw Error(InvalidArgument("fusion threshold must be >= 0"));
   o.fusion_threshold_bytes = static_cast<size_t>(fusion);
+  const int64_t limit =
+      EnvInt("CADRE_FUSION_TENSOR_LIMIT", static_cast<int64_t>(o.fusion_tensor_limit_bytes));
+  if (limit < 0) throw Error(InvalidArgument("CADRE_FUSION_TENSOR_LIMIT must be >= 0"));
+  o.fusion_tensor_limit_bytes = static_cast<size_t>(limit);
   const int64_t cache = EnvIntEither("CADRE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY",
                                      static_cast<int64_t>(o.cache_capacity));
   if (cache < 0) throw Error(InvalidArgument("cache capacity must be >= 0"));
@@ -66,8 +70,9 @@ Engine::Engine(std::unique_ptr<CollectiveBackend> backend, EngineOptions options
       size_(backend->size()),
       options_(std::move(options)),
       backend_(std::move(backend)),
-      controller_(rank_, size_, options_.fusion_threshold_bytes, options_.cache_capacity),
-      executor_(*backend_) {
+      controller_(rank_, size_, options_.fusion_threshold_bytes, options_.cache_capacity,
+                  options_.fusion_tensor_limit_bytes),
+      executor_(*backend_, options_.fusion_segment_bytes) {
   if (!options_.timeline_path.empty() && rank_ == 0) timeline_.Start(options_.timeline_path, false);
   thread_ = std::thread([this] { Loop(); });
 }

@@ -40,6 +40,12 @@ struct EngineOptions {
   // a submission wakes it at once.
   Duration cycle_time = std::chrono::milliseconds(5);
   size_t fusion_threshold_bytes = size_t{64} << 20;
+  // Fused allreduces are packed, reduced and unpacked in pieces of this size (cache-sized; one
+  // collective over a whole 64 MiB buffer measured several times slower on CPUs).
+  size_t fusion_segment_bytes = size_t{4} << 20;
+  // Larger allreduces skip the fusion buffer (reduced in place, no copies): on CPUs the copies
+  // of a large tensor cost more than the per-collective latency fusion saves.
+  size_t fusion_tensor_limit_bytes = size_t{1} << 20;
   size_t cache_capacity = 1024;
   Duration stall_warning = std::chrono::seconds(60);
   Duration stall_shutdown = Duration::zero();  // zero: never fail stalled tensors

@@ -20,6 +20,7 @@ EngineOptions FastOptions() {
   EngineOptions o;
   o.cycle_time = 1ms;
   o.fusion_threshold_bytes = 64;  // small, so tests exercise both fused and unfused paths
+  o.fusion_segment_bytes = 12;    // fused buffers reduced in pieces that split tensors
   return o;
 }
 

@@ -1,5 +1,6 @@
 #include "cadre/engine/operations.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -74,30 +75,42 @@ void Executor::Allreduce(const Response& response, const std::vector<TensorEntry
                        first.reduce_op);
     return;
   }
-  std::vector<size_t> counts;
+  std::vector<size_t> bytes;
   size_t total = 0;
   for (const auto& pr : response.per_rank) {
-    counts.push_back(static_cast<size_t>(Any(pr).num_elements()));
-    total += counts.back();
+    bytes.push_back(static_cast<size_t>(Any(pr).num_elements()) * es);
+    total += bytes.back();
   }
-  uint8_t* buf = fusion_.Get(total * es);
-  size_t offset = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    // A joined rank contributes zeros (the identity of sum, the only op allowed with joins).
-    if (local[i]) {
-      std::memcpy(buf + offset, local[i]->data, counts[i] * es);
-    } else {
-      std::memset(buf + offset, 0, counts[i] * es);
-    }
-    offset += counts[i] * es;
-  }
-  Scale(buf, total, dtype, first.prescale);
-  backend_.Allreduce(buf, total, dtype, first.reduce_op);
-  Scale(buf, total, dtype, first.postscale);
-  offset = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    if (local[i]) std::memcpy(local[i]->data, buf + offset, counts[i] * es);
-    offset += counts[i] * es;
+  // The fused bytes are reduced segment by segment: each segment is packed, reduced and unpacked
+  // while it is still in cache. One allreduce over a whole 64 MiB buffer measured several times
+  // slower here (bench/train.py) than the same bytes in a few-MiB pieces.
+  const size_t segment = std::max(es, segment_bytes_ / es * es);
+  uint8_t* buf = fusion_.Get(std::min(total, segment));
+  for (size_t begin = 0; begin < total; begin += segment) {
+    const size_t end = std::min(total, begin + segment);
+    // Copies the overlap of every entry with [begin, end) in (pack) or out (unpack).
+    auto each_overlap = [&](auto&& fn) {
+      size_t offset = 0;
+      for (size_t i = 0; i < bytes.size() && offset < end; offset += bytes[i], ++i) {
+        const size_t lo = std::max(offset, begin), hi = std::min(offset + bytes[i], end);
+        if (lo < hi) fn(i, lo - offset, buf + (lo - begin), hi - lo);
+      }
+    };
+    each_overlap([&](size_t i, size_t at, uint8_t* dst, size_t n) {
+      // A joined rank contributes zeros (the identity of sum, the only op allowed with joins).
+      if (local[i]) {
+        std::memcpy(dst, static_cast<const uint8_t*>(local[i]->data) + at, n);
+      } else {
+        std::memset(dst, 0, n);
+      }
+    });
+    const size_t count = (end - begin) / es;
+    Scale(buf, count, dtype, first.prescale);
+    backend_.Allreduce(buf, count, dtype, first.reduce_op);
+    Scale(buf, count, dtype, first.postscale);
+    each_overlap([&](size_t i, size_t at, uint8_t* src, size_t n) {
+      if (local[i]) std::memcpy(static_cast<uint8_t*>(local[i]->data) + at, src, n);
+    });
   }
 }
 

@@ -32,7 +32,9 @@ class FusionBuffer {
 
 class Executor {
  public:
-  explicit Executor(CollectiveBackend& backend) : backend_(backend) {}
+  // Fused allreduces run in segments of segment_bytes (see Executor::Allreduce).
+  Executor(CollectiveBackend& backend, size_t segment_bytes)
+      : backend_(backend), segment_bytes_(segment_bytes) {}
 
   // Runs a Response of kind kRun. local[i] is this rank's entry for response.names[i], or null
   // when this rank has joined. Writes engine-owned outputs into the handles but does not
@@ -46,6 +48,7 @@ class Executor {
   void Reducescatter(const Response& response, TensorEntry* local);
 
   CollectiveBackend& backend_;
+  const size_t segment_bytes_;
   FusionBuffer fusion_;
 };
 
