@@ -63,6 +63,11 @@ def test_all_problems_at_once_including_flags(cadre_run, tmp_path):
     assert "5 problems" in job.stderr
     missing = cadre_run("nowhere.yaml")
     assert missing.returncode == 2 and "manifest: cannot read nowhere.yaml" in missing.stderr
+    no_command = cadre_run("-n", "2")
+    assert no_command.returncode == 2
+    assert "command (after --): missing" in no_command.stderr
+    both = cadre_run("job.yaml", "python3")
+    assert both.returncode == 2 and "give either a manifest or a command" in both.stderr
     bad_python = cadre_run("--", "true", env={"CADRE_PYTHON": "/nonexistent/python3"})
     assert bad_python.returncode == 2
     assert "CADRE_PYTHON: '/nonexistent/python3' is not an executable" in bad_python.stderr

@@ -69,7 +69,12 @@ int Run(const RunFlags& flags) {
     request.base_dir = std::filesystem::current_path();
     // A flags-only job: one CPU learner in parameter-server mode unless told otherwise.
     request.framework.Set("pytorch", "--framework");
-    if (!flags.args.empty()) {
+    request.command.origin = "command (after --)";
+    if (!flags.args.empty() && IsManifestPath(flags.args[0])) {
+      problems.Add("command (after --)", "'" + flags.args[0] +
+                                             "' is a manifest; give either a manifest or a "
+                                             "command after --, not both");
+    } else if (!flags.args.empty()) {
       request.command.Set(ShellJoin(flags.args), "command (after --)");
       request.command_argv = flags.args;
     }
