@@ -29,3 +29,25 @@ def test_capability_queries_work_before_init():
     assert not hvd.is_initialized()
     with pytest.raises(ValueError):
         hvd.rank()
+
+
+def test_every_collective_under_cadre_run(tmp_path):
+    """The same job as 2 learners x 2 slots started by `cadre run` (TCP between learners,
+    shared memory inside one), with `import horovod.torch` found through the runner's
+    PYTHONPATH."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(HERE))
+    build = os.environ.get("CADRE_BUILD_DIR", os.path.join(root, "build"))
+    cadre = os.path.join(build, "cadre")
+    if not os.path.exists(cadre):
+        pytest.skip("no cadre binary in %s" % build)
+    env = dict(os.environ, TEST_TMP=str(tmp_path))
+    proc = subprocess.run(
+        [cadre, "run", "-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
+         "--results-dir", str(tmp_path), "--", "/usr/bin/python3",
+         os.path.join(HERE, "torch_job_collectives.py")],
+        env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    for rank in range(4):
+        assert "OK %d" % rank in proc.stdout + proc.stderr
