@@ -16,7 +16,8 @@ std::vector<size_t> SplitCounts(size_t count, int parts) {
 }
 
 void LeveledAllreduce(std::span<HierarchyGroup* const> levels, const void* input, void* output,
-                      size_t count, DataType dtype, ReduceOp op) {
+                      size_t count, DataType dtype, ReduceOp op,
+                      std::vector<unsigned char>* scratch) {
   std::vector<HierarchyGroup*> active;
   for (size_t i = 0; i < levels.size(); ++i) {
     if (levels[i] == nullptr) {
@@ -54,8 +55,10 @@ void LeveledAllreduce(std::span<HierarchyGroup* const> levels, const void* input
     offset[i] = total;
     total += n[i] * esize;
   }
-  std::vector<unsigned char> scratch(total);
-  auto shard = [&](size_t level) -> void* { return scratch.data() + offset[level]; };
+  std::vector<unsigned char> own;
+  if (scratch == nullptr) scratch = &own;
+  if (scratch->size() < total) scratch->resize(total);
+  auto shard = [&](size_t level) -> void* { return scratch->data() + offset[level]; };
 
   for (size_t i = 0; i + 1 < m; ++i) {
     const void* in = i == 0 ? input : shard(i);

@@ -55,9 +55,12 @@ std::vector<size_t> SplitCounts(size_t count, int parts);
 // this rank's groups, innermost first; every rank passes groups of the same sizes in the same
 // order, and the groups must form a grid (the members of a level-i group agree on their groups of
 // every other level above i). Groups of size 1 are skipped. `input` may equal `output`.
+// `scratch` (optional) holds the shards between levels and is kept by callers that run many
+// allreduces, so that large ones do not allocate and fault in fresh pages every time.
 // Throws cadre::Error from the groups' collectives; InvalidArgument for a null group.
 void LeveledAllreduce(std::span<HierarchyGroup* const> levels, const void* input, void* output,
-                      size_t count, DataType dtype, ReduceOp op);
+                      size_t count, DataType dtype, ReduceOp op,
+                      std::vector<unsigned char>* scratch = nullptr);
 
 // The arrangement of `hosts` hosts as a grid chosen from the topology: one ring ({hosts}) for
 // fewer than 4 hosts or a prime count; otherwise two dimensions {a, hosts / a} with a the largest

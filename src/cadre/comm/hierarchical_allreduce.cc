@@ -162,7 +162,8 @@ void Hierarchy::Allreduce(const AllreduceOptions& options) {
     static_cast<CommLevel*>(g.get())->set_call(options);
     levels.push_back(g.get());
   }
-  LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op);
+  LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op,
+                   &scratch_);
 }
 
 }  // namespace cadre::comm

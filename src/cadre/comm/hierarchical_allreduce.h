@@ -55,6 +55,7 @@ class Hierarchy {
   std::vector<std::unique_ptr<Communicator>> grid_groups_;  // owned subgroups of Cross()
   // One per level of size > 1, innermost first; all are the .cc's CommLevel.
   std::vector<std::unique_ptr<HierarchyGroup>> groups_;
+  std::vector<unsigned char> scratch_;  // shards between levels, reused across calls
 };
 
 }  // namespace cadre::comm
