@@ -11,6 +11,8 @@
 #include <climits>
 #include <thread>
 
+#include "cadre/base/env.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CADRE_CPU_RELAX() _mm_pause()
@@ -85,7 +87,9 @@ Status ShmGroup::Create(store::Store& store, int rank, int size, std::vector<std
   g->slot_bytes_ = AlignUp(slot_bytes, 4096);
   g->names_ = std::move(names);
   g->pidfds_.assign(size, -1);
-  g->spin_ = size <= CpuCount();
+  // Spinning only pays when every rank can hold a core; with more ranks than cores it steals the
+  // core from the rank being waited for.
+  g->spin_us_ = size <= CpuCount() ? EnvInt("CADRE_SHM_SPIN_US", 5) : 0;
   g->slots_offset_ =
       AlignUp(AlignUp(sizeof(Header), 64) + sizeof(RankState) * static_cast<size_t>(size), 4096);
   size_t total = g->slots_offset_ + static_cast<size_t>(size) * 2 * g->slot_bytes_;
@@ -206,8 +210,8 @@ Status ShmGroup::WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline) 
   // A short spin only when every rank has its own core; then yield, which hands the core to the
   // rank we wait for when ranks outnumber cores (or other programs compete), and costs little
   // when the core is idle; only then sleep.
-  if (spin_) {
-    auto until = Clock::now() + std::chrono::microseconds(5);
+  if (spin_us_ > 0) {
+    auto until = Clock::now() + std::chrono::microseconds(spin_us_);
     for (int i = 0;; ++i) {
       CADRE_CPU_RELAX();
       if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
