@@ -16,7 +16,7 @@ parser = argparse.ArgumentParser(description="Fashion-MNIST, PyTorch, DDL mode")
 parser.add_argument("--epochs", type=int, default=1)
 parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument("--lr", type=float, default=0.01)
-parser.add_argument("--momentum", type=float, default=0.5)
+parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--max-batches", type=int, default=0, help="stop each epoch early (0: no)")
 parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR",
