@@ -219,6 +219,10 @@ void Controller::Fuse(std::vector<Response>& responses) const {
   responses = std::move(out);
 }
 
+bool Controller::has_pending() const {
+  return !table_.empty() || std::any_of(joined_.begin(), joined_.end(), [](bool j) { return j; });
+}
+
 std::vector<PendingName> Controller::Pending() const {
   std::vector<std::pair<uint64_t, PendingName>> items;
   const auto now = Clock::now();

@@ -78,6 +78,8 @@ class Controller {
   // Names some ranks submitted and others did not, oldest first (the stall inspector's input).
   std::vector<PendingName> Pending() const;
   const ResponseCache& cache() const { return cache_; }
+  // True while any name is waiting for some rank, or some rank has joined.
+  bool has_pending() const;
 
  private:
   struct Entry {

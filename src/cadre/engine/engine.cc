@@ -72,7 +72,8 @@ Engine::Engine(std::unique_ptr<CollectiveBackend> backend, EngineOptions options
       backend_(std::move(backend)),
       controller_(rank_, size_, options_.fusion_threshold_bytes, options_.cache_capacity,
                   options_.fusion_tensor_limit_bytes),
-      executor_(*backend_, options_.fusion_segment_bytes) {
+      executor_(*backend_, options_.fusion_segment_bytes),
+      idle_wait_(options_.cycle_time) {
   if (!options_.timeline_path.empty() && rank_ == 0) timeline_.Start(options_.timeline_path, false);
   thread_ = std::thread([this] { Loop(); });
 }
@@ -191,7 +192,7 @@ bool Engine::RunCycle() {
   bool shutdown, joined;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, options_.cycle_time, [&] { return !fresh_.empty() || shutdown_requested_; });
+    cv_.wait_for(lock, idle_wait_, [&] { return !fresh_.empty() || shutdown_requested_; });
     fresh.swap(fresh_);
     shutdown = shutdown_requested_;
     joined = join_handle_ != nullptr;
@@ -206,6 +207,13 @@ bool Engine::RunCycle() {
     }
     Execute(r);
   }
+  // Idle cycles back off (doubling up to idle_cycle_time_max) so that an idle job does not keep
+  // every rank's thread exchanging messages; any local or remote work restores cycle_time. A
+  // rank that submits still wakes at once, and its peers wake on their own submissions.
+  const bool busy = !fresh.empty() || joined || !responses.empty() || controller_.has_pending();
+  idle_wait_ = busy ? options_.cycle_time
+                    : std::min(std::max(idle_wait_ * 2, Duration(1)),
+                               std::max(options_.cycle_time, options_.idle_cycle_time_max));
   CheckStalls();
   return true;
 }

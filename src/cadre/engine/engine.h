@@ -39,6 +39,8 @@ struct EngineOptions {
   // How long the background thread sleeps between negotiation cycles when nothing is submitted;
   // a submission wakes it at once.
   Duration cycle_time = std::chrono::milliseconds(5);
+  // Consecutive idle cycles (nothing submitted or pending anywhere) sleep longer, up to this.
+  Duration idle_cycle_time_max = std::chrono::milliseconds(50);
   size_t fusion_threshold_bytes = size_t{64} << 20;
   // Fused allreduces are packed, reduced and unpacked in pieces of this size (cache-sized; one
   // collective over a whole 64 MiB buffer measured several times slower on CPUs).
@@ -111,6 +113,7 @@ class Engine {
   std::string stall_report_;                              // GUARDED_BY(mu_)
   Timeline timeline_;                                     // thread-safe itself
   Clock::time_point last_stall_log_{};                    // engine thread only
+  Duration idle_wait_;                                    // engine thread only
   Clock::time_point last_stall_check_{};                  // engine thread only
   std::thread thread_;
 };
