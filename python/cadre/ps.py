@@ -220,6 +220,8 @@ def _bench(argv):
     parser = argparse.ArgumentParser(prog="python3 -m cadre.ps bench")
     parser.add_argument("--size", default="64M", help="tensor size (K/M suffix)")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--partition-mib", type=float, default=1.0)
+    parser.add_argument("--in-flight", type=int, default=4, help="RPCs in flight per server")
     args = parser.parse_args(argv)
     mult = {"K": 1 << 10, "M": 1 << 20}.get(args.size[-1:].upper(), 1)
     size = int(float(args.size.rstrip("KkMm")) * mult)
@@ -227,7 +229,10 @@ def _bench(argv):
     if r["role"] == "ps":
         serve()
         return
-    client = _core.PsClient(r["server_addresses"], r["worker_id"], r["token"])
+    part = int(args.partition_mib * (1 << 20))
+    client = _core.PsClient(r["server_addresses"], r["worker_id"], r["token"],
+                            partition_bytes=part, message_bytes=max(2 << 20, part),
+                            max_in_flight=args.in_flight)
     n = size // 4
     value = np.zeros(n, dtype=np.float32)
     grad = np.full(n, 1e-6, dtype=np.float32)
