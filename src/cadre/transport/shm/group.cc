@@ -89,7 +89,8 @@ Status ShmGroup::Create(store::Store& store, int rank, int size, std::vector<std
   g->pidfds_.assign(size, -1);
   // Spinning only pays when every rank can hold a core; with more ranks than cores it steals the
   // core from the rank being waited for.
-  g->spin_us_ = size <= CpuCount() ? EnvInt("CADRE_SHM_SPIN_US", 5) : 0;
+  g->spin_max_ns_ = size <= CpuCount() ? EnvInt("CADRE_SHM_SPIN_US", 50) * 1000 : 0;
+  g->spin_ns_ = std::min<int64_t>(g->spin_max_ns_, 5000);
   g->slots_offset_ =
       AlignUp(AlignUp(sizeof(Header), 64) + sizeof(RankState) * static_cast<size_t>(size), 4096);
   size_t total = g->slots_offset_ + static_cast<size_t>(size) * 2 * g->slot_bytes_;
@@ -207,16 +208,23 @@ Status ShmGroup::PeerFailure(int peer) {
 Status ShmGroup::WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline) {
   auto& word = state(peer)->flags[flag].value;
   if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
-  // A short spin only when every rank has its own core; then yield, which hands the core to the
-  // rank we wait for when ranks outnumber cores (or other programs compete), and costs little
-  // when the core is idle; only then sleep.
-  if (spin_us_ > 0) {
-    auto until = Clock::now() + std::chrono::microseconds(spin_us_);
+  // Spin only when every rank has its own core, and adaptively: the budget doubles (up to
+  // CADRE_SHM_SPIN_US) while spins succeed, and halves when the peer was not running (other
+  // programs compete for the cores), so an idle machine gets microsecond latency and a loaded
+  // one does not burn the time slice its peer needs. Then yield, which hands the core to the rank
+  // we wait for; only then sleep.
+  if (spin_max_ns_ > 0) {
+    auto start = Clock::now();
+    auto until = start + std::chrono::nanoseconds(spin_ns_);
     for (int i = 0;; ++i) {
       CADRE_CPU_RELAX();
-      if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
+      if (Reached(word.load(std::memory_order_acquire), step)) {
+        spin_ns_ = std::min(spin_max_ns_, spin_ns_ * 2 + 1000);
+        return Status::Ok();
+      }
       if ((i & 15) == 15 && Clock::now() > until) break;
     }
+    spin_ns_ = std::max<int64_t>(1000, spin_ns_ / 2);
   }
   auto until = Clock::now() + std::chrono::microseconds(500);
   while (Clock::now() < until) {

@@ -7,8 +7,8 @@
 // can only reach step s+1 after every peer arrived at step s, and peers only write half (s & 1)
 // again at step s+2, two halves make reuse safe without an extra "done" flag.
 //
-// Waiting: spin briefly (only when there are at least as many cores as ranks; CADRE_SHM_SPIN_US,
-// default 5), then yield for up to 500 us, then
+// Waiting: spin briefly (only when there are at least as many cores as ranks; an adaptive budget
+// up to CADRE_SHM_SPIN_US, default 50), then yield for up to 500 us, then
 // sleep on a futex on the peer's flag word, waking every 50 ms to check that the peer process is
 // alive (pidfd) and that no rank aborted the group. Nothing waits past the Deadline.
 // Failures name the peer with the name given at creation ("rank 3").
@@ -90,7 +90,8 @@ class ShmGroup {
   size_t slot_bytes_ = 0;
   size_t slots_offset_ = 0;
   uint32_t step_ = 0;
-  int64_t spin_us_ = 0;  // busy-wait budget per wait; 0 when ranks outnumber cores
+  int64_t spin_max_ns_ = 0;  // busy-wait cap per wait; 0 when ranks outnumber cores
+  int64_t spin_ns_ = 0;      // current adaptive busy-wait budget
   std::vector<std::string> names_;
   std::vector<int> pidfds_;  // per peer, -1 until opened
 };
