@@ -131,7 +131,7 @@ void BindEngine(py::module_& m) {
           "enqueue",
           [](Engine& e, int op, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape,
              int dtype, int reduce_op, int root, std::vector<int64_t> splits, double prescale,
-             double postscale) {
+             double postscale, bool batchable) {
             if (op < 0 || op > static_cast<int>(OpType::kBarrier)) {
               throw Error(InvalidArgument("unknown operation " + std::to_string(op)));
             }
@@ -152,7 +152,7 @@ void BindEngine(py::module_& m) {
             r.prescale = prescale;
             r.postscale = postscale;
             try {
-              return e.Enqueue(std::move(r), reinterpret_cast<void*>(ptr));
+              return e.Enqueue(std::move(r), reinterpret_cast<void*>(ptr), batchable);
             } catch (const Error& err) {
               // Horovod's users catch ValueError for a duplicate name.
               if (err.code() == Code::kAlreadyExists) throw py::value_error(err.what());
@@ -161,7 +161,7 @@ void BindEngine(py::module_& m) {
           },
           py::arg("op"), py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"),
           py::arg("reduce_op") = 0, py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{},
-          py::arg("prescale") = 1.0, py::arg("postscale") = 1.0)
+          py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("batchable") = false)
       .def("join", &Engine::Join)
       .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())
       .def("start_timeline", &Engine::StartTimeline, py::arg("path"),

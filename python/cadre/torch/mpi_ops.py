@@ -105,8 +105,10 @@ def _engine_size(process_set):
 
 # ---------------------------------------------------------------- allreduce
 
-def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
-    """Reduces `tensor` into `output` (may be the same tensor); returns a handle."""
+def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
+                    batchable=False):
+    """Reduces `tensor` into `output` (may be the same tensor); returns a handle. `batchable`
+    lets the engine wait briefly for more such submissions (DistributedOptimizer's gradients)."""
     _check_tensor(tensor)
     engine = _engine(process_set)
     name = _auto_name("allreduce", name)
@@ -121,12 +123,13 @@ def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor,
         buf.copy_(tensor)
     if floating:
         core = _enqueue(engine, _OP_ALLREDUCE, name, buf, reduce_op=_REDUCE[op],
-                        prescale=pre, postscale=post)
+                        prescale=pre, postscale=post, batchable=batchable)
     else:
         # Integer tensors: scale in torch (truncating), as the engine scales floats only.
         if pre != 1.0:
             buf.copy_((buf * pre).to(buf.dtype))
-        core = _enqueue(engine, _OP_ALLREDUCE, name, buf, reduce_op=_REDUCE[op])
+        core = _enqueue(engine, _OP_ALLREDUCE, name, buf, reduce_op=_REDUCE[op],
+                        batchable=batchable)
 
     def finish(_core_handle):
         if not floating and post != 1.0:

@@ -104,9 +104,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         compressed, ctx = self._compression.compress(grad)
         if compressed.data_ptr() == grad.data_ptr() and not grad.is_contiguous():
             compressed = compressed.contiguous()
-        handle = mpi_ops.allreduce_async_(compressed, name=name, op=self.op,
-                                          prescale_factor=prescale, postscale_factor=postscale,
-                                          process_set=self.process_set)
+        # Batchable: the engine waits briefly for the next gradients of this backward pass so
+        # that one negotiation cycle fuses them.
+        handle = mpi_ops._allreduce_into(compressed, compressed, name, self.op, prescale,
+                                         postscale, self.process_set, batchable=True)
         return handle, (ctx, compressed)
 
     def _make_hook(self, p):

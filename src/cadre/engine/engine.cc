@@ -90,7 +90,7 @@ void Engine::Shutdown() {
   cv_.notify_all();
 }
 
-std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data) {
+std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batchable) {
   if (request.name.empty()) throw Error(InvalidArgument("an operation needs a non-empty name"));
   if (request.op == OpType::kJoin) throw Error(InvalidArgument("use Engine::Join()"));
   const std::string what = std::string(OpTypeName(request.op)) + " '" + request.name + "'";
@@ -144,6 +144,7 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data) {
     TensorEntry entry{request, data, handle};
     pending_.emplace(request.name, std::move(entry));
     fresh_.push_back(std::move(request));
+    if (!batchable) ++fresh_urgent_;
   }
   timeline_.Begin(name, "NEGOTIATE");
   cv_.notify_all();
@@ -193,6 +194,14 @@ bool Engine::RunCycle() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, idle_wait_, [&] { return !fresh_.empty() || shutdown_requested_; });
+    if (!fresh_.empty() && fresh_urgent_ == 0 && options_.batch_wait > Duration::zero()) {
+      // Only batchable work (gradients from backward hooks) is queued: let the next gradients
+      // of the pass join this cycle so they are negotiated and fused together. An urgent
+      // submission ends the wait.
+      cv_.wait_for(lock, options_.batch_wait,
+                   [&] { return shutdown_requested_ || fresh_urgent_ > 0; });
+    }
+    fresh_urgent_ = 0;
     fresh.swap(fresh_);
     shutdown = shutdown_requested_;
     joined = join_handle_ != nullptr;

@@ -39,6 +39,10 @@ struct EngineOptions {
   // How long the background thread sleeps between negotiation cycles when nothing is submitted;
   // a submission wakes it at once.
   Duration cycle_time = std::chrono::milliseconds(5);
+  // When only batchable submissions are queued (Enqueue's `batchable`: gradients from backward
+  // hooks), wait this long for more before negotiating, so one cycle fuses them; any other
+  // submission is negotiated at once (CADRE_BATCH_WAIT_MS; zero disables).
+  Duration batch_wait = std::chrono::milliseconds(1);
   // Consecutive idle cycles (nothing submitted or pending anywhere) sleep longer, up to this.
   Duration idle_cycle_time_max = std::chrono::milliseconds(50);
   size_t fusion_threshold_bytes = size_t{64} << 20;
@@ -73,7 +77,8 @@ class Engine {
   // `data` is the input (and, for allreduce and broadcast, the output) of request.num_elements()
   // elements. Throws Error(kInvalidArgument) on a malformed request, Error(kAlreadyExists) on a
   // pending name, the engine's failure when it is broken.
-  std::shared_ptr<Handle> Enqueue(Request request, void* data);
+  // `batchable`: latency does not matter for this one (see EngineOptions::batch_wait).
+  std::shared_ptr<Handle> Enqueue(Request request, void* data, bool batchable = false);
   // Completes when every rank has joined; handle->join_rank() is the rank that joined last.
   std::shared_ptr<Handle> Join();
 
@@ -108,13 +113,14 @@ class Engine {
   std::vector<Request> fresh_;                            // GUARDED_BY(mu_): not yet negotiated
   std::unordered_map<std::string, TensorEntry> pending_;  // GUARDED_BY(mu_)
   std::shared_ptr<Handle> join_handle_;                   // GUARDED_BY(mu_)
-  bool shutdown_requested_ = false;                       // GUARDED_BY(mu_)
-  Status broken_;                                         // GUARDED_BY(mu_)
-  std::string stall_report_;                              // GUARDED_BY(mu_)
-  Timeline timeline_;                                     // thread-safe itself
-  Clock::time_point last_stall_log_{};                    // engine thread only
-  Duration idle_wait_;                                    // engine thread only
-  Clock::time_point last_stall_check_{};                  // engine thread only
+  int fresh_urgent_ = 0;                  // GUARDED_BY(mu_): non-batchable in fresh_
+  bool shutdown_requested_ = false;       // GUARDED_BY(mu_)
+  Status broken_;                         // GUARDED_BY(mu_)
+  std::string stall_report_;              // GUARDED_BY(mu_)
+  Timeline timeline_;                     // thread-safe itself
+  Clock::time_point last_stall_log_{};    // engine thread only
+  Duration idle_wait_;                    // engine thread only
+  Clock::time_point last_stall_check_{};  // engine thread only
   std::thread thread_;
 };
 
