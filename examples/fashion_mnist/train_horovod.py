@@ -22,8 +22,12 @@ parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--max-batches", type=int, default=0, help="stop each epoch early (0: no)")
 parser.add_argument("--fp16-allreduce", action="store_true")
-parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR",
-                                                         "/usr/share/datasets/fashion-mnist"))
+DEBIAN_DATA = "/usr/share/datasets/fashion-mnist"
+# The job's DATA_DIR when it holds the data (a manifest's training_data_reference), else Debian's.
+DEFAULT_DATA = os.environ.get("DATA_DIR", DEBIAN_DATA)
+if not os.path.exists(os.path.join(DEFAULT_DATA, "train-images-idx3-ubyte.gz")):
+    DEFAULT_DATA = DEBIAN_DATA
+parser.add_argument("--data-dir", default=DEFAULT_DATA)
 parser.add_argument("--result-dir", default=os.environ.get("RESULT_DIR", "."))
 
 
