@@ -8,13 +8,11 @@
 
 #include "bindings.h"
 #include "cadre/base/env.h"
+#include "cadre/engine/comm_backend.h"
 #include "cadre/engine/engine.h"
 #include "cadre/engine/store_backend.h"
 #include "cadre/store/prefix_store.h"
 #include "cadre/store/tcp_store.h"
-#ifdef CADRE_HAVE_COMM
-#include "cadre/engine/comm_backend.h"
-#endif
 
 namespace py = pybind11;
 
@@ -41,7 +39,6 @@ std::unique_ptr<engine::CollectiveBackend> MakeBackend(const std::string& kind, 
   auto root = store::ConnectStoreFromEnv("engine rank " + std::to_string(rank), timeout);
   auto scoped = std::make_shared<store::PrefixStore>(prefix, root);
   if (kind == "store") return std::make_unique<engine::StoreBackend>(scoped, rank, size, timeout);
-#ifdef CADRE_HAVE_COMM
   if (kind == "comm" || kind == "auto") {
     comm::CommunicatorOptions o;
     o.rank = rank;
@@ -54,19 +51,8 @@ std::unique_ptr<engine::CollectiveBackend> MakeBackend(const std::string& kind, 
     o.timeout = timeout;
     return std::make_unique<engine::CommBackend>(comm::Communicator::Create(std::move(o)));
   }
-#else
-  if (kind == "auto") {
-    return std::make_unique<engine::StoreBackend>(scoped, rank, size, timeout);
-  }
-#endif
-  throw Error(InvalidArgument("unknown or unavailable engine backend '" + kind +
-                              "' (built: local, store" +
-#ifdef CADRE_HAVE_COMM
-                              std::string(", comm") +
-#else
-                              std::string() +
-#endif
-                              ")"));
+  throw Error(
+      InvalidArgument("unknown engine backend '" + kind + "' (known: auto, comm, store, local)"));
 }
 
 // Raises the handle's stored error in Python (through the module's translator).
@@ -78,13 +64,7 @@ void Check(const Handle& h) {
 }  // namespace
 
 void BindEngine(py::module_& m) {
-  m.attr("COMM_BUILT") = py::bool_(
-#ifdef CADRE_HAVE_COMM
-      true
-#else
-      false
-#endif
-  );
+  m.attr("COMM_BUILT") = py::bool_(true);
 
   py::class_<Handle, std::shared_ptr<Handle>>(m, "Handle")
       .def("done", &Handle::done)

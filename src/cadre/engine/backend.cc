@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cadre/base/status.h"
+#include "cadre/comm/reduce.h"
 #include "cadre/engine/dtype.h"
 
 namespace cadre::engine {
@@ -38,7 +39,7 @@ void GatherBackend::AllgatherFixed(const void* in, void* out, size_t bytes) {
 
 void GatherBackend::Allgather(const void* in, void* out, const std::vector<size_t>& counts,
                               DataType dtype) {
-  const size_t es = DTypeSize(dtype);
+  const size_t es = comm::ElementSize(dtype);
   auto all = ExchangeBytes(Copy(in, counts[rank()] * es));
   uint8_t* o = static_cast<uint8_t*>(out);
   for (int r = 0; r < size(); ++r) {
@@ -49,17 +50,17 @@ void GatherBackend::Allgather(const void* in, void* out, const std::vector<size_
 }
 
 void GatherBackend::Allreduce(void* buffer, size_t count, DataType dtype, ReduceOp op) {
-  const size_t bytes = count * DTypeSize(dtype);
+  const size_t bytes = count * comm::ElementSize(dtype);
   auto all = ExchangeBytes(Copy(buffer, bytes));
   for (int r = 0; r < size(); ++r) CheckSize(all, r, bytes, "allreduce");
   if (bytes == 0) return;
   // Reduce in rank order on every rank so that all ranks get bit-identical results.
   std::memcpy(buffer, all[0].data(), bytes);
-  for (int r = 1; r < size(); ++r) ReduceInto(buffer, all[r].data(), count, dtype, op);
+  for (int r = 1; r < size(); ++r) comm::Reduce(buffer, buffer, all[r].data(), count, dtype, op);
 }
 
 void GatherBackend::Broadcast(void* buffer, size_t count, DataType dtype, int root) {
-  const size_t bytes = count * DTypeSize(dtype);
+  const size_t bytes = count * comm::ElementSize(dtype);
   auto all = ExchangeBytes(rank() == root ? Copy(buffer, bytes) : Bytes());
   CheckSize(all, root, bytes, "broadcast");
   if (rank() != root && bytes) std::memcpy(buffer, all[root].data(), bytes);
@@ -67,7 +68,7 @@ void GatherBackend::Broadcast(void* buffer, size_t count, DataType dtype, int ro
 
 void GatherBackend::Alltoall(const void* in, void* out, const std::vector<size_t>& send_counts,
                              const std::vector<size_t>& recv_counts, DataType dtype) {
-  const size_t es = DTypeSize(dtype);
+  const size_t es = comm::ElementSize(dtype);
   const size_t total = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
   // Every rank sends its whole input; receivers pick their block (fine for a test backend).
   Bytes mine;
@@ -101,7 +102,7 @@ void GatherBackend::Alltoall(const void* in, void* out, const std::vector<size_t
 
 void GatherBackend::ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
                                   DataType dtype, ReduceOp op) {
-  const size_t es = DTypeSize(dtype);
+  const size_t es = comm::ElementSize(dtype);
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
   auto all = ExchangeBytes(Copy(in, total * es));
   size_t offset = 0;
@@ -111,7 +112,7 @@ void GatherBackend::ReduceScatter(const void* in, void* out, const std::vector<s
   if (mine == 0) return;
   std::memcpy(out, all[0].data() + offset * es, mine * es);
   for (int r = 1; r < size(); ++r) {
-    ReduceInto(out, all[r].data() + offset * es, mine, dtype, op);
+    comm::Reduce(out, out, all[r].data() + offset * es, mine, dtype, op);
   }
 }
 

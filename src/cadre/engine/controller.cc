@@ -193,7 +193,7 @@ void Controller::Fuse(std::vector<Response>& responses) const {
     for (const auto& pr : r.per_rank) {
       for (const auto& q : pr) {
         if (q) {
-          total += static_cast<size_t>(q->num_elements()) * DTypeSize(q->dtype);
+          total += static_cast<size_t>(q->num_elements()) * comm::ElementSize(q->dtype);
           break;
         }
       }

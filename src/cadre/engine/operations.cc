@@ -67,7 +67,7 @@ void Executor::Run(const Response& response, const std::vector<TensorEntry*>& lo
 void Executor::Allreduce(const Response& response, const std::vector<TensorEntry*>& local) {
   const Request& first = Any(response.per_rank[0]);
   const DataType dtype = first.dtype;
-  const size_t es = DTypeSize(dtype);
+  const size_t es = comm::ElementSize(dtype);
   const bool scaled = first.prescale != 1.0 || first.postscale != 1.0;
   if (response.names.size() == 1 && local[0] && !scaled) {
     // One tensor of our own: reduce in place, no copies.
@@ -124,7 +124,7 @@ void Executor::Allgather(const Response& response, TensorEntry* local) {
     counts.push_back(r ? static_cast<size_t>(r->rows()) * row : 0);
     rows += r ? r->rows() : 0;
   }
-  const size_t es = DTypeSize(any.dtype);
+  const size_t es = comm::ElementSize(any.dtype);
   std::vector<uint8_t> discard;
   std::vector<uint8_t>& out = local ? local->handle->output() : discard;
   out.resize(static_cast<size_t>(rows) * row * es);
@@ -149,7 +149,7 @@ void Executor::Alltoall(const Response& response, TensorEntry* local) {
     rows += received[j];
   }
   auto& out = local->handle->output();
-  out.resize(static_cast<size_t>(rows) * row * DTypeSize(me.dtype));
+  out.resize(static_cast<size_t>(rows) * row * comm::ElementSize(me.dtype));
   backend_.Alltoall(local->data, out.data(), send, recv, me.dtype);
   local->handle->output_shape() = WithRows(me, rows);
   local->handle->received_splits() = std::move(received);
@@ -162,7 +162,7 @@ void Executor::Reducescatter(const Response& response, TensorEntry* local) {
   std::vector<size_t> counts;
   for (int64_t r : rows) counts.push_back(static_cast<size_t>(r) * row);
   auto& out = local->handle->output();
-  out.resize(counts[backend_.rank()] * DTypeSize(me.dtype));
+  out.resize(counts[backend_.rank()] * comm::ElementSize(me.dtype));
   backend_.ReduceScatter(local->data, out.data(), counts, me.dtype, me.reduce_op);
   local->handle->output_shape() = WithRows(me, rows[backend_.rank()]);
 }

@@ -59,9 +59,9 @@ std::vector<int64_t> TrailingDims(const std::vector<int64_t>& shape) {
 
 std::string Request::Describe() const {
   std::ostringstream s;
-  s << OpTypeName(op) << " " << DTypeName(dtype) << ShapeString(shape);
+  s << OpTypeName(op) << " " << comm::DataTypeName(dtype) << ShapeString(shape);
   if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
-    s << " op=" << ReduceOpString(reduce_op);
+    s << " op=" << comm::ReduceOpName(reduce_op);
   }
   if (op == OpType::kAllreduce && (prescale != 1.0 || postscale != 1.0)) {
     s << " prescale=" << prescale << " postscale=" << postscale;
@@ -75,7 +75,8 @@ std::optional<std::string> Incompatibility(const Request& a, const Request& b) {
     return "operation " + std::string(OpTypeName(a.op)) + " vs " + std::string(OpTypeName(b.op));
   }
   if (a.dtype != b.dtype) {
-    return "dtype " + std::string(DTypeName(a.dtype)) + " vs " + std::string(DTypeName(b.dtype));
+    return "dtype " + std::string(comm::DataTypeName(a.dtype)) + " vs " +
+           std::string(comm::DataTypeName(b.dtype));
   }
   switch (a.op) {
     case OpType::kAllgather:
@@ -95,8 +96,8 @@ std::optional<std::string> Incompatibility(const Request& a, const Request& b) {
   }
   if ((a.op == OpType::kAllreduce || a.op == OpType::kReducescatter) &&
       a.reduce_op != b.reduce_op) {
-    return "op " + std::string(ReduceOpString(a.reduce_op)) + " vs " +
-           std::string(ReduceOpString(b.reduce_op));
+    return "op " + std::string(comm::ReduceOpName(a.reduce_op)) + " vs " +
+           std::string(comm::ReduceOpName(b.reduce_op));
   }
   if (a.op == OpType::kAllreduce && (a.prescale != b.prescale || a.postscale != b.postscale)) {
     return "scale factors differ";
