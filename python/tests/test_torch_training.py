@@ -1,20 +1,23 @@
-"""DistributedOptimizer and friends as multi-process jobs, against single-process results."""
-import os
-
+"""DistributedOptimizer, state broadcasts and join, as jobs started by `cadre run`, against
+single-process closed forms (torch_job_training.py); a failure names the check and the rank."""
 import pytest
 
-torch = pytest.importorskip("torch")
-from cadre.torch.testing import run_ranks  # noqa: E402
+from hvd_jobs import check_results, run_script
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+pytest.importorskip("torch")
+
+REQUIRED = [
+    "optimizer.averages_gradients", "optimizer.fp16_compression",
+    "optimizer.gradient_predivide_factor", "optimizer.op_sum",
+    "optimizer.backward_passes_per_step", "optimizer.synchronize_clip_skip_synchronize",
+    "optimizer.parameter_unused_on_some_ranks", "optimizer.sparse_as_dense",
+    "broadcast_parameters_and_adam_state", "broadcast_parameters_named_and_sgd_momentum",
+    "join_with_uneven_batches",
+]
 
 
-def check(results):
-    for res in results:
-        assert res.returncode == 0, "rank %d failed:\n%s\n%s" % (res.rank, res.stdout, res.stderr)
-        assert "OK %d" % res.rank in res.stdout
-
-
-@pytest.mark.parametrize("size", [2, 3])
-def test_distributed_optimizer_matches_single_process_training(size):
-    check(run_ranks([os.path.join(HERE, "torch_job_training.py")], size, timeout=150))
+@pytest.mark.parametrize("learners,compute,size", [(2, "cpux2", 4), (3, "cpu", 3)],
+                         ids=["2x2", "3x1"])
+def test_distributed_optimizer_matches_single_process_training(tmp_path, learners, compute, size):
+    job = run_script(tmp_path, "torch_job_training.py", learners, compute, timeout=240)
+    check_results(job, size, REQUIRED)

@@ -1,17 +1,20 @@
-# One rank of test_torch_training.py: DistributedOptimizer against single-process closed forms,
-# backward_passes_per_step, fp16 compression, broadcast of parameters and Adam state, join with
-# uneven batches. Prints "OK <rank>".
-import sys
-
+# DistributedOptimizer and the state-broadcast helpers against single-process closed forms, run
+# as N ranks by `cadre run` (see test_torch_training.py); hvd_suite.py prints the results.
+# Rank r trains on rows 8r..8r+7 of one data set that every rank generates alike, so the
+# averaged-gradient run must equal plain full-batch training in one process.
 import torch
 
 import horovod.torch as hvd
+from hvd_suite import Suite
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
+suite = Suite(r)
 torch.manual_seed(1234)
 X = torch.randn(8 * n, 4)
 Y = X @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]) + 0.1
+MINE = slice(8 * r, 8 * r + 8)
+mse = torch.nn.functional.mse_loss
 
 
 def model():
@@ -24,7 +27,7 @@ def reference(steps, lr=0.1):
     opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
     for _ in range(steps):
         opt.zero_grad()
-        torch.nn.functional.mse_loss(m(X), Y).backward()
+        mse(m(X), Y).backward()
         opt.step()
     return m
 
@@ -34,91 +37,219 @@ def same(a, b, tol):
         assert torch.allclose(pa, pb, atol=tol, rtol=tol), (na, pa, pb)
 
 
-mine = slice(8 * r, 8 * r + 8)
+def identical_everywhere(tensors, name):
+    """Every rank holds bit-identical tensors."""
+    flat = torch.cat([t.detach().reshape(-1).double() for t in tensors]).unsqueeze(0)
+    everyone = hvd.allgather(flat, name=name)
+    assert torch.equal(everyone, everyone[0].expand_as(everyone)), everyone
 
-# 1. Averaged gradients equal the full-batch gradient: 3 steps match the single-process run.
-for compression, tol in ((hvd.Compression.none, 1e-5), (hvd.Compression.fp16, 2e-2)):
+
+def train_distributed(steps, compression=hvd.Compression.none, **kw):
     m = model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
-                                   named_parameters=m.named_parameters(), compression=compression)
-    for _ in range(3):
+                                   named_parameters=m.named_parameters(),
+                                   compression=compression, **kw)
+    for _ in range(steps):
         opt.zero_grad()
-        torch.nn.functional.mse_loss(m(X[mine]), Y[mine]).backward()
+        mse(m(X[MINE]), Y[MINE]).backward()
         opt.step()
-    same(m, reference(3), tol)
+    return m
 
-# 2. backward_passes_per_step=2: two half-batches accumulate locally, one allreduce, one step.
-m = model()
-opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
-                               named_parameters=m.named_parameters(), backward_passes_per_step=2)
-for _ in range(2):
+
+@suite.check("optimizer.averages_gradients")
+def _():
+    same(train_distributed(3), reference(3), 1e-5)
+
+
+@suite.check("optimizer.fp16_compression")
+def _():
+    m = train_distributed(3, hvd.Compression.fp16)
+    same(m, reference(3), 2e-2)
+    identical_everywhere(m.parameters(), "fp16.identical")
+
+
+@suite.check("optimizer.gradient_predivide_factor")
+def _():
+    same(train_distributed(2, gradient_predivide_factor=2.0), reference(2), 1e-5)
+
+
+@suite.check("optimizer.op_sum")
+def _():
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1 / n),
+                                   named_parameters=m.named_parameters(), op=hvd.Sum)
     opt.zero_grad()
-    for half in (slice(8 * r, 8 * r + 4), slice(8 * r + 4, 8 * r + 8)):
-        (torch.nn.functional.mse_loss(m(X[half]), Y[half]) / 2).backward()
+    mse(m(X[MINE]), Y[MINE]).backward()
     opt.step()
-same(m, reference(2), 1e-5)
-
-# gradient_predivide_factor and op=Sum.
-m = model()
-opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1 / n),
-                               named_parameters=m.named_parameters(), op=hvd.Sum)
-opt.zero_grad()
-torch.nn.functional.mse_loss(m(X[mine]), Y[mine]).backward()
-opt.step()
-ref = model()
-ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-torch.nn.functional.mse_loss(ref(X), Y).backward()
-ref_opt.step()
-same(m, ref, 1e-5)
-
-# 3. broadcast_parameters and broadcast_optimizer_state (Adam, including its lazy state).
-torch.manual_seed(100 + r)
-m = torch.nn.Linear(4, 2)
-adam = torch.optim.Adam(m.parameters(), lr=0.01 * (r + 1))
-if r != 1:  # rank 1 has no Adam state yet: it must receive it
-    torch.nn.functional.mse_loss(m(X[mine]), Y[mine].expand(-1, 2)).backward()
-    adam.step()
-hvd.broadcast_parameters(m.state_dict(), root_rank=0)
-hvd.broadcast_optimizer_state(adam, root_rank=0)
-flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
-state = adam.state_dict()
-moments = torch.cat([torch.cat([s["exp_avg"].reshape(-1), s["exp_avg_sq"].reshape(-1),
-                                torch.as_tensor(s["step"], dtype=torch.float32).reshape(1)])
-                     for s in state["state"].values()])
-everyone = hvd.allgather(torch.cat([flat, moments]).unsqueeze(0), name="check_bcast")
-assert torch.equal(everyone, everyone[0].expand_as(everyone)), everyone
-assert state["param_groups"][0]["lr"] == 0.01, state["param_groups"][0]["lr"]
-
-# 4. join with uneven batches: rank k has 2 + k batches; joined ranks contribute zeros.
-m = model()
-opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.05),
-                               named_parameters=m.named_parameters())
-for b in range(2 + r):
-    opt.zero_grad()
-    rows = slice(8 * r + b, 8 * r + b + 2)
-    torch.nn.functional.mse_loss(m(X[rows]), Y[rows]).backward()
-    opt.step()
-last = hvd.join()
-assert last == n - 1, last
-# The rank that ran longest saw, at step b, the sum of the gradients of the ranks still
-# training, divided by n (joined ranks add zeros): replay that in one process.
-if r == n - 1:
     ref = model()
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
-    for b in range(2 + r):
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    mse(ref(X), Y).backward()
+    ref_opt.step()
+    same(m, ref, 1e-5)
+
+
+@suite.check("optimizer.backward_passes_per_step")
+def _():
+    # Two half-batches accumulate locally, one allreduce, one step.
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=m.named_parameters(),
+                                   backward_passes_per_step=2)
+    for _ in range(2):
+        opt.zero_grad()
+        for half in (slice(8 * r, 8 * r + 4), slice(8 * r + 4, 8 * r + 8)):
+            (mse(m(X[half]), Y[half]) / 2).backward()
+        opt.step()
+    same(m, reference(2), 1e-5)
+    # A third backward pass before step() is refused, as in Horovod.
+    opt.zero_grad()
+    for _ in range(2):
+        mse(m(X[MINE]), Y[MINE]).backward()
+    try:
+        mse(m(X[MINE]), Y[MINE]).backward()
+        raise AssertionError("a third backward pass was accepted")
+    except AssertionError as e:
+        assert "backward_passes_per_step" in str(e), e
+    opt.step()
+
+
+@suite.check("optimizer.synchronize_clip_skip_synchronize")
+def _():
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters())
+    opt.zero_grad()
+    mse(m(X[MINE]), Y[MINE]).backward()
+    opt.synchronize()
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 0.05)
+    with opt.skip_synchronize():
+        opt.step()
+    ref = model()
+    mse(ref(X), Y).backward()
+    torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+    torch.optim.SGD(ref.parameters(), lr=0.1).step()
+    same(m, ref, 1e-5)
+
+
+@suite.check("optimizer.parameter_unused_on_some_ranks")
+def _():
+    # Branch b is used by the even ranks only: the odd ranks contribute zeros for it.
+    def net():
+        torch.manual_seed(3)
+        return torch.nn.ModuleDict({"a": torch.nn.Linear(4, 1), "b": torch.nn.Linear(4, 1)})
+
+    def loss(m, k):
+        rows = slice(8 * k, 8 * k + 8)
+        out = m["a"](X[rows]) + (m["b"](X[rows]) if k % 2 == 0 else 0)
+        return mse(out, Y[rows])
+
+    m = net()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters())
+    for _ in range(2):
+        opt.zero_grad()
+        loss(m, r).backward()
+        opt.step()
+    ref = net()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(2):
         ref_opt.zero_grad()
-        for k in range(n):
-            if b < 2 + k:
-                rows = slice(8 * k + b, 8 * k + b + 2)
-                (torch.nn.functional.mse_loss(ref(X[rows]), Y[rows]) / n).backward()
+        (sum(loss(ref, k) for k in range(n)) / n).backward()
         ref_opt.step()
     same(m, ref, 1e-5)
-# Horovod's pattern after join: adopt the model of the rank that trained last.
-hvd.broadcast_parameters(m.state_dict(), root_rank=last)
-flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()]).unsqueeze(0)
-everyone = hvd.allgather(flat, name="check_join")
-assert torch.equal(everyone, everyone[0].expand_as(everyone)), everyone
 
-hvd.shutdown()
-print("OK", r)
-sys.stdout.flush()
+
+@suite.check("optimizer.sparse_as_dense")
+def _():
+    def net():
+        torch.manual_seed(5)
+        return torch.nn.Embedding(n + 2, 3, sparse=True)
+
+    def loss(m, k):
+        return m(torch.tensor([k, k + 1, n + 1])).pow(2).sum()
+
+    m = net()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters(), sparse_as_dense=True)
+    opt.zero_grad()
+    loss(m, r).backward()
+    opt.step()
+    ref = net()
+    (sum(loss(ref, k) for k in range(n)) / n).backward()
+    ref.weight.data -= 0.1 * ref.weight.grad.to_dense()
+    same(m, ref, 1e-6)
+
+
+@suite.check("broadcast_parameters_and_adam_state")
+def _():
+    # Every rank starts different; rank 1 has no Adam state yet (lazy): it must receive it.
+    torch.manual_seed(100 + r)
+    m = torch.nn.Linear(4, 2)
+    adam = torch.optim.Adam(m.parameters(), lr=0.01 * (r + 1))
+    if r != 1:
+        mse(m(X[MINE]), Y[MINE].expand(-1, 2)).backward()
+        adam.step()
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(adam, root_rank=0)
+    state = adam.state_dict()
+    assert state["param_groups"][0]["lr"] == 0.01, state["param_groups"][0]["lr"]
+    assert len(state["state"]) == 2, state["state"].keys()
+    tensors = list(m.parameters())
+    for s in state["state"].values():
+        tensors += [s["exp_avg"], s["exp_avg_sq"], torch.as_tensor(s["step"]).reshape(1)]
+    identical_everywhere(tensors, "bcast.adam")
+    # The ranks now take identical steps.
+    adam.zero_grad()
+    mse(m(X[:8]), Y[:8].expand(-1, 2)).backward()
+    adam.step()
+    identical_everywhere(m.parameters(), "bcast.adam.after_step")
+
+
+@suite.check("broadcast_parameters_named_and_sgd_momentum")
+def _():
+    torch.manual_seed(200 + r)
+    m = torch.nn.Linear(3, 3)
+    sgd = torch.optim.SGD(m.parameters(), lr=0.1 * (r + 1), momentum=0.5 + 0.1 * r)
+    m(torch.ones(1, 3)).sum().backward()
+    sgd.step()
+    root = n - 1
+    hvd.broadcast_parameters(m.named_parameters(), root_rank=root)
+    hvd.broadcast_optimizer_state(sgd, root_rank=root)
+    group = sgd.param_groups[0]
+    assert group["lr"] == 0.1 * n and group["momentum"] == 0.5 + 0.1 * root, group
+    identical_everywhere(list(m.parameters()) +
+                         [sgd.state[p]["momentum_buffer"] for p in m.parameters()], "bcast.sgd")
+
+
+@suite.check("join_with_uneven_batches")
+def _():
+    # Rank k has 2 + k batches; joined ranks contribute zeros to the others' averages.
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.05),
+                                   named_parameters=m.named_parameters())
+    for b in range(2 + r):
+        opt.zero_grad()
+        rows = slice(8 * r + b, 8 * r + b + 2)
+        mse(m(X[rows]), Y[rows]).backward()
+        opt.step()
+    last = hvd.join()
+    assert last == n - 1, last
+    # The rank that ran longest saw, at step b, the sum of the gradients of the ranks still
+    # training, divided by n: replay that in one process.
+    if r == n - 1:
+        ref = model()
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        for b in range(2 + r):
+            ref_opt.zero_grad()
+            for k in range(n):
+                if b < 2 + k:
+                    rows = slice(8 * k + b, 8 * k + b + 2)
+                    (mse(ref(X[rows]), Y[rows]) / n).backward()
+            ref_opt.step()
+        same(m, ref, 1e-5)
+    # Horovod's pattern after join: adopt the model of the rank that trained last.
+    hvd.broadcast_parameters(m.state_dict(), root_rank=last)
+    identical_everywhere(m.parameters(), "join.identical")
+
+
+suite.run(finish=hvd.shutdown)

@@ -160,6 +160,7 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
               postscale_factor=1.0, process_set=global_process_set):
     from cadre.torch.compression import Compression
     compression = compression or Compression.none
+    _check_tensor(tensor)  # before compress, which expects a tensor
     compressed, ctx = compression.compress(tensor)
     h = allreduce_async_(compressed.clone(), average, name, op, prescale_factor,
                          postscale_factor, process_set)
@@ -198,6 +199,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     from cadre.torch.compression import Compression
     compression = compression or Compression.none
+    for t in tensors:
+        _check_tensor(t)
     pairs = [compression.compress(t) for t in tensors]
     outs = synchronize(grouped_allreduce_async_([c.clone() for c, _ in pairs], average, name, op,
                                                 prescale_factor, postscale_factor, process_set))

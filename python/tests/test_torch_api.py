@@ -1,0 +1,21 @@
+"""The rest of horovod.torch's API and its error behaviour, as a job of 2 learners x 2 slots
+started by `cadre run`: each check of torch_job_api.py runs on every rank; a failure names the
+check and the rank."""
+import pytest
+
+from hvd_jobs import check_results, run_script
+
+pytest.importorskip("torch")
+
+REQUIRED = [
+    "capabilities_before_init", "ranks_match_the_runner",
+    "mismatch.shape_fails_every_rank", "mismatch.dtype_op_root_kind",
+    "duplicate_pending_name_is_ValueError", "bad_arguments_are_ValueError_at_submission",
+    "broadcast_object_and_allgather_object", "process_sets", "adasum", "sparse_allreduce_async",
+    "sync_batch_norm", "timeline", "shutdown_then_init_again",
+]
+
+
+def test_api_errors_and_extras_under_cadre_run(tmp_path):
+    job = run_script(tmp_path, "torch_job_api.py", 2, "cpux2", timeout=240)
+    check_results(job, 4, REQUIRED)

@@ -1,0 +1,338 @@
+# The rest of horovod.torch's API, run as N ranks by `cadre run` (see test_torch_api.py):
+# capability queries before init, the ranks the runner gave, errors (mismatches on every rank,
+# duplicate names, bad arguments) with the engine usable afterwards, objects, process sets,
+# Adasum, sparse allreduce, SyncBatchNorm, the timeline, and shutdown followed by init again.
+import json
+import os
+
+import torch
+
+import horovod.torch as hvd
+from hvd_suite import Suite
+
+# Before init: what the capability queries answer, and what rank() does.
+BEFORE_INIT = {"initialized": hvd.is_initialized(), "mpi_built": hvd.mpi_built(),
+               "mpi_enabled": hvd.mpi_enabled(), "nccl_built": hvd.nccl_built(),
+               "gloo_built": hvd.gloo_built(), "gloo_enabled": hvd.gloo_enabled(),
+               "ddl_built": hvd.ddl_built(), "ccl_built": hvd.ccl_built(),
+               "cuda_built": hvd.cuda_built(), "rocm_built": hvd.rocm_built(),
+               "mpi_threads_supported": hvd.mpi_threads_supported()}
+try:
+    hvd.rank()
+    BEFORE_INIT["rank"] = "no error"
+except ValueError as e:
+    BEFORE_INIT["rank"] = str(e)
+
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+suite = Suite(r)
+
+
+def close(got, want, tol=1e-6):
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert torch.allclose(got.double(), want.double(), rtol=tol, atol=tol), (got, want)
+
+
+def engine_still_works(tag):
+    got = hvd.allreduce(torch.ones(2) * r, op=hvd.Sum, name="after." + tag)
+    close(got, torch.ones(2) * n * (n - 1) / 2)
+
+
+@suite.check("capabilities_before_init")
+def _():
+    b = BEFORE_INIT
+    assert b["initialized"] is False, b
+    assert "not been initialized" in b["rank"], b
+    for key in ("mpi_built", "mpi_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
+                "rocm_built", "mpi_threads_supported"):
+        assert b[key] is False, (key, b[key])
+    assert b["gloo_built"] is True and b["gloo_enabled"] is True, b
+    assert hvd.is_initialized()
+
+
+@suite.check("ranks_match_the_runner")
+def _():
+    # rank = (LEARNER_ID - 1) * slots + local rank (the learner contract).
+    learners, learner = int(os.environ["NUM_LEARNERS"]), int(os.environ["LEARNER_ID"])
+    assert hvd.cross_size() == learners and hvd.cross_rank() == learner - 1, (
+        hvd.cross_size(), hvd.cross_rank(), learners, learner)
+    assert hvd.local_size() * learners == n, (hvd.local_size(), n)
+    assert r == hvd.cross_rank() * hvd.local_size() + hvd.local_rank(), (r, hvd.local_rank())
+    assert 0 <= hvd.local_rank() < hvd.local_size()
+    assert hvd.is_homogeneous()
+    everyone = hvd.allgather_object((r, hvd.local_rank(), hvd.cross_rank()))
+    slots = hvd.local_size()
+    assert everyone == [(k, k % slots, k // slots) for k in range(n)], everyone
+
+
+# ---------------------------------------------------------------- errors
+
+def mismatch(name, make, words_by_rank, expect_error=hvd.HorovodInternalError):
+    """Every rank submits `name` with make(); all must fail naming every rank's submission."""
+    try:
+        make(name)
+    except expect_error as e:
+        text = str(e)
+        assert name in text, text
+        for k in range(n):
+            words = words_by_rank(k)
+            assert ("rank %d: %s" % (k, words)) in text, ("rank %d: %s" % (k, words), text)
+        return
+    raise AssertionError("%s: no error on rank %d" % (name, r))
+
+
+@suite.check("mismatch.shape_fails_every_rank")
+def _():
+    if n < 2:
+        return
+    mismatch("mm.shape", lambda nm: hvd.allreduce(torch.ones(3 + (r == 1)), op=hvd.Sum, name=nm),
+             lambda k: "allreduce float32[%d] op=sum" % (3 + (k == 1)))
+    engine_still_works("shape")
+
+
+@suite.check("mismatch.dtype_op_root_kind")
+def _():
+    if n < 2:
+        return
+    mismatch("mm.dtype",
+             lambda nm: hvd.allreduce(torch.ones(2, dtype=torch.float64 if r == n - 1 else
+                                                 torch.float32), op=hvd.Sum, name=nm),
+             lambda k: "allreduce %s[2]" % ("float64" if k == n - 1 else "float32"))
+    mismatch("mm.op", lambda nm: hvd.allreduce(torch.ones(2), op=hvd.Max if r == 0 else hvd.Min,
+                                               name=nm),
+             lambda k: "allreduce float32[2] op=%s" % ("max" if k == 0 else "min"))
+    mismatch("mm.root", lambda nm: hvd.broadcast(torch.ones(2), root_rank=r % 2, name=nm),
+             lambda k: "broadcast float32[2] root=%d" % (k % 2))
+    mismatch("mm.kind",
+             lambda nm: (hvd.allgather(torch.ones(1), name=nm) if r == 0 else
+                         hvd.allreduce(torch.ones(1), op=hvd.Sum, name=nm)),
+             lambda k: "allgather float32[1]" if k == 0 else "allreduce float32[1]")
+    mismatch("mm.trailing",
+             lambda nm: hvd.allgather(torch.ones(1, 2 + (r == n - 1)), name=nm),
+             lambda k: "allgather float32[1,%d]" % (2 + (k == n - 1)))
+    engine_still_works("kinds")
+
+
+@suite.check("duplicate_pending_name_is_ValueError")
+def _():
+    # The other ranks submit "dup" only after the barrier, so it is surely still pending on
+    # rank 0 when rank 0 submits it again.
+    if n < 2:
+        return
+    if r == 0:
+        h = hvd.allreduce_async(torch.ones(1), op=hvd.Sum, name="dup")
+        try:
+            hvd.allreduce_async(torch.ones(1), op=hvd.Sum, name="dup")
+            raise AssertionError("duplicate name accepted")
+        except ValueError as e:
+            assert "dup" in str(e), e
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.allreduce_async(torch.ones(1), op=hvd.Sum, name="dup")
+    close(hvd.synchronize(h), torch.ones(1) * n)
+
+
+@suite.check("bad_arguments_are_ValueError_at_submission")
+def _():
+    # Every rank makes the same mistake, so nothing reaches the other ranks.
+    cases = [
+        ("complex dtype", lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64), name="bad1")),
+        ("bool dtype", lambda: hvd.allgather(torch.ones(2, dtype=torch.bool), name="bad2")),
+        ("root out of range", lambda: hvd.broadcast(torch.ones(2), root_rank=n, name="bad3")),
+        ("negative root", lambda: hvd.broadcast(torch.ones(2), root_rank=-1, name="bad4")),
+        ("splits of the wrong length",
+         lambda: hvd.alltoall(torch.ones(n + 1), splits=[1] * (n + 1), name="bad5")),
+        ("splits not summing to rows",
+         lambda: hvd.alltoall(torch.ones(n), splits=[2] * n, name="bad6")),
+        ("negative split",
+         lambda: hvd.alltoall(torch.ones(n), splits=[-1] + [1] * (n - 1), name="bad7")),
+        ("uneven alltoall without splits",
+         lambda: hvd.alltoall(torch.ones(n + 1), name="bad8")),
+        ("unknown op", lambda: hvd.allreduce(torch.ones(2), op="Median", name="bad9")),
+        ("average and op", lambda: hvd.allreduce(torch.ones(2), average=True, op=hvd.Sum,
+                                                 name="bad10")),
+        ("0-d reducescatter", lambda: hvd.reducescatter(torch.tensor(1.0), name="bad11")),
+        ("Adasum on integers", lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32),
+                                                    op=hvd.Adasum, name="bad12")),
+        ("dense tensor to sparse_allreduce_async",
+         lambda: hvd.sparse_allreduce_async(torch.ones(2), "bad13")),
+        ("unknown handle", lambda: hvd.synchronize(10 ** 9)),
+    ]
+    for what, call in cases:
+        try:
+            call()
+        except ValueError:
+            continue
+        raise AssertionError("%s: no ValueError" % what)
+    try:
+        hvd.allreduce([1.0, 2.0], name="bad_type")
+        raise AssertionError("a list was accepted as a tensor")
+    except TypeError:
+        pass
+    try:
+        hvd.grouped_allreduce([torch.ones(1), "x"], name="bad_type_grouped")
+        raise AssertionError("a string was accepted as a tensor")
+    except TypeError:
+        pass
+    engine_still_works("bad_arguments")
+
+
+# ---------------------------------------------------------------- objects
+
+@suite.check("broadcast_object_and_allgather_object")
+def _():
+    for root in sorted({0, n - 1}):
+        obj = {"from": r, "payload": list(range(r * 100)), "t": torch.full((2,), float(r))}
+        got = hvd.broadcast_object(obj, root_rank=root, name="obj%d" % root)
+        assert got["from"] == root and got["payload"] == list(range(root * 100)), got["from"]
+        assert torch.equal(got["t"], torch.full((2,), float(root)))
+    # Objects of different pickled sizes on every rank.
+    everyone = hvd.allgather_object(("rank", r, "x" * (r * 37)))
+    assert everyone == [("rank", k, "x" * (k * 37)) for k in range(n)], everyone
+
+
+# ---------------------------------------------------------------- process sets
+
+@suite.check("process_sets")
+def _():
+    evens = hvd.add_process_set([k for k in range(n) if k % 2 == 0])
+    odds = hvd.add_process_set(hvd.ProcessSet([k for k in range(n) if k % 2 == 1])) \
+        if n > 1 else None
+    try:
+        mine, other = (evens, odds) if r % 2 == 0 else (odds, evens)
+        members = mine.ranks
+        assert mine.included() and mine.rank() == members.index(r), (mine, mine.rank())
+        assert mine.size() == len(members)
+        s = hvd.allreduce(torch.tensor([float(r)]), op=hvd.Sum, name="ps.sum", process_set=mine)
+        assert s.item() == sum(members), (s, members)
+        g = hvd.allgather(torch.tensor([r]), name="ps.gather", process_set=mine)
+        assert g.tolist() == members, (g, members)
+        b = hvd.broadcast(torch.tensor([r]), root_rank=mine.size() - 1, name="ps.bcast",
+                          process_set=mine)
+        assert b.item() == members[-1], (b, members)
+        obj = hvd.allgather_object(r, process_set=mine)
+        assert obj == members, obj
+        if other is not None:
+            assert not other.included() and other.rank() == -1
+            try:
+                hvd.allreduce(torch.ones(1), name="ps.not_member", process_set=other)
+                raise AssertionError("a collective on a set without this rank was accepted")
+            except ValueError as e:
+                assert "not a member" in str(e), e
+        try:
+            hvd.add_process_set(list(evens.ranks))
+            raise AssertionError("the same ranks registered twice")
+        except ValueError:
+            pass
+        for bad in ([n], [0, 0]):
+            try:
+                hvd.add_process_set(bad)
+                raise AssertionError("process set %s accepted" % bad)
+            except ValueError:
+                pass
+    finally:
+        assert hvd.remove_process_set(evens)
+        if odds is not None:
+            assert hvd.remove_process_set(odds)
+    assert not hvd.remove_process_set(evens)
+    assert not hvd.remove_process_set(hvd.global_process_set)
+    engine_still_works("process_sets")
+
+
+# ---------------------------------------------------------------- Adasum, sparse
+
+@suite.check("adasum")
+def _():
+    # Orthogonal contributions add; identical ones are kept as they are (a.b = |a|^2 halves
+    # each side); both hold for any tree over the ranks.
+    v = torch.zeros(n, dtype=torch.float64)
+    v[r] = r + 1.0
+    close(hvd.allreduce(v, op=hvd.Adasum, name="adasum.orth"),
+          torch.arange(1, n + 1, dtype=torch.float64))
+    same = torch.tensor([[1.0, -2.0], [0.5, 3.0]])
+    close(hvd.allreduce(same, op=hvd.Adasum, name="adasum.same"), same, 1e-5)
+    t = same.clone()
+    hvd.allreduce_(t, op=hvd.Adasum, name="adasum.inplace")
+    close(t, same, 1e-5)
+    # Parallel contributions c_k u: adasum(c u, d u) = (c + d) / 2 u, so over a power-of-two
+    # number of ranks the tree gives the mean of the c_k.
+    if n & (n - 1) == 0:
+        u = torch.tensor([1.0, -2.0, 2.0], dtype=torch.float64)
+        close(hvd.allreduce(u * (r + 1), op=hvd.Adasum, name="adasum.parallel"),
+              u * (n + 1) / 2)
+
+
+@suite.check("sparse_allreduce_async")
+def _():
+    # Rank r holds 1.0 at index r and (r + 1) at the shared index n; overlapping indices add.
+    sp = torch.sparse_coo_tensor([[r, n]], [1.0, r + 1.0], (n + 1,))
+    total = torch.cat([torch.ones(n), torch.tensor([n * (n + 1) / 2])])
+    got = hvd.synchronize(hvd.sparse_allreduce_async(sp, "sparse.sum", op=hvd.Sum))
+    assert got.is_sparse
+    close(got.to_dense(), total)
+    avg = hvd.synchronize(hvd.sparse_allreduce_async(sp, "sparse.avg"))
+    close(avg.to_dense(), total / n)
+
+
+# ---------------------------------------------------------------- SyncBatchNorm
+
+@suite.check("sync_batch_norm")
+def _():
+    # Matches BatchNorm over the concatenated batch: output, input gradient, weight gradient
+    # (summed over ranks, as the DistributedOptimizer would with Sum), running statistics.
+    for shape in ((2, 3, 4), (2, 3, 2, 2)):
+        torch.manual_seed(0)
+        full = (torch.randn(shape[0] * n, *shape[1:]) * 3 + 1).requires_grad_(True)
+        ref = torch.nn.BatchNorm1d(3) if len(shape) == 3 else torch.nn.BatchNorm2d(3)
+        ref(full).pow(2).sum().backward()
+        rows = slice(shape[0] * r, shape[0] * r + shape[0])
+        part = full.detach()[rows].clone().requires_grad_(True)
+        sbn = hvd.SyncBatchNorm(3)
+        out = sbn(part)
+        want = torch.nn.functional.batch_norm(full.detach(), None, None, training=True)
+        close(out, want[rows], 1e-5)
+        out.pow(2).sum().backward()
+        close(part.grad, full.grad[rows], 1e-5)
+        wgrad = hvd.allreduce(sbn.weight.grad, op=hvd.Sum, name="sbn.wgrad.%d" % len(shape))
+        close(wgrad, ref.weight.grad, 1e-4)
+        close(sbn.running_mean, ref.running_mean, 1e-5)
+        close(sbn.running_var, ref.running_var, 1e-5)
+        sbn.eval()  # inference uses the running statistics, no communication
+        close(sbn(part), torch.nn.functional.batch_norm(
+            part.detach(), ref.running_mean, ref.running_var, ref.weight, ref.bias), 1e-5)
+
+
+# ---------------------------------------------------------------- timeline, re-init
+
+@suite.check("timeline")
+def _():
+    path = os.path.join(os.environ["RESULT_DIR"], "timeline-%d.json" % r)
+    hvd.start_timeline(path)
+    hvd.allreduce(torch.ones(1), name="traced.allreduce")
+    hvd.allgather(torch.ones(1), name="traced.allgather")
+    hvd.stop_timeline()
+    with open(path) as f:
+        events = json.load(f)
+    names = {e.get("name") for e in events}
+    assert "allreduce" in names and "allgather" in names, sorted(map(str, names))
+    hvd.allreduce(torch.ones(1), name="untraced")
+    with open(path) as f:
+        assert len(json.load(f)) == len(events), "events written after stop_timeline"
+
+
+@suite.check("shutdown_then_init_again")
+def _():
+    hvd.shutdown()
+    assert not hvd.is_initialized()
+    try:
+        hvd.allreduce(torch.ones(1), name="after_shutdown")
+        raise AssertionError("allreduce after shutdown accepted")
+    except ValueError:
+        pass
+    hvd.init()
+    assert hvd.rank() == r and hvd.size() == n
+    engine_still_works("reinit")
+
+
+suite.run(finish=hvd.shutdown)
