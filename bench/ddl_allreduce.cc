@@ -40,12 +40,14 @@ struct Args {
   size_t max_bytes = 64 << 20;
   double seconds_per_size = 1.0;  // repeat each measurement until this much time has passed
   int max_reps = 20;
+  size_t pipeline_bytes = comm::kDefaultPipelineBytes;  // HierarchyOptions; 0 = no pipelining
 };
 
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "ddl_allreduce_bench: %s\nusage: ddl_allreduce_bench [--slots N] [--port P] "
-               "[--min-bytes B] [--max-bytes B] [--seconds S] [--max-reps R]\n(run it under "
+               "[--min-bytes B] [--max-bytes B] [--seconds S] [--max-reps R] [--pipeline-bytes B]\n"
+               "(run it under "
                "`cadre netem exec`)\n",
                why.c_str());
   std::exit(2);
@@ -59,7 +61,9 @@ Args ParseArgs(int argc, char** argv) {
     const char* v = argv[++i];
     char* end = nullptr;
     const double x = std::strtod(v, &end);
-    if (*v == '\0' || *end != '\0' || x <= 0) Usage(flag + " " + v + ": not a positive number");
+    if (*v == '\0' || *end != '\0' || x < 0 || (x == 0 && flag != "--pipeline-bytes")) {
+      Usage(flag + " " + v + ": not a positive number");
+    }
     if (flag == "--slots")
       a.slots = static_cast<int>(x);
     else if (flag == "--port")
@@ -72,6 +76,8 @@ Args ParseArgs(int argc, char** argv) {
       a.seconds_per_size = x;
     else if (flag == "--max-reps")
       a.max_reps = static_cast<int>(x);
+    else if (flag == "--pipeline-bytes")
+      a.pipeline_bytes = static_cast<size_t>(x);
     else
       Usage("unknown flag " + flag);
   }
@@ -155,7 +161,9 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
   co.bind_address = address;
   co.timeout = std::chrono::seconds(120);
   auto c = comm::Communicator::Create(co);
-  auto hier = comm::Hierarchy::Create(*c);
+  comm::HierarchyOptions ho;
+  ho.pipeline_bytes = args.pipeline_bytes;
+  auto hier = comm::Hierarchy::Create(*c, ho);
 
   std::vector<Algo> algos = {
       {"flat ring",
@@ -169,8 +177,10 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
   const bool lead = rank == 0;
   if (lead) {
     std::lock_guard lock(*print_mu);
-    std::printf("# %d hosts x %d slots, link %s; hierarchical levels %s\n", hosts, args.slots,
-                link.c_str(), comm::GridToString(hier->levels()).c_str());
+    std::printf(
+        "# %d hosts x %d slots, link %s; hierarchical levels %s, pipeline chunks %zu bytes\n",
+        hosts, args.slots, link.c_str(), comm::GridToString(hier->levels()).c_str(),
+        args.pipeline_bytes);
     std::printf("# bound = 2(N-1)/N x S / rate, N = hosts; busbw = 2(N-1)/N x S / time\n");
     std::printf("%10s  %-13s %10s %12s %10s %9s\n", "bytes", "algorithm", "time ms", "busbw Mbit/s",
                 "bound ms", "of bound");

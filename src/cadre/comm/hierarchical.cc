@@ -1,8 +1,11 @@
 #include "cadre/comm/hierarchical.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <string>
+
+#include "cadre/comm/hierarchical_pipeline.h"
 
 namespace cadre::comm {
 
@@ -15,9 +18,70 @@ std::vector<size_t> SplitCounts(size_t count, int parts) {
   return counts;
 }
 
+namespace internal {
+
+namespace {
+
+// counts[i]: how level i's group splits the n[i] elements it receives; this rank keeps
+// n[i + 1] = counts[i][rank] of them for the level above.
+struct OnePassPlan {
+  std::vector<std::vector<size_t>> counts;
+  std::vector<size_t> n;
+  std::vector<size_t> offset;  // bytes into the scratch of the shard of level i >= 1
+  size_t scratch_bytes = 0;
+};
+
+OnePassPlan PlanOnePass(std::span<HierarchyGroup* const> levels, size_t count, size_t esize) {
+  const size_t m = levels.size();
+  OnePassPlan p;
+  p.counts.resize(m - 1);
+  p.n.assign(m, 0);
+  p.offset.assign(m, 0);
+  p.n[0] = count;
+  for (size_t i = 0; i + 1 < m; ++i) {
+    p.counts[i] = SplitCounts(p.n[i], levels[i]->size());
+    p.n[i + 1] = p.counts[i][static_cast<size_t>(levels[i]->rank())];
+  }
+  // One scratch area holds the shard of every level above 0 (n[1] + n[2] + ... <= count).
+  for (size_t i = 1; i < m; ++i) {
+    p.offset[i] = p.scratch_bytes;
+    p.scratch_bytes += p.n[i] * esize;
+  }
+  return p;
+}
+
+}  // namespace
+
+size_t OnePassScratchBytes(std::span<HierarchyGroup* const> levels, size_t count, size_t esize) {
+  return PlanOnePass(levels, count, esize).scratch_bytes;
+}
+
+void OnePassAllreduce(std::span<HierarchyGroup* const> levels, const void* input, void* output,
+                      size_t count, DataType dtype, ReduceOp op, unsigned char* scratch) {
+  const size_t esize = ElementSize(dtype);
+  const size_t m = levels.size();
+  if (m == 1) {
+    if (output != input && count > 0) std::memcpy(output, input, count * esize);
+    levels[0]->Allreduce(output, count, dtype, op);
+    return;
+  }
+  const OnePassPlan p = PlanOnePass(levels, count, esize);
+  auto shard = [&](size_t level) -> void* { return scratch + p.offset[level]; };
+  for (size_t i = 0; i + 1 < m; ++i) {
+    const void* in = i == 0 ? input : shard(i);
+    levels[i]->ReduceScatter(in, shard(i + 1), p.counts[i], dtype, op);
+  }
+  levels[m - 1]->Allreduce(shard(m - 1), p.n[m - 1], dtype, op);
+  for (size_t i = m - 1; i-- > 0;) {
+    void* out = i == 0 ? output : shard(i);
+    levels[i]->Allgather(shard(i + 1), out, p.counts[i], dtype);
+  }
+}
+
+}  // namespace internal
+
 void LeveledAllreduce(std::span<HierarchyGroup* const> levels, const void* input, void* output,
-                      size_t count, DataType dtype, ReduceOp op,
-                      std::vector<unsigned char>* scratch) {
+                      size_t count, DataType dtype, ReduceOp op, const LeveledOptions& options) {
   std::vector<HierarchyGroup*> active;
   for (size_t i = 0; i < levels.size(); ++i) {
     if (levels[i] == nullptr) {
@@ -32,43 +96,22 @@ void LeveledAllreduce(std::span<HierarchyGroup* const> levels, const void* input
     if (output != input) std::memcpy(output, input, count * esize);
     return;
   }
-  const size_t m = active.size();
-  if (m == 1) {
-    if (output != input) std::memcpy(output, input, count * esize);
-    active[0]->Allreduce(output, count, dtype, op);
+  std::vector<unsigned char> own;
+  std::vector<unsigned char>* scratch = options.scratch != nullptr ? options.scratch : &own;
+  const size_t bytes = count * esize;
+  size_t chunks = 1;
+  if (active.size() > 1 && options.pipeline_bytes > 0 && bytes > options.pipeline_bytes) {
+    chunks = std::min(count, (bytes + options.pipeline_bytes - 1) / options.pipeline_bytes);
+  }
+  if (chunks > 1) {
+    const size_t need = internal::PipelinedScratchBytes(active, count, esize, chunks);
+    if (scratch->size() < need) scratch->resize(need);
+    internal::PipelinedAllreduce(active, input, output, count, dtype, op, chunks, scratch->data());
     return;
   }
-
-  // counts[i]: how level i's group splits the n[i] elements it receives; this rank keeps
-  // n[i + 1] = counts[i][rank] of them for the level above.
-  std::vector<std::vector<size_t>> counts(m - 1);
-  std::vector<size_t> n(m);
-  n[0] = count;
-  for (size_t i = 0; i + 1 < m; ++i) {
-    counts[i] = SplitCounts(n[i], active[i]->size());
-    n[i + 1] = counts[i][static_cast<size_t>(active[i]->rank())];
-  }
-  // One scratch area holds the shard of every level above 0 (n[1] + n[2] + ... <= count).
-  std::vector<size_t> offset(m, 0);
-  size_t total = 0;
-  for (size_t i = 1; i < m; ++i) {
-    offset[i] = total;
-    total += n[i] * esize;
-  }
-  std::vector<unsigned char> own;
-  if (scratch == nullptr) scratch = &own;
-  if (scratch->size() < total) scratch->resize(total);
-  auto shard = [&](size_t level) -> void* { return scratch->data() + offset[level]; };
-
-  for (size_t i = 0; i + 1 < m; ++i) {
-    const void* in = i == 0 ? input : shard(i);
-    active[i]->ReduceScatter(in, shard(i + 1), counts[i], dtype, op);
-  }
-  active[m - 1]->Allreduce(shard(m - 1), n[m - 1], dtype, op);
-  for (size_t i = m - 1; i-- > 0;) {
-    void* out = i == 0 ? output : shard(i);
-    active[i]->Allgather(shard(i + 1), out, counts[i], dtype);
-  }
+  const size_t need = internal::OnePassScratchBytes(active, count, esize);
+  if (scratch->size() < need) scratch->resize(need);
+  internal::OnePassAllreduce(active, input, output, count, dtype, op, scratch->data());
 }
 
 std::vector<int> ChooseHostGrid(int hosts) {

@@ -51,16 +51,33 @@ class HierarchyGroup {
 // count % parts blocks hold one element more.
 std::vector<size_t> SplitCounts(size_t count, int parts);
 
+struct LeveledOptions {
+  // Pipelining. A message of more than this many bytes is cut into ceil(bytes / pipeline_bytes)
+  // nearly equal chunks. The calling thread runs the innermost level's reduce-scatter and
+  // allgather, chunk after chunk, while a helper thread runs the levels above on the chunk in
+  // between: the reduce-scatter of chunk k+1 and the allgather of chunk k-1 (shared memory)
+  // overlap the inter-host transfer of chunk k, so the host links never wait for the copies and
+  // reductions inside the host. 0: no pipelining (one pass, every level in turn). Every rank must
+  // pass the same value (it decides the chunks, hence the calls every group sees).
+  // The groups of the levels above the innermost are then used from the helper thread (one
+  // thread at a time per group, as before), concurrently with the innermost group: they must not
+  // share state with it (distinct communicators do not).
+  size_t pipeline_bytes = 0;
+  // Holds the shards between levels; kept by callers that run many allreduces, so that large
+  // ones do not allocate and fault in fresh pages every time. Null: a temporary.
+  std::vector<unsigned char>* scratch = nullptr;
+};
+
 // output = reduction over every rank of the grid of `input` (count elements each). `levels` are
 // this rank's groups, innermost first; every rank passes groups of the same sizes in the same
 // order, and the groups must form a grid (the members of a level-i group agree on their groups of
-// every other level above i). Groups of size 1 are skipped. `input` may equal `output`.
-// `scratch` (optional) holds the shards between levels and is kept by callers that run many
-// allreduces, so that large ones do not allocate and fault in fresh pages every time.
-// Throws cadre::Error from the groups' collectives; InvalidArgument for a null group.
+// every other level above i). Groups of size 1 are skipped. `input` may equal `output` (partial
+// overlap is not allowed).
+// Throws cadre::Error from the groups' collectives (from the helper thread's too, after it has
+// stopped); InvalidArgument for a null group.
 void LeveledAllreduce(std::span<HierarchyGroup* const> levels, const void* input, void* output,
                       size_t count, DataType dtype, ReduceOp op,
-                      std::vector<unsigned char>* scratch = nullptr);
+                      const LeveledOptions& options = {});
 
 // The arrangement of `hosts` hosts as a grid chosen from the topology: one ring ({hosts}) for
 // fewer than 4 hosts or a prime count; otherwise two dimensions {a, hosts / a} with a the largest

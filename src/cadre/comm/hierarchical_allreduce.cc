@@ -71,6 +71,11 @@ void FlatAllreduce(Communicator& comm, const AllreduceOptions& options) {
   Allreduce(comm, flat);
 }
 
+// A call's segment_bytes, when set, is its pipeline chunk size too (see the header).
+size_t PipelineBytes(const AllreduceOptions& o, size_t configured) {
+  return o.segment_bytes != 0 && configured != 0 ? o.segment_bytes : configured;
+}
+
 }  // namespace
 
 void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options) {
@@ -89,13 +94,17 @@ void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options) 
     l->set_call(options);
     levels.push_back(l.get());
   }
-  LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op);
+  LeveledOptions leveled;
+  leveled.pipeline_bytes = PipelineBytes(options, kDefaultPipelineBytes);
+  LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op,
+                   leveled);
 }
 
 Hierarchy::~Hierarchy() = default;
 
 std::unique_ptr<Hierarchy> Hierarchy::Create(Communicator& comm, HierarchyOptions options) {
   std::unique_ptr<Hierarchy> h(new Hierarchy(comm));
+  h->pipeline_bytes_ = options.pipeline_bytes;
   const Topology& t = comm.topology();
   if (!t.homogeneous) {
     CADRE_LOG(WARNING) << "hierarchical allreduce: hosts hold different numbers of ranks; using "
@@ -162,8 +171,11 @@ void Hierarchy::Allreduce(const AllreduceOptions& options) {
     static_cast<CommLevel*>(g.get())->set_call(options);
     levels.push_back(g.get());
   }
+  LeveledOptions leveled;
+  leveled.pipeline_bytes = PipelineBytes(options, pipeline_bytes_);
+  leveled.scratch = &scratch_;
   LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op,
-                   &scratch_);
+                   leveled);
 }
 
 }  // namespace cadre::comm

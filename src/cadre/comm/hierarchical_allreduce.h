@@ -5,9 +5,14 @@
 // Two entry points:
 // - HierarchicalAllreduce(comm, options): what Allreduce() runs for
 //   AllreduceAlgorithm::kHierarchical. Two levels (slots, hosts); no state besides the
-//   communicator's cached Local()/Cross().
+//   communicator's cached Local()/Cross(); pipelined with kDefaultPipelineBytes.
 // - Hierarchy: an object built once per communicator that also owns the subgroups of a host grid
 //   (DDL's multi-ring), for callers that keep it (cadre.ddl, benchmarks).
+//
+// Both pipeline large messages (a helper thread runs the transfers between hosts while the calling
+// thread works inside the host, see LeveledOptions). A call's AllreduceOptions::segment_bytes,
+// when not 0, is its pipeline chunk size too ("bytes per pipelined piece"; tests set it tiny to
+// run many chunks), as well as the segment size of the ring between hosts.
 //
 // Topologies where hosts hold different numbers of ranks cannot be cut into equal levels: both
 // fall back to the flat ring over the whole communicator (logged once by Hierarchy).
@@ -26,10 +31,17 @@ namespace cadre::comm {
 
 void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options);
 
+// Messages above this size are pipelined in chunks of about this size (LeveledOptions): large
+// enough that a chunk's ring across hosts is bandwidth-bound, small enough that filling and
+// draining the pipeline (one chunk's work inside the host) costs little.
+inline constexpr size_t kDefaultPipelineBytes = 4 << 20;
+
 struct HierarchyOptions {
   // How the hosts are arranged, innermost dimension first; the product must be the number of
   // hosts. Empty: ChooseHostGrid(hosts). {hosts} forces one ring across the hosts.
   std::vector<int> host_grid;
+  // LeveledOptions::pipeline_bytes; 0 turns pipelining off. Every rank must pass the same.
+  size_t pipeline_bytes = kDefaultPipelineBytes;
 };
 
 class Hierarchy {
@@ -55,6 +67,7 @@ class Hierarchy {
   std::vector<std::unique_ptr<Communicator>> grid_groups_;  // owned subgroups of Cross()
   // One per level of size > 1, innermost first; all are the .cc's CommLevel.
   std::vector<std::unique_ptr<HierarchyGroup>> groups_;
+  size_t pipeline_bytes_ = kDefaultPipelineBytes;
   std::vector<unsigned char> scratch_;  // shards between levels, reused across calls
 };
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -184,7 +185,8 @@ std::string Name(const Layout& l) {
 }
 
 // Checks every rank's output against the closed form; returns the first mismatch per rank.
-void CheckAllreduce(const Layout& layout, size_t count, DataType t, ReduceOp op, bool in_place) {
+void CheckAllreduce(const Layout& layout, size_t count, DataType t, ReduceOp op, bool in_place,
+                    size_t pipeline_bytes = 0) {
   World world(layout);
   const size_t es = ElementSize(t);
   std::vector<std::vector<unsigned char>> in(static_cast<size_t>(world.size())),
@@ -198,11 +200,12 @@ void CheckAllreduce(const Layout& layout, size_t count, DataType t, ReduceOp op,
   auto errors = world.Run([&](int r, std::vector<HierarchyGroup*>& levels) {
     auto& src = in[static_cast<size_t>(r)];
     void* dst = in_place ? src.data() : out[static_cast<size_t>(r)].data();
-    LeveledAllreduce(levels, src.data(), dst, count, t, op);
+    LeveledAllreduce(levels, src.data(), dst, count, t, op, {.pipeline_bytes = pipeline_bytes});
   });
   ASSERT_TRUE(errors.empty()) << errors[0];
   const std::string what = Name(layout) + " count " + std::to_string(count) + " " +
-                           std::string(DataTypeName(t)) + " " + std::string(ReduceOpName(op));
+                           std::string(DataTypeName(t)) + " " + std::string(ReduceOpName(op)) +
+                           " pipeline " + std::to_string(pipeline_bytes);
   for (int r = 0; r < world.size(); ++r) {
     const auto& got = in_place ? in[static_cast<size_t>(r)] : out[static_cast<size_t>(r)];
     for (size_t i = 0; i < count; ++i) {
@@ -280,6 +283,99 @@ TEST(HierarchicalAllreduce, GridReduceScattersEveryDimensionButTheLast) {
     EXPECT_EQ(top[0].kind, "allreduce");
     EXPECT_EQ(top[0].count, 3u);
     for (double v : bufs[static_cast<size_t>(r)]) ASSERT_EQ(v, 4.0);
+  }
+}
+
+// Pipelined: chunks of 1 to 3 elements (more chunks than some shards have elements, chunks that
+// leave some slots nothing), every layout, dtype and op, in and out of place.
+TEST(PipelinedHierarchicalAllreduce, EveryLayoutDtypeAndOp) {
+  for (const Layout& layout : kLayouts) {
+    for (DataType t : kAllTypes) {
+      for (ReduceOp op : kAllOps) {
+        CheckAllreduce(layout, 13, t, op, /*in_place=*/false, 3 * ElementSize(t));
+      }
+    }
+  }
+}
+
+// Chunk sizes from below one element to one byte short of the message (two chunks, the second
+// tiny); at most 64 chunks per message, to keep the test fast.
+TEST(PipelinedHierarchicalAllreduce, UnevenCountsAndChunkSizes) {
+  for (const Layout& layout : kLayouts) {
+    for (size_t count : {size_t{1}, size_t{2}, size_t{7}, size_t{1001}, size_t{65537}}) {
+      for (size_t chunk : {size_t{1}, size_t{12}, size_t{4096}, size_t{0}}) {
+        for (DataType t : {DataType::kFloat32, DataType::kInt64}) {
+          const size_t bytes = count * ElementSize(t);
+          const size_t chunk_bytes = chunk == 0 ? bytes - 1 : std::max(chunk, bytes / 64);
+          if (chunk_bytes == 0) continue;
+          const ReduceOp op = t == DataType::kFloat32 ? ReduceOp::kSum : ReduceOp::kMax;
+          CheckAllreduce(layout, count, t, op, /*in_place=*/t == DataType::kInt64, chunk_bytes);
+        }
+      }
+    }
+  }
+}
+
+// The calls each group sees: the host level reduce-scatters one chunk ahead of its allgathers
+// (RS 0, RS 1, AG 0, RS 2, AG 1, AG 2 for three chunks) and the level above allreduces each
+// chunk's shard in turn, so each level still carries exactly its share.
+TEST(PipelinedHierarchicalAllreduce, HostLevelRunsOneChunkAhead) {
+  World world({2, 2, {}});
+  std::vector<std::vector<float>> bufs(4, std::vector<float>(30, 1.0f));
+  auto errors = world.Run([&](int r, std::vector<HierarchyGroup*>& levels) {
+    float* b = bufs[static_cast<size_t>(r)].data();
+    // 120 bytes in chunks of at most 40: three chunks of 10 elements, 5 per slot.
+    LeveledAllreduce(levels, b, b, 30, DataType::kFloat32, ReduceOp::kSum, {.pipeline_bytes = 40});
+  });
+  ASSERT_TRUE(errors.empty()) << errors[0];
+  for (int r = 0; r < 4; ++r) {
+    std::vector<std::string> local;
+    for (const auto& c : world.groups(r)[0]->calls()) {
+      local.push_back(c.kind + " " + std::to_string(c.count));
+    }
+    EXPECT_EQ(local,
+              (std::vector<std::string>{"reduce_scatter 10", "reduce_scatter 10", "allgather 5",
+                                        "reduce_scatter 10", "allgather 5", "allgather 5"}))
+        << "rank " << r;
+    const auto& cross = world.groups(r)[1]->calls();
+    ASSERT_EQ(cross.size(), 3u);
+    for (const auto& c : cross) EXPECT_EQ(c.kind + " " + std::to_string(c.count), "allreduce 5");
+    for (float v : bufs[static_cast<size_t>(r)]) ASSERT_EQ(v, 4.0f);
+  }
+}
+
+// A level above the host that fails on the helper thread: its error reaches the caller (after
+// the helper stopped), and the caller does not wait for chunks that will never come.
+class ThrowingGroup final : public HierarchyGroup {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void ReduceScatter(const void*, void*, const std::vector<size_t>&, DataType, ReduceOp) override {
+    throw Error(InternalError("unexpected reduce-scatter"));
+  }
+  void Allgather(const void*, void*, const std::vector<size_t>&, DataType) override {
+    throw Error(InternalError("unexpected allgather"));
+  }
+  void Allreduce(void*, size_t, DataType, ReduceOp) override {
+    if (++calls_ == 2) throw Error(IoError("rank 7 (host far-away) closed the connection"));
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(PipelinedHierarchicalAllreduce, HelperErrorReachesTheCaller) {
+  World world({1, 2, {}});  // the host level: two fake slots
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(64, 1.0f));
+  auto errors = world.Run([&](int r, std::vector<HierarchyGroup*>& levels) {
+    ThrowingGroup outer;
+    std::vector<HierarchyGroup*> both = {levels[0], &outer};
+    float* b = bufs[static_cast<size_t>(r)].data();
+    LeveledAllreduce(both, b, b, 64, DataType::kFloat32, ReduceOp::kSum, {.pipeline_bytes = 32});
+  });
+  ASSERT_EQ(errors.size(), 2u);
+  for (const std::string& e : errors) {
+    EXPECT_NE(e.find("rank 7 (host far-away) closed the connection"), std::string::npos) << e;
   }
 }
 

@@ -1,0 +1,175 @@
+// The pipelined hierarchical allreduce (see LeveledOptions::pipeline_bytes).
+//
+// Calling thread (innermost level, e.g. the host's slots over shared memory):
+//   RS(0) RS(1) | wait X(0) AG(0) RS(2) | wait X(1) AG(1) RS(3) | ... | wait X(K-1) AG(K-1)
+// Helper thread (the levels above, e.g. the ring across hosts):
+//   wait RS(0) X(0) | wait RS(1) X(1) | ...
+// The calling thread reduce-scatters one chunk ahead, so when X(k) ends the helper finds RS(k+1)
+// done and starts X(k+1) at once; the host links stay busy as long as a chunk's copies and
+// reductions inside the host (RS + AG) take less time than its transfer between hosts, which
+// they do by a wide margin on any network slower than memory. Every group still sees its calls
+// in one fixed order on every rank (the innermost RS(0), RS(1), AG(0), RS(2), ...; the outer
+// X(0), X(1), ...), so the collectives' ordering contract holds.
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cadre/comm/hierarchical_pipeline.h"
+
+namespace cadre::comm::internal {
+namespace {
+
+struct Chunk {
+  size_t offset = 0;           // first element of the chunk in the message
+  size_t count = 0;            // elements of the chunk
+  std::vector<size_t> counts;  // how the innermost group splits the chunk
+  size_t shard = 0;            // this rank's share: counts[rank]
+  size_t shard_offset = 0;     // bytes into the scratch
+};
+
+struct Plan {
+  std::vector<Chunk> chunks;
+  size_t shards_bytes = 0;  // the chunks' shards, one after the other
+  size_t outer_bytes = 0;   // the helper's own scratch for the levels above, after the shards
+};
+
+Plan MakePlan(std::span<HierarchyGroup* const> levels, size_t count, size_t esize, size_t chunks) {
+  Plan p;
+  const std::vector<size_t> sizes = SplitCounts(count, static_cast<int>(chunks));
+  const auto me = static_cast<size_t>(levels[0]->rank());
+  size_t offset = 0, largest = 0;
+  for (size_t k = 0; k < chunks; ++k) {
+    Chunk c;
+    c.offset = offset;
+    c.count = sizes[k];
+    c.counts = SplitCounts(c.count, levels[0]->size());
+    c.shard = c.counts[me];
+    c.shard_offset = p.shards_bytes;
+    p.shards_bytes += c.shard * esize;
+    largest = std::max(largest, c.shard);
+    offset += c.count;
+    p.chunks.push_back(std::move(c));
+  }
+  // The scratch a level's shard needs grows with the shard, so the largest shard's suffices.
+  p.outer_bytes = OnePassScratchBytes(levels.subspan(1), largest, esize);
+  return p;
+}
+
+// What the two threads share. The helper waits for `ready`, the caller for `done`; neither wait
+// needs its own timeout: the other thread always advances or stops, since every collective it
+// runs is bounded by its group's timeout and both threads stop at the first error.
+class Handoff {
+ public:
+  // Caller: chunk k has been reduce-scattered.
+  void Ready(size_t k) {
+    std::lock_guard lock(mu_);
+    ready_ = k + 1;
+    cv_.notify_all();
+  }
+  // Caller, on leaving (normally or by an exception): the helper takes no further chunk.
+  void Stop() {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  // Helper: false when it should stop instead of reducing chunk k.
+  bool AwaitReady(size_t k) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return stop_ || ready_ > k; });
+    return !stop_;
+  }
+  void Done(size_t k) {
+    std::lock_guard lock(mu_);
+    done_ = k + 1;
+    cv_.notify_all();
+  }
+  void Failed(std::exception_ptr e) {
+    std::lock_guard lock(mu_);
+    error_ = std::move(e);
+    cv_.notify_all();
+  }
+  // Caller: returns when chunk k is reduced across the levels above, or the helper's error.
+  std::exception_ptr AwaitDone(size_t k) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return error_ != nullptr || done_ > k; });
+    return error_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t ready_ = 0;          // GUARDED_BY(mu_)
+  size_t done_ = 0;           // GUARDED_BY(mu_)
+  bool stop_ = false;         // GUARDED_BY(mu_)
+  std::exception_ptr error_;  // GUARDED_BY(mu_)
+};
+
+// Joins the helper however the caller leaves, after telling it to stop waiting for chunks.
+class JoinOnExit {
+ public:
+  JoinOnExit(Handoff& h, std::thread& t) : h_(h), t_(t) {}
+  ~JoinOnExit() {
+    h_.Stop();
+    if (t_.joinable()) t_.join();
+  }
+  JoinOnExit(const JoinOnExit&) = delete;
+  JoinOnExit& operator=(const JoinOnExit&) = delete;
+
+ private:
+  Handoff& h_;
+  std::thread& t_;
+};
+
+}  // namespace
+
+size_t PipelinedScratchBytes(std::span<HierarchyGroup* const> levels, size_t count, size_t esize,
+                             size_t chunks) {
+  const Plan p = MakePlan(levels, count, esize, chunks);
+  return p.shards_bytes + p.outer_bytes;
+}
+
+void PipelinedAllreduce(std::span<HierarchyGroup* const> levels, const void* input, void* output,
+                        size_t count, DataType dtype, ReduceOp op, size_t chunks,
+                        unsigned char* scratch) {
+  const size_t esize = ElementSize(dtype);
+  const Plan plan = MakePlan(levels, count, esize, chunks);
+  HierarchyGroup* inner = levels[0];
+  const std::span<HierarchyGroup* const> outer = levels.subspan(1);
+  unsigned char* outer_scratch = scratch + plan.shards_bytes;
+  const auto* in = static_cast<const unsigned char*>(input);
+  auto* out = static_cast<unsigned char*>(output);
+
+  Handoff handoff;
+  std::thread helper([&] {
+    try {
+      for (size_t k = 0; k < plan.chunks.size(); ++k) {
+        if (!handoff.AwaitReady(k)) return;
+        const Chunk& c = plan.chunks[k];
+        unsigned char* shard = scratch + c.shard_offset;
+        OnePassAllreduce(outer, shard, shard, c.shard, dtype, op, outer_scratch);
+        handoff.Done(k);
+      }
+    } catch (...) {
+      handoff.Failed(std::current_exception());
+    }
+  });
+  JoinOnExit join(handoff, helper);
+
+  auto reduce_scatter = [&](size_t k) {
+    const Chunk& c = plan.chunks[k];
+    inner->ReduceScatter(in + c.offset * esize, scratch + c.shard_offset, c.counts, dtype, op);
+    handoff.Ready(k);
+  };
+  reduce_scatter(0);
+  for (size_t k = 0; k < plan.chunks.size(); ++k) {
+    if (k + 1 < plan.chunks.size()) reduce_scatter(k + 1);
+    if (std::exception_ptr e = handoff.AwaitDone(k)) std::rethrow_exception(e);
+    const Chunk& c = plan.chunks[k];
+    inner->Allgather(scratch + c.shard_offset, out + c.offset * esize, c.counts, dtype);
+  }
+}
+
+}  // namespace cadre::comm::internal
