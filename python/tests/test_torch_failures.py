@@ -1,31 +1,52 @@
-"""Failures as users meet them: a Horovod-style script training, and a rank dying mid-training."""
+"""Failures and training as users meet them, through `cadre run`: a rank killed mid-training
+makes every other rank fail with an error naming it (not hang), and an unmodified Horovod-style
+MNIST script, started from a manifest, trains to a loss below its start."""
 import os
 import re
+import textwrap
 
 import pytest
 
-torch = pytest.importorskip("torch")
-from cadre.torch.testing import run_ranks  # noqa: E402
+from hvd_jobs import HERE, cadre_run, run_script
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+pytest.importorskip("torch")
+
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
+def test_killed_rank_makes_the_others_fail_naming_it(tmp_path):
+    # 2 learners x 2 slots: rank 0 reaches rank 1 over shared memory, ranks 2 and 3 over TCP.
+    job = run_script(tmp_path, "torch_job_killed.py", 2, "cpux2", timeout=150,
+                     runner_args=["--grace", "60"], env={"CADRE_TIMEOUT_SECONDS": "10"})
+    assert not job.timed_out, job.describe()
+    assert job.returncode == 1, job.describe()
+    assert "learner-1 slot 1 was killed by SIGKILL" in job.stderr, job.describe()
+    assert job.slots[1].get("signal") == "SIGKILL", job.slots[1]
+    for rank in (0, 2, 3):
+        log = job.logs.get(rank, "")
+        # Exit code 3 (not the runner's SIGKILL after the 60 s grace): the rank noticed.
+        assert job.slots[rank].get("exit_code") == 3, "rank %d: %s\n%s" % (
+            rank, job.slots[rank], job.describe())
+        failed = [line for line in log.splitlines() if line.startswith("FAILED")]
+        assert failed and re.search(r"\brank 1\b", failed[0]), "rank %d:\n%s" % (rank, log)
+
+
 @pytest.mark.skipif(not os.path.isdir(DATA), reason="needs Debian's dataset-fashion-mnist")
-def test_unmodified_horovod_mnist_script_trains():
-    results = run_ranks([os.path.join(HERE, "horovod_mnist.py"), "--max-batches", "60",
-                         "--log-interval", "10", "--lr", "0.02"], 2, timeout=240)
-    for res in results:
-        assert res.returncode == 0, "rank %d:\n%s\n%s" % (res.rank, res.stdout, res.stderr)
-    losses = [float(x) for x in re.findall(r"Loss: ([0-9.]+)", results[0].stdout)]
-    assert len(losses) == 6, results[0].stdout
+def test_unmodified_horovod_mnist_script_trains(tmp_path):
+    # The user's path: a manifest, `python3` as the command (the runner finds torch's
+    # interpreter), DATA_DIR from training_data_reference, 2 learners x k80x2 (CPU slots here).
+    (tmp_path / "job.yaml").write_text(textwrap.dedent("""\
+        name: horovod-mnist-test
+        framework: {name: pytorch-horovod}
+        execution:
+          command: python3 %s --max-batches 60 --log-interval 10
+          compute_configuration: {name: k80x2, nodes: 2}
+        training_data_reference: {type: fs, location: {path: %s}}
+        training_results_reference: {type: fs, location: {path: runs}}
+        """ % (os.path.join(HERE, "horovod_mnist.py"), DATA)))
+    job = cadre_run(tmp_path, ["-q", "job.yaml"], timeout=300)
+    assert job.returncode == 0 and not job.timed_out, job.describe()
+    assert len(job.slots) == 4, job.status
+    losses = [float(x) for x in re.findall(r"Loss: ([0-9.]+)", job.logs[0])]
+    assert len(losses) == 6, job.describe()
     assert losses[-1] < losses[0], losses
-
-
-def test_killed_rank_makes_the_others_fail_naming_it():
-    results = run_ranks([os.path.join(HERE, "torch_job_killed.py")], 3, timeout=120,
-                        env={"CADRE_TIMEOUT_SECONDS": "5"})
-    assert results[1].returncode == -9
-    for res in (results[0], results[2]):
-        assert res.returncode == 3, "rank %d:\n%s\n%s" % (res.rank, res.stdout, res.stderr)
-        assert "rank 1" in res.stdout, res.stdout
