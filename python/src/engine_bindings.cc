@@ -143,6 +143,7 @@ void BindEngine(py::module_& m) {
           py::arg("reduce_op") = 0, py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{},
           py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("batchable") = false)
       .def("join", &Engine::Join)
+      .def("flush", &Engine::Flush, "Ends the batch wait for queued gradient submissions.")
       .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())
       .def("start_timeline", &Engine::StartTimeline, py::arg("path"),
            py::arg("mark_cycles") = false)

@@ -142,6 +142,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p, (handle, ctx) in list(self._handles.items()):
             if handle is None:
                 self._handles[p] = self._allreduce_grad_async(p)
+        # Every gradient of this step is submitted: the engine need not wait for more.
+        mpi_ops._engine(self.process_set).flush()
         for p, (handle, (ctx, compressed)) in self._handles.items():
             output = mpi_ops.synchronize(handle)
             self._allreduce_delay[p] = self.backward_passes_per_step

@@ -9,12 +9,19 @@ namespace cadre::engine {
 namespace {
 constexpr uint8_t kFlagShutdown = 1;
 constexpr uint8_t kFlagJoined = 2;
+constexpr uint8_t kFlagAbort = 4;  // followed by the status code and message
 constexpr uint64_t kMaxItems = 1 << 20;
 }  // namespace
 
 std::vector<uint8_t> Message::Encode() const {
   std::vector<uint8_t> out;
-  out.push_back((shutdown ? kFlagShutdown : 0) | (joined ? kFlagJoined : 0));
+  out.push_back((shutdown ? kFlagShutdown : 0) | (joined ? kFlagJoined : 0) |
+                (abort.ok() ? 0 : kFlagAbort));
+  if (!abort.ok()) {
+    PutVarint(static_cast<uint64_t>(abort.code()), out);
+    PutVarint(abort.message().size(), out);
+    out.insert(out.end(), abort.message().begin(), abort.message().end());
+  }
   PutVarint(cache_bits.size(), out);
   for (uint32_t b : cache_bits) PutVarint(b, out);
   PutVarint(requests.size(), out);
@@ -29,6 +36,13 @@ Message Message::Decode(const uint8_t* data, size_t size, int rank) {
     uint8_t flags = in.Byte();
     m.shutdown = flags & kFlagShutdown;
     m.joined = flags & kFlagJoined;
+    if (flags & kFlagAbort) {
+      const uint64_t code = in.Varint();
+      if (code == 0 || code > static_cast<uint64_t>(Code::kInternal)) {
+        throw Error(ProtocolError("unknown status code " + std::to_string(code)));
+      }
+      m.abort = Status(static_cast<Code>(code), in.String());
+    }
     uint64_t nbits = in.Varint();
     if (nbits > kMaxItems) throw Error(ProtocolError("too many cache bits"));
     for (uint64_t i = 0; i < nbits; ++i) m.cache_bits.push_back(static_cast<uint32_t>(in.Varint()));
@@ -51,11 +65,12 @@ Controller::Controller(int rank, int size, size_t fusion_threshold_bytes, size_t
       cache_(cache_capacity),
       joined_(size, false) {}
 
-Message Controller::MakeMessage(const std::vector<Request>& fresh, bool shutdown,
-                                bool joined) const {
+Message Controller::MakeMessage(const std::vector<Request>& fresh, bool shutdown, bool joined,
+                                const Status& abort) const {
   Message m;
   m.shutdown = shutdown;
   m.joined = joined;
+  m.abort = abort;
   for (const Request& r : fresh) {
     if (auto bit = cache_.Lookup(r, rank_)) {
       m.cache_bits.push_back(*bit);
@@ -94,6 +109,15 @@ std::vector<Response> Controller::Process(const std::vector<Message>& messages) 
   }
 
   std::vector<Response> responses;
+  for (int r = 0; r < size_; ++r) {
+    if (messages[r].abort.ok()) continue;
+    // The lowest aborting rank's error, identical on every rank.
+    Response s;
+    s.kind = Response::Kind::kShutdown;
+    s.error = messages[r].abort.WithContext("job stopped by rank " + std::to_string(r));
+    responses.push_back(std::move(s));
+    return responses;
+  }
   if (!shutdown_ranks.empty()) {
     std::string who;
     for (int r : shutdown_ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
@@ -221,6 +245,12 @@ void Controller::Fuse(std::vector<Response>& responses) const {
 
 bool Controller::has_pending() const {
   return !table_.empty() || std::any_of(joined_.begin(), joined_.end(), [](bool j) { return j; });
+}
+
+bool Controller::waiting_only_for_others() const {
+  if (table_.empty() || joined_[rank_]) return false;
+  return std::all_of(table_.begin(), table_.end(),
+                     [&](const auto& item) { return item.second.per_rank[rank_].has_value(); });
 }
 
 std::vector<PendingName> Controller::Pending() const {

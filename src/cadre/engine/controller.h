@@ -36,6 +36,9 @@ namespace cadre::engine {
 struct Message {
   bool shutdown = false;
   bool joined = false;
+  // Set when this rank stops the job with an error (the stall inspector's shutdown): every rank
+  // fails its pending operations with this status, so all of them report the same cause.
+  Status abort;
   std::vector<uint32_t> cache_bits;
   std::vector<Request> requests;
 
@@ -69,8 +72,10 @@ class Controller {
   Controller(int rank, int size, size_t fusion_threshold_bytes, size_t cache_capacity,
              size_t fusion_tensor_limit_bytes = SIZE_MAX);
 
-  // Builds this rank's message for `fresh` (requests submitted since the last cycle).
-  Message MakeMessage(const std::vector<Request>& fresh, bool shutdown, bool joined) const;
+  // Builds this rank's message for `fresh` (requests submitted since the last cycle); a non-ok
+  // `abort` asks every rank to stop with that error.
+  Message MakeMessage(const std::vector<Request>& fresh, bool shutdown, bool joined,
+                      const Status& abort = Status::Ok()) const;
 
   // Steps 3-5 above. `messages` holds one message per rank.
   std::vector<Response> Process(const std::vector<Message>& messages);
@@ -80,6 +85,10 @@ class Controller {
   const ResponseCache& cache() const { return cache_; }
   // True while any name is waiting for some rank, or some rank has joined.
   bool has_pending() const;
+  // True when names are pending and this rank has submitted every one of them: only other
+  // ranks can make progress, so this rank should enter the next exchange at once (it blocks
+  // there until they submit) rather than sleep a cycle time after they do.
+  bool waiting_only_for_others() const;
 
  private:
   struct Entry {

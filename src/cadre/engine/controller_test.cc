@@ -49,6 +49,46 @@ TEST(ControllerTest, ReadyOnlyWhenEveryRankSubmitted) {
   EXPECT_TRUE(cs[1].Pending().empty());
 }
 
+TEST(ControllerTest, WaitingOnlyForOthersWhenThisRankSubmittedEveryPendingName) {
+  auto cs = Make(2);
+  Cycle(cs, {{Allreduce("a", 4)}, {}});
+  EXPECT_TRUE(cs[0].waiting_only_for_others());   // rank 1 must submit 'a'
+  EXPECT_FALSE(cs[1].waiting_only_for_others());  // rank 1 itself owes 'a'
+  Cycle(cs, {{}, {Allreduce("a", 4)}});
+  EXPECT_FALSE(cs[0].waiting_only_for_others());  // nothing pending
+}
+
+TEST(ControllerTest, AbortFromOneRankStopsEveryRankWithItsError) {
+  auto cs = Make(3);
+  std::vector<Message> msgs;
+  for (int r = 0; r < 3; ++r) {
+    const Status abort = r == 1 ? TimeoutError("stalled: 'x' missing from rank(s) 2") : Status();
+    auto bytes = cs[r].MakeMessage({Allreduce("x", 1)}, false, false, abort).Encode();
+    msgs.push_back(Message::Decode(bytes.data(), bytes.size(), r));
+  }
+  EXPECT_EQ(msgs[1].abort.code(), Code::kTimeout);
+  for (auto& c : cs) {
+    auto out = c.Process(msgs);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].kind, Response::Kind::kShutdown);
+    EXPECT_EQ(out[0].error.code(), Code::kTimeout);
+    EXPECT_NE(out[0].error.message().find("stopped by rank 1"), std::string::npos);
+    EXPECT_NE(out[0].error.message().find("missing from rank(s) 2"), std::string::npos);
+  }
+}
+
+TEST(ControllerTest, MalformedAbortIsAProtocolErrorNamingTheRank) {
+  // Flags byte with the abort bit, then status code 99 (unknown).
+  const std::vector<uint8_t> bytes = {4, 99, 0, 0, 0};
+  try {
+    Message::Decode(bytes.data(), bytes.size(), 3);
+    FAIL() << "decoded a malformed message";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status().code(), Code::kProtocol);
+    EXPECT_NE(std::string(e.what()).find("rank 3"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ControllerTest, MismatchFailsOnEveryRankWithEachRanksDescription) {
   auto cs = Make(3);
   auto out = Cycle(cs, {{Allreduce("w", 4)}, {Allreduce("w", 4)}, {Allreduce("w", 5)}});

@@ -151,6 +151,12 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
   return handle;
 }
 
+void Engine::Flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  flush_requested_ = true;
+  cv_.notify_all();
+}
+
 std::shared_ptr<Handle> Engine::Join() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.ok()) throw Error(broken_);
@@ -194,20 +200,22 @@ bool Engine::RunCycle() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, idle_wait_, [&] { return !fresh_.empty() || shutdown_requested_; });
-    if (!fresh_.empty() && fresh_urgent_ == 0 && options_.batch_wait > Duration::zero()) {
+    if (!fresh_.empty() && fresh_urgent_ == 0 && !flush_requested_ &&
+        options_.batch_wait > Duration::zero()) {
       // Only batchable work (gradients from backward hooks) is queued: let the next gradients
       // of the pass join this cycle so they are negotiated and fused together. An urgent
-      // submission ends the wait.
+      // submission or a Flush() ends the wait.
       cv_.wait_for(lock, options_.batch_wait,
-                   [&] { return shutdown_requested_ || fresh_urgent_ > 0; });
+                   [&] { return shutdown_requested_ || fresh_urgent_ > 0 || flush_requested_; });
     }
     fresh_urgent_ = 0;
+    flush_requested_ = false;
     fresh.swap(fresh_);
     shutdown = shutdown_requested_;
     joined = join_handle_ != nullptr;
   }
   timeline_.MarkCycle();
-  const Message mine = controller_.MakeMessage(fresh, shutdown, joined);
+  const Message mine = controller_.MakeMessage(fresh, shutdown, joined, abort_);
   const std::vector<Response> responses = controller_.Process(Exchange(mine));
   for (const Response& r : responses) {
     if (r.kind == Response::Kind::kShutdown) {
@@ -219,10 +227,18 @@ bool Engine::RunCycle() {
   // Idle cycles back off (doubling up to idle_cycle_time_max) so that an idle job does not keep
   // every rank's thread exchanging messages; any local or remote work restores cycle_time. A
   // rank that submits still wakes at once, and its peers wake on their own submissions.
+  // A rank that has submitted every pending name goes straight into the next exchange, where
+  // it blocks until a peer cycles with the missing submissions: sleeping a cycle time here
+  // instead would make every peer that cycles meanwhile wait for this rank's timer (that wait
+  // was most of a training step's communication time).
   const bool busy = !fresh.empty() || joined || !responses.empty() || controller_.has_pending();
-  idle_wait_ = busy ? options_.cycle_time
-                    : std::min(std::max(idle_wait_ * 2, Duration(1)),
-                               std::max(options_.cycle_time, options_.idle_cycle_time_max));
+  if (controller_.waiting_only_for_others() || !abort_.ok()) {
+    idle_wait_ = Duration::zero();
+  } else {
+    idle_wait_ = busy ? options_.cycle_time
+                      : std::min(std::max(idle_wait_ * 2, Duration(1)),
+                                 std::max(options_.cycle_time, options_.idle_cycle_time_max));
+  }
   CheckStalls();
   return true;
 }
@@ -344,8 +360,13 @@ void Engine::CheckStalls() {
                        << report;
     last_stall_log_ = now;
   }
-  if (options_.stall_shutdown > Duration::zero() && oldest >= options_.stall_shutdown) {
-    throw Error(TimeoutError("stalled past the stall shutdown time: " + report));
+  if (options_.stall_shutdown > Duration::zero() && oldest >= options_.stall_shutdown &&
+      abort_.ok()) {
+    // Sent in the next exchange: every rank stops with this same error (Controller::Process).
+    constexpr size_t kMaxReport = 4000;
+    if (report.size() > kMaxReport) report = report.substr(0, kMaxReport) + " ...";
+    abort_ = TimeoutError("rank " + std::to_string(rank_) +
+                          ": stalled past the stall shutdown time: " + report);
   }
 }
 

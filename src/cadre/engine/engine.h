@@ -82,6 +82,11 @@ class Engine {
   // Completes when every rank has joined; handle->join_rank() is the rank that joined last.
   std::shared_ptr<Handle> Join();
 
+  // Ends the batch wait: batchable submissions queued so far are negotiated in the next cycle
+  // without waiting for more (DistributedOptimizer calls it once backward has submitted every
+  // gradient and step() starts waiting for them).
+  void Flush();
+
   // Stops this engine and, through the next negotiation, every rank's. Idempotent.
   void Shutdown();
 
@@ -114,12 +119,14 @@ class Engine {
   std::unordered_map<std::string, TensorEntry> pending_;  // GUARDED_BY(mu_)
   std::shared_ptr<Handle> join_handle_;                   // GUARDED_BY(mu_)
   int fresh_urgent_ = 0;                  // GUARDED_BY(mu_): non-batchable in fresh_
+  bool flush_requested_ = false;          // GUARDED_BY(mu_): see Flush()
   bool shutdown_requested_ = false;       // GUARDED_BY(mu_)
   Status broken_;                         // GUARDED_BY(mu_)
   std::string stall_report_;              // GUARDED_BY(mu_)
   Timeline timeline_;                     // thread-safe itself
   Clock::time_point last_stall_log_{};    // engine thread only
   Duration idle_wait_;                    // engine thread only
+  Status abort_;                          // engine thread only: sent to every rank, then stop
   Clock::time_point last_stall_check_{};  // engine thread only
   std::thread thread_;
 };

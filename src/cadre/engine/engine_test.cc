@@ -235,14 +235,19 @@ TEST(EngineTest, StallReportNamesMissingRanksAndStallShutdownFails) {
   auto h1 = engines[1]->Enqueue(Make(OpType::kAllreduce, "lonely", {1}), b.data());
   ASSERT_TRUE(h0->Wait(30s));
   EXPECT_EQ(h0->status().code(), Code::kTimeout);
-  // Every rank inspects stalls; whichever reaches the shutdown time first stops, so rank 0
-  // reports either the stall itself or the timeout waiting on the stopped rank — both name rank 2.
-  const std::string m = h0->status().message();
-  EXPECT_TRUE((m.find("'lonely'") != std::string::npos &&
-               m.find("missing from rank(s) 2") != std::string::npos) ||
-              m.find("for rank(s) 2") != std::string::npos)
-      << m;
-  EXPECT_TRUE(h1->Wait(30s));
+  // Whichever rank reaches the stall shutdown time first tells the others in the next
+  // exchange, so every rank reports the stall itself: the tensor and the rank missing it.
+  for (const auto& h : {h0, h1}) {
+    ASSERT_TRUE(h->Wait(30s));
+    const std::string m = h->status().message();
+    EXPECT_EQ(h->status().code(), Code::kTimeout) << m;
+    EXPECT_NE(m.find("stalled past the stall shutdown time"), std::string::npos) << m;
+    EXPECT_NE(m.find("'lonely'"), std::string::npos) << m;
+    EXPECT_NE(m.find("missing from rank(s) 2"), std::string::npos) << m;
+  }
+  // Rank 2 never submitted 'lonely', yet its engine stopped with the same error.
+  std::vector<float> c(1);
+  EXPECT_THROW(engines[2]->Enqueue(Make(OpType::kAllreduce, "later", {1}), c.data()), Error);
 }
 
 TEST(EngineTest, StoreBackendCarriesTheSameProtocol) {
