@@ -220,8 +220,12 @@ def _bench(argv):
     parser = argparse.ArgumentParser(prog="python3 -m cadre.ps bench")
     parser.add_argument("--size", default="64M", help="tensor size (K/M suffix)")
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--partition-mib", type=float, default=1.0)
-    parser.add_argument("--in-flight", type=int, default=4, help="RPCs in flight per server")
+    parser.add_argument("--partition-mib", type=float, default=None,
+                        help="largest partition of a split variable (default: the client's)")
+    parser.add_argument("--message-mib", type=float, default=None,
+                        help="payload budget of one RPC (default: the client's)")
+    parser.add_argument("--in-flight", type=int, default=None,
+                        help="RPCs in flight per server (default: the client's)")
     args = parser.parse_args(argv)
     mult = {"K": 1 << 10, "M": 1 << 20}.get(args.size[-1:].upper(), 1)
     size = int(float(args.size.rstrip("KkMm")) * mult)
@@ -229,10 +233,14 @@ def _bench(argv):
     if r["role"] == "ps":
         serve()
         return
-    part = int(args.partition_mib * (1 << 20))
-    client = _core.PsClient(r["server_addresses"], r["worker_id"], r["token"],
-                            partition_bytes=part, message_bytes=max(2 << 20, part),
-                            max_in_flight=args.in_flight)
+    options = {}
+    if args.partition_mib is not None:
+        options["partition_bytes"] = int(args.partition_mib * (1 << 20))
+    if args.message_mib is not None:
+        options["message_bytes"] = int(args.message_mib * (1 << 20))
+    if args.in_flight is not None:
+        options["max_in_flight"] = args.in_flight
+    client = _core.PsClient(r["server_addresses"], r["worker_id"], r["token"], **options)
     n = size // 4
     value = np.zeros(n, dtype=np.float32)
     grad = np.full(n, 1e-6, dtype=np.float32)

@@ -140,9 +140,11 @@ void BindPs(py::module_& m) {
              return c;
            }),
            py::arg("servers"), py::arg("worker_id"), py::arg("token") = "",
-           py::arg("partition_bytes") = 1 << 20, py::arg("message_bytes") = 2 << 20,
-           py::arg("max_in_flight") = 4, py::arg("rpc_timeout") = 600.0,
-           py::arg("connect_timeout") = 120.0)
+           // Defaults are ClientOptions' (client.h), where the reasons are.
+           py::arg("partition_bytes") = ps::ClientOptions{}.partition_bytes,
+           py::arg("message_bytes") = ps::ClientOptions{}.message_bytes,
+           py::arg("max_in_flight") = ps::ClientOptions{}.max_in_flight,
+           py::arg("rpc_timeout") = 600.0, py::arg("connect_timeout") = 120.0)
       .def_property_readonly("worker_id", &Client::worker_id)
       .def(
           "declare",

@@ -295,8 +295,10 @@ Status Client::Push(int64_t step, const std::vector<TensorView>& grads) {
       auto rep = std::make_shared<proto::PushReply>();
       req->set_worker_id(m.options.worker_id);
       req->set_step(step);
-      for (const Piece& pc : batch) AddChunk(pc, req->add_grads());
-      queues[s].push_back({[req, rep](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
+      // The payload is copied in when the RPC starts, not here: copying every batch up front
+      // would delay the first byte on the wire by the whole tensor's copy time.
+      queues[s].push_back({[req, rep, batch](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
+                             for (const Piece& pc : batch) AddChunk(pc, req->add_grads());
                              stub->async()->Push(ctx, req.get(), rep.get(), std::move(done));
                            },
                            [] { return Status::Ok(); }});
@@ -356,8 +358,9 @@ Status Client::PushPull(int64_t step, const std::vector<TensorView>& grads,
       auto rep = std::make_shared<proto::PullReply>();
       req->set_worker_id(m.options.worker_id);
       req->set_step(step);
-      for (const Piece& pc : batch) AddChunk(pc, req->add_grads());
-      queues[s].push_back({[req, rep](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
+      // Payload copied in at start, as in Push.
+      queues[s].push_back({[req, rep, batch](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
+                             for (const Piece& pc : batch) AddChunk(pc, req->add_grads());
                              stub->async()->PushPull(ctx, req.get(), rep.get(), std::move(done));
                            },
                            [rep, batch] { return Unpack(*rep, batch); }});

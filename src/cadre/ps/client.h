@@ -23,11 +23,16 @@
 namespace cadre::ps {
 
 struct ClientOptions {
-  std::vector<std::string> servers;   // host:port of each server, in server-index order
-  int worker_id = 0;                  // 0-based
-  std::string token;                  // the job token
+  std::vector<std::string> servers;  // host:port of each server, in server-index order
+  int worker_id = 0;                 // 0-based
+  std::string token;                 // the job token
+  // Pipelining: a push-pull reply can only leave the server once its request arrived, so the
+  // first reply waits one message and the last pushes' replies drain after the upload ends; both
+  // scale with message_bytes, while the RPCs in flight (max_in_flight x message_bytes bytes)
+  // keep the link busy. Measured on 1 Gbit/s emulated links at 64 MiB: 1 MiB messages x 4 in
+  // flight reach ~0.58 s per step against 0.60 s for 2 MiB and 0.73 s for 2 MiB x 2.
   int64_t partition_bytes = 1 << 20;  // largest partition of a split variable
-  int64_t message_bytes = 2 << 20;    // payload budget of one RPC (gRPC's default cap is 4 MiB)
+  int64_t message_bytes = 1 << 20;    // payload budget of one RPC (gRPC's default cap is 4 MiB)
   int max_in_flight = 4;              // outstanding RPCs per server
   Duration rpc_timeout = std::chrono::seconds(600);  // longer than the servers' step timeout
   Duration connect_timeout = std::chrono::seconds(120);
