@@ -41,12 +41,15 @@ struct Args {
   double seconds_per_size = 1.0;  // repeat each measurement until this much time has passed
   int max_reps = 20;
   size_t pipeline_bytes = comm::kDefaultPipelineBytes;  // HierarchyOptions; 0 = no pipelining
+  size_t pipeline_chunks = comm::kDefaultPipelineChunks;
+  std::vector<int> host_grid;  // HierarchyOptions; empty = chosen from the topology
 };
 
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "ddl_allreduce_bench: %s\nusage: ddl_allreduce_bench [--slots N] [--port P] "
-               "[--min-bytes B] [--max-bytes B] [--seconds S] [--max-reps R] [--pipeline-bytes B]\n"
+               "[--min-bytes B] [--max-bytes B] [--seconds S] [--max-reps R] [--pipeline-bytes B] "
+               "[--pipeline-chunks K] [--host-grid AxB]\n"
                "(run it under "
                "`cadre netem exec`)\n",
                why.c_str());
@@ -59,9 +62,13 @@ Args ParseArgs(int argc, char** argv) {
     std::string flag = argv[i];
     if (i + 1 >= argc) Usage(flag + " needs a value");
     const char* v = argv[++i];
+    if (flag == "--host-grid") {
+      if (Status st = comm::ParseGrid(v, &a.host_grid); !st.ok()) Usage(st.message());
+      continue;
+    }
     char* end = nullptr;
     const double x = std::strtod(v, &end);
-    if (*v == '\0' || *end != '\0' || x < 0 || (x == 0 && flag != "--pipeline-bytes")) {
+    if (*v == '\0' || *end != '\0' || x < 0 || (x == 0 && flag.rfind("--pipeline-", 0) != 0)) {
       Usage(flag + " " + v + ": not a positive number");
     }
     if (flag == "--slots")
@@ -78,6 +85,8 @@ Args ParseArgs(int argc, char** argv) {
       a.max_reps = static_cast<int>(x);
     else if (flag == "--pipeline-bytes")
       a.pipeline_bytes = static_cast<size_t>(x);
+    else if (flag == "--pipeline-chunks")
+      a.pipeline_chunks = static_cast<size_t>(x);
     else
       Usage("unknown flag " + flag);
   }
@@ -163,6 +172,8 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
   auto c = comm::Communicator::Create(co);
   comm::HierarchyOptions ho;
   ho.pipeline_bytes = args.pipeline_bytes;
+  ho.pipeline_chunks = args.pipeline_chunks;
+  ho.host_grid = args.host_grid;
   auto hier = comm::Hierarchy::Create(*c, ho);
 
   std::vector<Algo> algos = {
@@ -178,9 +189,10 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
   if (lead) {
     std::lock_guard lock(*print_mu);
     std::printf(
-        "# %d hosts x %d slots, link %s; hierarchical levels %s, pipeline chunks %zu bytes\n",
+        "# %d hosts x %d slots, link %s; hierarchical levels %s, pipeline chunks >= %zu bytes, <= "
+        "%zu\n",
         hosts, args.slots, link.c_str(), comm::GridToString(hier->levels()).c_str(),
-        args.pipeline_bytes);
+        args.pipeline_bytes, args.pipeline_chunks);
     std::printf("# bound = 2(N-1)/N x S / rate, N = hosts; busbw = 2(N-1)/N x S / time\n");
     std::printf("%10s  %-13s %10s %12s %10s %9s\n", "bytes", "algorithm", "time ms", "busbw Mbit/s",
                 "bound ms", "of bound");

@@ -101,7 +101,9 @@ void LeveledAllreduce(std::span<HierarchyGroup* const> levels, const void* input
   const size_t bytes = count * esize;
   size_t chunks = 1;
   if (active.size() > 1 && options.pipeline_bytes > 0 && bytes > options.pipeline_bytes) {
-    chunks = std::min(count, (bytes + options.pipeline_bytes - 1) / options.pipeline_bytes);
+    chunks = (bytes + options.pipeline_bytes - 1) / options.pipeline_bytes;
+    if (options.max_chunks > 0) chunks = std::min(chunks, options.max_chunks);
+    chunks = std::min(chunks, count);
   }
   if (chunks > 1) {
     const size_t need = internal::PipelinedScratchBytes(active, count, esize, chunks);

@@ -52,17 +52,19 @@ class HierarchyGroup {
 std::vector<size_t> SplitCounts(size_t count, int parts);
 
 struct LeveledOptions {
-  // Pipelining. A message of more than this many bytes is cut into ceil(bytes / pipeline_bytes)
-  // nearly equal chunks. The calling thread runs the innermost level's reduce-scatter and
-  // allgather, chunk after chunk, while a helper thread runs the levels above on the chunk in
-  // between: the reduce-scatter of chunk k+1 and the allgather of chunk k-1 (shared memory)
-  // overlap the inter-host transfer of chunk k, so the host links never wait for the copies and
-  // reductions inside the host. 0: no pipelining (one pass, every level in turn). Every rank must
-  // pass the same value (it decides the chunks, hence the calls every group sees).
+  // Pipelining. A message of more than `pipeline_bytes` is cut into ceil(bytes / pipeline_bytes)
+  // nearly equal chunks, at most `max_chunks` (0: no limit). The calling thread runs the
+  // innermost level's reduce-scatter and allgather, chunk after chunk, while a helper thread runs
+  // the levels above on the chunk in between: the reduce-scatter of chunk k+1 and the allgather
+  // of chunk k-1 (shared memory) overlap the inter-host transfer of chunk k, so the host links
+  // do not wait for the copies and reductions inside the host. pipeline_bytes 0: no pipelining
+  // (one pass, every level in turn). Every rank must pass the same values (they decide the
+  // chunks, hence the calls every group sees).
   // The groups of the levels above the innermost are then used from the helper thread (one
   // thread at a time per group, as before), concurrently with the innermost group: they must not
   // share state with it (distinct communicators do not).
   size_t pipeline_bytes = 0;
+  size_t max_chunks = 0;
   // Holds the shards between levels; kept by callers that run many allreduces, so that large
   // ones do not allocate and fault in fresh pages every time. Null: a temporary.
   std::vector<unsigned char>* scratch = nullptr;

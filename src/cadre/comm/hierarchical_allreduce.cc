@@ -71,9 +71,13 @@ void FlatAllreduce(Communicator& comm, const AllreduceOptions& options) {
   Allreduce(comm, flat);
 }
 
-// A call's segment_bytes, when set, is its pipeline chunk size too (see the header).
-size_t PipelineBytes(const AllreduceOptions& o, size_t configured) {
-  return o.segment_bytes != 0 && configured != 0 ? o.segment_bytes : configured;
+// The pipelining of one call (see the header): the call's segment_bytes, when set, overrides.
+LeveledOptions Pipelining(const AllreduceOptions& o, size_t pipeline_bytes, size_t max_chunks) {
+  LeveledOptions l;
+  if (pipeline_bytes == 0) return l;
+  l.pipeline_bytes = o.segment_bytes != 0 ? o.segment_bytes : pipeline_bytes;
+  l.max_chunks = o.segment_bytes != 0 ? 0 : max_chunks;
+  return l;
 }
 
 }  // namespace
@@ -94,8 +98,8 @@ void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options) 
     l->set_call(options);
     levels.push_back(l.get());
   }
-  LeveledOptions leveled;
-  leveled.pipeline_bytes = PipelineBytes(options, kDefaultPipelineBytes);
+  const HierarchyOptions defaults;
+  LeveledOptions leveled = Pipelining(options, defaults.pipeline_bytes, defaults.pipeline_chunks);
   LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op,
                    leveled);
 }
@@ -105,6 +109,7 @@ Hierarchy::~Hierarchy() = default;
 std::unique_ptr<Hierarchy> Hierarchy::Create(Communicator& comm, HierarchyOptions options) {
   std::unique_ptr<Hierarchy> h(new Hierarchy(comm));
   h->pipeline_bytes_ = options.pipeline_bytes;
+  h->pipeline_chunks_ = options.pipeline_chunks;
   const Topology& t = comm.topology();
   if (!t.homogeneous) {
     CADRE_LOG(WARNING) << "hierarchical allreduce: hosts hold different numbers of ranks; using "
@@ -171,8 +176,7 @@ void Hierarchy::Allreduce(const AllreduceOptions& options) {
     static_cast<CommLevel*>(g.get())->set_call(options);
     levels.push_back(g.get());
   }
-  LeveledOptions leveled;
-  leveled.pipeline_bytes = PipelineBytes(options, pipeline_bytes_);
+  LeveledOptions leveled = Pipelining(options, pipeline_bytes_, pipeline_chunks_);
   leveled.scratch = &scratch_;
   LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op,
                    leveled);

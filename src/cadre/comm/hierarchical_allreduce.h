@@ -5,14 +5,15 @@
 // Two entry points:
 // - HierarchicalAllreduce(comm, options): what Allreduce() runs for
 //   AllreduceAlgorithm::kHierarchical. Two levels (slots, hosts); no state besides the
-//   communicator's cached Local()/Cross(); pipelined with kDefaultPipelineBytes.
+//   communicator's cached Local()/Cross(); pipelined with the default HierarchyOptions.
 // - Hierarchy: an object built once per communicator that also owns the subgroups of a host grid
 //   (DDL's multi-ring), for callers that keep it (cadre.ddl, benchmarks).
 //
 // Both pipeline large messages (a helper thread runs the transfers between hosts while the calling
 // thread works inside the host, see LeveledOptions). A call's AllreduceOptions::segment_bytes,
-// when not 0, is its pipeline chunk size too ("bytes per pipelined piece"; tests set it tiny to
-// run many chunks), as well as the segment size of the ring between hosts.
+// when not 0, is its exact pipeline chunk size too, with no limit on the number of chunks
+// ("bytes per pipelined piece"; tests set it tiny to run many chunks), as well as the segment
+// size of the ring between hosts.
 //
 // Topologies where hosts hold different numbers of ranks cannot be cut into equal levels: both
 // fall back to the flat ring over the whole communicator (logged once by Hierarchy).
@@ -31,17 +32,22 @@ namespace cadre::comm {
 
 void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options);
 
-// Messages above this size are pipelined in chunks of about this size (LeveledOptions): large
-// enough that a chunk's ring across hosts is bandwidth-bound, small enough that filling and
-// draining the pipeline (one chunk's work inside the host) costs little.
-inline constexpr size_t kDefaultPipelineBytes = 4 << 20;
+// Pipelining (LeveledOptions): messages above kDefaultPipelineBytes are cut into chunks of at
+// least that size, at most kDefaultPipelineChunks of them. A chunk of 1 MiB keeps the ring across
+// hosts bandwidth-bound; 8 chunks make filling and draining the pipeline (one chunk's work inside
+// the host, exposed at each end) cost 1/8 of that work, while bounding the per-chunk
+// synchronisations (every chunk's ring waits for its slowest member) on large messages.
+inline constexpr size_t kDefaultPipelineBytes = 1 << 20;
+inline constexpr size_t kDefaultPipelineChunks = 8;
 
 struct HierarchyOptions {
   // How the hosts are arranged, innermost dimension first; the product must be the number of
   // hosts. Empty: ChooseHostGrid(hosts). {hosts} forces one ring across the hosts.
   std::vector<int> host_grid;
-  // LeveledOptions::pipeline_bytes; 0 turns pipelining off. Every rank must pass the same.
+  // LeveledOptions::pipeline_bytes and max_chunks; pipeline_bytes 0 turns pipelining off. Every
+  // rank must pass the same.
   size_t pipeline_bytes = kDefaultPipelineBytes;
+  size_t pipeline_chunks = kDefaultPipelineChunks;
 };
 
 class Hierarchy {
@@ -68,6 +74,7 @@ class Hierarchy {
   // One per level of size > 1, innermost first; all are the .cc's CommLevel.
   std::vector<std::unique_ptr<HierarchyGroup>> groups_;
   size_t pipeline_bytes_ = kDefaultPipelineBytes;
+  size_t pipeline_chunks_ = kDefaultPipelineChunks;
   std::vector<unsigned char> scratch_;  // shards between levels, reused across calls
 };
 
