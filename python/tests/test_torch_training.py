@@ -12,7 +12,7 @@ REQUIRED = [
     "optimizer.backward_passes_per_step", "optimizer.synchronize_clip_skip_synchronize",
     "optimizer.parameter_unused_on_some_ranks", "optimizer.sparse_as_dense",
     "broadcast_parameters_and_adam_state", "broadcast_parameters_named_and_sgd_momentum",
-    "join_with_uneven_batches",
+    "optimizer.adasum", "join_with_uneven_batches", "join.collectives_while_others_joined",
 ]
 
 

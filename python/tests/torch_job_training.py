@@ -180,6 +180,20 @@ def _():
     same(m, ref, 1e-6)
 
 
+@suite.check("optimizer.adasum")
+def _():
+    # Every rank computes the full-batch gradient; Adasum of identical vectors is that vector,
+    # so training equals the single-process run.
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=m.named_parameters(), op=hvd.Adasum)
+    for _ in range(3):
+        opt.zero_grad()
+        mse(m(X), Y).backward()
+        opt.step()
+    same(m, reference(3), 1e-5)
+
+
 @suite.check("broadcast_parameters_and_adam_state")
 def _():
     # Every rank starts different; rank 1 has no Adam state yet (lazy): it must receive it.
@@ -250,6 +264,32 @@ def _():
     # Horovod's pattern after join: adopt the model of the rank that trained last.
     hvd.broadcast_parameters(m.state_dict(), root_rank=last)
     identical_everywhere(m.parameters(), "join.identical")
+
+
+@suite.check("join.collectives_while_others_joined")
+def _():
+    # Only the last rank still works: allgather has just its rows, barrier passes, sum and
+    # average allreduce count the joined ranks as zeros; other ops fail naming the joined ranks.
+    if r == n - 1:
+        g = hvd.allgather(torch.tensor([[r, r]]), name="joined.allgather")
+        assert g.tolist() == [[r, r]], g
+        hvd.barrier()
+        s = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="joined.sum")
+        assert s.tolist() == [1.0, 1.0], s
+        a = hvd.allreduce(torch.ones(2), name="joined.average")
+        assert torch.allclose(a, torch.ones(2) / n), a
+        joined = ", ".join(str(k) for k in range(n - 1))
+        for what, call in (("broadcast", lambda: hvd.broadcast(torch.ones(2), 0, name="j.bc")),
+                           ("max", lambda: hvd.allreduce(torch.ones(2), op=hvd.Max,
+                                                         name="j.max"))):
+            try:
+                call()
+                raise AssertionError("%s accepted while ranks %s had joined" % (what, joined))
+            except hvd.HorovodInternalError as e:
+                assert "after rank(s) %s joined" % joined in str(e), e
+    assert hvd.join() == n - 1
+    same_sum = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="joined.after")
+    assert same_sum.item() == n, same_sum
 
 
 suite.run(finish=hvd.shutdown)
