@@ -1,6 +1,7 @@
 """Failures and training as users meet them, through `cadre run`: a rank killed mid-training
-makes every other rank fail with an error naming it (not hang), and an unmodified Horovod-style
-MNIST script, started from a manifest, trains to a loss below its start."""
+makes every other rank fail with an error naming it (not hang), a tensor submitted by some ranks
+only fails every rank with the stall report, and an unmodified Horovod-style MNIST script,
+started from a manifest, trains to a loss below its start."""
 import os
 import re
 import textwrap
@@ -29,6 +30,24 @@ def test_killed_rank_makes_the_others_fail_naming_it(tmp_path):
             rank, job.slots[rank], job.describe())
         failed = [line for line in log.splitlines() if line.startswith("FAILED")]
         assert failed and re.search(r"\brank 1\b", failed[0]), "rank %d:\n%s" % (rank, log)
+
+
+def test_stalled_tensor_fails_every_rank_naming_the_missing_ranks(tmp_path):
+    job = run_script(tmp_path, "torch_job_stall.py", 2, "cpux2", timeout=150,
+                     runner_args=["--grace", "60"],
+                     env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1",
+                          "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "3"})
+    assert not job.timed_out and job.returncode == 1, job.describe()
+    for rank in range(4):
+        assert job.slots[rank].get("exit_code") == 3, "rank %d: %s\n%s" % (
+            rank, job.slots[rank], job.describe())
+        failed = [line for line in job.logs[rank].splitlines() if line.startswith("FAILED")]
+        assert failed, "rank %d:\n%s" % (rank, job.logs[rank])
+        assert "stalled" in failed[0], failed[0]
+        assert "'lonely' (waiting" in failed[0], failed[0]
+        assert "missing from rank(s) 1, 2, 3" in failed[0], failed[0]
+        assert "'barrier.noname.0' (waiting" in failed[0], failed[0]
+        assert "missing from rank(s) 0" in failed[0], failed[0]
 
 
 @pytest.mark.skipif(not os.path.isdir(DATA), reason="needs Debian's dataset-fashion-mnist")
