@@ -118,6 +118,41 @@ TEST(HierarchicalAllreduce, HostGridOfTwoDimensions) {
   });
 }
 
+// The grid's inner dimensions reduce-scatter over TCP (one rank per host): blocks of very
+// different sizes, several ring segments each (1 MiB), one empty, out of place; 2 and 4 ranks.
+TEST(HierarchicalAllreduce, TcpReduceScatterOfLargeUnevenBlocks) {
+  for (int n : {2, 4}) {
+    RunRanks(
+        n, Base(),
+        [&](Communicator& comm) {
+          ASSERT_EQ(comm.topology().cross_size, n);
+          std::vector<size_t> counts;
+          for (int r = 0; r < n; ++r) counts.push_back(r == 1 ? 0 : size_t(r + 1) * 150001);
+          size_t total = 0, mine_at = 0;
+          for (int r = 0; r < n; ++r) {
+            if (r == comm.rank()) mine_at = total;
+            total += counts[static_cast<size_t>(r)];
+          }
+          std::vector<double> in(total);
+          for (size_t i = 0; i < total; ++i) in[i] = static_cast<double>(Value(comm.rank(), i));
+          std::vector<double> out(counts[static_cast<size_t>(comm.rank())] + 1, -1.0);
+          ReduceScatterOptions o;
+          o.input = in.data();
+          o.output = out.data();
+          o.counts = counts;
+          o.dtype = DataType::kFloat64;
+          ReduceScatter(comm, o);
+          for (size_t i = 0; i < counts[static_cast<size_t>(comm.rank())]; ++i) {
+            double want = 0;
+            for (int q = 0; q < n; ++q) want += static_cast<double>(Value(q, mine_at + i));
+            ASSERT_EQ(out[i], want) << n << " ranks, element " << i;
+          }
+          EXPECT_EQ(out.back(), -1.0) << "wrote past its block";
+        },
+        [](int r) { return HostOf(r, 1); });
+  }
+}
+
 // Hosts holding different numbers of ranks cannot be cut into equal levels: the flat ring.
 TEST(HierarchicalAllreduce, UnevenHostsFallBackToTheFlatRing) {
   RunRanks(

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -128,7 +129,8 @@ class JoinOnExit {
 size_t PipelinedScratchBytes(std::span<HierarchyGroup* const> levels, size_t count, size_t esize,
                              size_t chunks) {
   const Plan p = MakePlan(levels, count, esize, chunks);
-  return p.shards_bytes + p.outer_bytes;
+  // Also enough for the one-pass fallback when no helper thread can be started.
+  return std::max(p.shards_bytes + p.outer_bytes, OnePassScratchBytes(levels, count, esize));
 }
 
 void PipelinedAllreduce(std::span<HierarchyGroup* const> levels, const void* input, void* output,
@@ -143,7 +145,8 @@ void PipelinedAllreduce(std::span<HierarchyGroup* const> levels, const void* inp
   auto* out = static_cast<unsigned char*>(output);
 
   Handoff handoff;
-  std::thread helper([&] {
+  std::thread helper;
+  auto work = [&] {
     try {
       for (size_t k = 0; k < plan.chunks.size(); ++k) {
         if (!handoff.AwaitReady(k)) return;
@@ -155,7 +158,14 @@ void PipelinedAllreduce(std::span<HierarchyGroup* const> levels, const void* inp
     } catch (...) {
       handoff.Failed(std::current_exception());
     }
-  });
+  };
+  try {
+    helper = std::thread(work);
+  } catch (const std::system_error&) {
+    // No thread to be had (resource limits): the same result in one pass, only slower.
+    OnePassAllreduce(levels, input, output, count, dtype, op, scratch);
+    return;
+  }
   JoinOnExit join(handoff, helper);
 
   auto reduce_scatter = [&](size_t k) {

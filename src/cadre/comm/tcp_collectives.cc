@@ -169,17 +169,37 @@ Status Allgatherv(Device& d, const void* in, void* out, const std::vector<size_t
   return RingAllgatherInPlace(d, buf, blocks, deadline);
 }
 
+// The ring of RingReduceScatterInPlace, out of place: at step s this rank sends its partial sum of
+// block r-s-1 (its input at step 0) and adds its input of block r-s-2 to the partial it receives.
+// The partial lives in `acc` (one block), so the input is never copied whole; the last step's
+// sum is block r itself, written straight to `out`. Same operand order as the in-place ring.
 Status ReduceScatter(Device& d, const void* in, void* out, const std::vector<size_t>& counts,
                      DataType dtype, ReduceOp op, Deadline deadline) {
+  const int n = d.size(), r = d.rank();
   const size_t elem = ElementSize(dtype);
-  auto blocks = Blocks(counts, elem);
-  size_t total = blocks.back().offset + blocks.back().bytes;
-  std::vector<uint8_t> work(static_cast<const uint8_t*>(in),
-                            static_cast<const uint8_t*>(in) + total);
-  CADRE_RETURN_IF_ERROR(
-      RingReduceScatterInPlace(d, work.data(), blocks, dtype, op, kDefaultSegmentBytes, deadline));
-  const Block& mine = blocks[d.rank()];
-  std::memcpy(out, work.data() + mine.offset, mine.bytes);
+  const auto blocks = Blocks(counts, elem);
+  const auto* src = static_cast<const uint8_t*>(in);
+  const size_t seg = std::max(elem, kDefaultSegmentBytes / elem * elem);
+  size_t largest = 0;
+  for (const Block& b : blocks) largest = std::max(largest, b.bytes);
+  std::vector<uint8_t> acc(n > 2 ? largest : 0), tmp(std::min(seg, largest));
+  const size_t pieces = std::max<size_t>(1, (largest + seg - 1) / seg);
+  for (int s = 0; s < n - 1; ++s) {
+    const Block& sb = blocks[Mod(r - s - 1, n)];
+    const Block& rb = blocks[Mod(r - s - 2, n)];
+    const uint8_t* send = s == 0 ? src + sb.offset : acc.data();
+    uint8_t* sum = s == n - 2 ? static_cast<uint8_t*>(out) : acc.data();
+    for (size_t i = 0; i < pieces; ++i) {
+      // Piece i of the partial being sent is gone once Run returns, and the sum written here
+      // covers piece i only, so it never overwrites a piece still to be sent from `acc`.
+      const size_t so = std::min(sb.bytes, i * seg), sl = std::min(seg, sb.bytes - so);
+      const size_t ro = std::min(rb.bytes, i * seg), rl = std::min(seg, rb.bytes - ro);
+      Transfer t[2] = {Transfer::Send(Mod(r + 1, n), send + so, sl),
+                       Transfer::Recv(Mod(r - 1, n), tmp.data(), rl)};
+      CADRE_RETURN_IF_ERROR(d.Run(t, deadline));
+      Reduce(sum + ro, src + rb.offset + ro, tmp.data(), rl / elem, dtype, op);
+    }
+  }
   return Status::Ok();
 }
 
