@@ -72,6 +72,9 @@ def cadre_run(cwd, args, env=None, timeout=180):
         pytest.fail("%s is not built (set CADRE_BUILD_DIR or run `make build`)" % CADRE)
     full_env = dict(os.environ)
     full_env.pop("CADRE_HOSTS_METHOD", None)
+    # The runner must make cadre and horovod importable in every slot by itself (`make
+    # test-python` sets PYTHONPATH for pytest; the jobs must not inherit it).
+    full_env.pop("PYTHONPATH", None)
     full_env.update(JOB_ENV)
     full_env.update(env or {})
     proc = subprocess.Popen([CADRE, "run", *args], cwd=str(cwd), env=full_env, text=True,

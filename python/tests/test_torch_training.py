@@ -11,6 +11,7 @@ REQUIRED = [
     "optimizer.gradient_predivide_factor", "optimizer.op_sum",
     "optimizer.backward_passes_per_step", "optimizer.synchronize_clip_skip_synchronize",
     "optimizer.parameter_unused_on_some_ranks", "optimizer.sparse_as_dense",
+    "optimizer.process_set",
     "broadcast_parameters_and_adam_state", "broadcast_parameters_named_and_sgd_momentum",
     "optimizer.adasum", "join_with_uneven_batches", "join.collectives_while_others_joined",
 ]

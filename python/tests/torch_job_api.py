@@ -330,9 +330,14 @@ def _():
         raise AssertionError("allreduce after shutdown accepted")
     except ValueError:
         pass
-    hvd.init()
+    ends = hvd.ProcessSet([0, n - 1])
+    hvd.init(process_sets=[ends])  # Horovod's way to register sets at init
     assert hvd.rank() == r and hvd.size() == n
     engine_still_works("reinit")
+    if ends.included():
+        s = hvd.allreduce(torch.tensor([r + 1.0]), op=hvd.Sum, name="ends", process_set=ends)
+        assert s.item() == n + 1, s
+    assert hvd.remove_process_set(ends)
 
 
 suite.run(finish=hvd.shutdown)

@@ -194,6 +194,34 @@ def _():
     same(m, reference(3), 1e-5)
 
 
+@suite.check("optimizer.process_set")
+def _():
+    # Even and odd ranks train separately, each set averaging over its own members' rows.
+    evens = hvd.add_process_set([k for k in range(n) if k % 2 == 0])
+    odds = hvd.add_process_set([k for k in range(n) if k % 2 == 1]) if n > 1 else None
+    try:
+        mine = evens if r % 2 == 0 else odds
+        m = model()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                       named_parameters=m.named_parameters(), process_set=mine)
+        for _ in range(2):
+            opt.zero_grad()
+            mse(m(X[MINE]), Y[MINE]).backward()
+            opt.step()
+        rows = torch.cat([torch.arange(8 * k, 8 * k + 8) for k in mine.ranks])
+        ref = model()
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(2):
+            ref_opt.zero_grad()
+            mse(ref(X[rows]), Y[rows]).backward()
+            ref_opt.step()
+        same(m, ref, 1e-5)
+    finally:
+        hvd.remove_process_set(evens)
+        if odds is not None:
+            hvd.remove_process_set(odds)
+
+
 @suite.check("broadcast_parameters_and_adam_state")
 def _():
     # Every rank starts different; rank 1 has no Adam state yet (lazy): it must receive it.
