@@ -9,14 +9,17 @@ namespace cadre::engine {
 namespace {
 constexpr uint8_t kFlagShutdown = 1;
 constexpr uint8_t kFlagJoined = 2;
-constexpr uint8_t kFlagAbort = 4;  // followed by the status code and message
+constexpr uint8_t kFlagAbort = 4;     // followed by the status code and message
+constexpr uint8_t kFlagPayloads = 8;  // a payload section follows the requests
+// A payload is a small tensor (EngineOptions::inline_bytes); anything larger is malformed.
+constexpr uint64_t kMaxPayloadBytes = 1 << 16;
 constexpr uint64_t kMaxItems = 1 << 20;
 }  // namespace
 
 std::vector<uint8_t> Message::Encode() const {
   std::vector<uint8_t> out;
   out.push_back((shutdown ? kFlagShutdown : 0) | (joined ? kFlagJoined : 0) |
-                (abort.ok() ? 0 : kFlagAbort));
+                (abort.ok() ? 0 : kFlagAbort) | (payloads.empty() ? 0 : kFlagPayloads));
   if (!abort.ok()) {
     PutVarint(static_cast<uint64_t>(abort.code()), out);
     PutVarint(abort.message().size(), out);
@@ -26,6 +29,15 @@ std::vector<uint8_t> Message::Encode() const {
   for (uint32_t b : cache_bits) PutVarint(b, out);
   PutVarint(requests.size(), out);
   for (const Request& r : requests) EncodeRequest(r, out);
+  if (!payloads.empty()) {
+    if (payloads.size() != cache_bits.size() + requests.size()) {
+      throw Error(InternalError("a message needs one payload slot per cache bit and request"));
+    }
+    for (const auto& p : payloads) {
+      PutVarint(p.size(), out);
+      out.insert(out.end(), p.begin(), p.end());
+    }
+  }
   return out;
 }
 
@@ -49,6 +61,14 @@ Message Message::Decode(const uint8_t* data, size_t size, int rank) {
     uint64_t nreq = in.Varint();
     if (nreq > kMaxItems) throw Error(ProtocolError("too many requests"));
     for (uint64_t i = 0; i < nreq; ++i) m.requests.push_back(DecodeRequest(in));
+    if (flags & kFlagPayloads) {
+      for (uint64_t i = 0; i < nbits + nreq; ++i) {
+        const uint64_t n = in.Varint();
+        if (n > kMaxPayloadBytes) throw Error(ProtocolError("inline payload too large"));
+        m.payloads.emplace_back(n);
+        if (n) in.Bytes(m.payloads.back().data(), n);
+      }
+    }
     if (!in.done()) throw Error(ProtocolError("trailing bytes"));
     return m;
   } catch (const Error& e) {
@@ -66,25 +86,35 @@ Controller::Controller(int rank, int size, size_t fusion_threshold_bytes, size_t
       joined_(size, false) {}
 
 Message Controller::MakeMessage(const std::vector<Request>& fresh, bool shutdown, bool joined,
-                                const Status& abort) const {
+                                const Status& abort,
+                                std::vector<std::vector<uint8_t>> payloads) const {
   Message m;
   m.shutdown = shutdown;
   m.joined = joined;
   m.abort = abort;
-  for (const Request& r : fresh) {
+  std::vector<std::vector<uint8_t>> request_payloads;
+  const bool any_payload =
+      std::any_of(payloads.begin(), payloads.end(), [](const auto& p) { return !p.empty(); });
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    const Request& r = fresh[i];
+    std::vector<uint8_t> payload = any_payload ? std::move(payloads.at(i)) : std::vector<uint8_t>{};
     if (auto bit = cache_.Lookup(r, rank_)) {
       m.cache_bits.push_back(*bit);
+      if (any_payload) m.payloads.push_back(std::move(payload));
     } else {
       m.requests.push_back(r);
+      if (any_payload) request_payloads.push_back(std::move(payload));
     }
   }
+  for (auto& p : request_payloads) m.payloads.push_back(std::move(p));
   return m;
 }
 
 std::vector<Response> Controller::Process(const std::vector<Message>& messages) {
   const auto now = Clock::now();
   std::vector<int> shutdown_ranks;
-  auto add = [&](int r, const Request& req) {
+  auto add = [&](int r, const Request& req, const std::vector<std::vector<uint8_t>>& payloads,
+                 size_t index) {
     Entry& e = table_[req.name];
     if (e.per_rank.empty()) {
       e.sequence = next_sequence_++;
@@ -96,6 +126,10 @@ std::vector<Response> Controller::Process(const std::vector<Message>& messages) 
                                 "' twice while it was pending"));
     }
     e.per_rank[r] = req;
+    if (index < payloads.size() && !payloads[index].empty()) {
+      if (e.payloads.empty()) e.payloads.resize(size_);
+      e.payloads[r] = payloads[index];
+    }
   };
   for (int r = 0; r < size_; ++r) {
     const Message& m = messages[r];
@@ -104,8 +138,15 @@ std::vector<Response> Controller::Process(const std::vector<Message>& messages) 
       joined_[r] = true;
       last_joined_ = r;
     }
-    for (uint32_t bit : m.cache_bits) add(r, cache_.Get(bit, r));
-    for (const Request& req : m.requests) add(r, req);
+    if (!m.payloads.empty() && m.payloads.size() != m.cache_bits.size() + m.requests.size()) {
+      throw Error(ProtocolError("rank " + std::to_string(r) + " sent " +
+                                std::to_string(m.payloads.size()) + " payloads for " +
+                                std::to_string(m.cache_bits.size() + m.requests.size()) +
+                                " requests"));
+    }
+    size_t index = 0;
+    for (uint32_t bit : m.cache_bits) add(r, cache_.Get(bit, r), m.payloads, index++);
+    for (const Request& req : m.requests) add(r, req, m.payloads, index++);
   }
 
   std::vector<Response> responses;
@@ -200,6 +241,14 @@ Response Controller::Decide(const std::string& name, Entry& entry) {
     std::vector<Request> all;
     for (auto& r : entry.per_rank) all.push_back(*r);
     cache_.Put(all);
+    // Inline when every rank sent exactly the tensor's bytes.
+    const size_t bytes =
+        static_cast<size_t>(first->num_elements()) * comm::ElementSize(first->dtype);
+    const bool inline_ready =
+        first->op == OpType::kAllreduce && bytes > 0 && !entry.payloads.empty() &&
+        std::all_of(entry.payloads.begin(), entry.payloads.end(),
+                    [&](const std::vector<uint8_t>& p) { return p.size() == bytes; });
+    if (inline_ready) resp.inline_inputs = std::move(entry.payloads);
   }
   return resp;
 }
@@ -207,6 +256,7 @@ Response Controller::Decide(const std::string& name, Entry& entry) {
 void Controller::Fuse(std::vector<Response>& responses) const {
   auto key_of = [&](const Response& r) -> const Request* {
     if (r.kind != Response::Kind::kRun || r.op != OpType::kAllreduce) return nullptr;
+    if (!r.inline_inputs.empty()) return nullptr;  // reduced locally, never fused
     for (const auto& q : r.per_rank[0]) {
       if (q) return &*q;
     }

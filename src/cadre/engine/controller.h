@@ -16,6 +16,11 @@
 //     engine carries on. Allreduces of one dtype, op and scale, in sequence, are fused up to the
 //     fusion threshold.
 //  5. Names that were negotiated successfully enter the cache; the next time, a rank sends a bit.
+// Small allreduces travel inline: a rank may attach its input bytes (a payload) to a request
+// in its message. When every rank's payload for a name is there, the Response carries them all
+// and each rank reduces them locally in rank order, identically everywhere, with no collective
+// of its own (a 4-byte allreduce costs one exchange instead of two). Without every payload (a
+// rank joined, or left its payload out), the name runs as a normal allreduce.
 // Not thread-safe: owned by the engine thread.
 #pragma once
 
@@ -41,6 +46,9 @@ struct Message {
   Status abort;
   std::vector<uint32_t> cache_bits;
   std::vector<Request> requests;
+  // Empty, or one entry per cache bit and then per request (in that order): the input bytes of
+  // that allreduce, or empty for none.
+  std::vector<std::vector<uint8_t>> payloads;
 
   std::vector<uint8_t> Encode() const;
   // Throws Error(kProtocol) naming `rank` when the bytes are malformed.
@@ -57,6 +65,8 @@ struct Response {
   std::vector<std::vector<std::optional<Request>>> per_rank;
   Status error;        // kError / kShutdown
   int join_rank = -1;  // kJoin: the rank that joined last
+  // An inline allreduce (one name): every rank's input bytes, in rank order.
+  std::vector<std::vector<uint8_t>> inline_inputs;
 };
 
 struct PendingName {
@@ -72,10 +82,12 @@ class Controller {
   Controller(int rank, int size, size_t fusion_threshold_bytes, size_t cache_capacity,
              size_t fusion_tensor_limit_bytes = SIZE_MAX);
 
-  // Builds this rank's message for `fresh` (requests submitted since the last cycle); a non-ok
-  // `abort` asks every rank to stop with that error.
+  // Builds this rank's message for `fresh` (requests submitted since the last cycle);
+  // `payloads`, when not empty, holds the inline input bytes of each fresh request (empty for
+  // none). A non-ok `abort` asks every rank to stop with that error.
   Message MakeMessage(const std::vector<Request>& fresh, bool shutdown, bool joined,
-                      const Status& abort = Status::Ok()) const;
+                      const Status& abort = Status::Ok(),
+                      std::vector<std::vector<uint8_t>> payloads = {}) const;
 
   // Steps 3-5 above. `messages` holds one message per rank.
   std::vector<Response> Process(const std::vector<Message>& messages);
@@ -95,6 +107,7 @@ class Controller {
     uint64_t sequence = 0;
     Clock::time_point first_seen;
     std::vector<std::optional<Request>> per_rank;
+    std::vector<std::vector<uint8_t>> payloads;  // per rank; empty when not inline
   };
   Response Decide(const std::string& name, Entry& entry);
   void Fuse(std::vector<Response>& responses) const;

@@ -77,6 +77,40 @@ TEST(ControllerTest, AbortFromOneRankStopsEveryRankWithItsError) {
   }
 }
 
+TEST(ControllerTest, InlineOnlyWhenEveryRankSentItsBytes) {
+  auto cs = Make(2);
+  const std::vector<uint8_t> one = {1, 0, 0, 0}, two = {2, 0, 0, 0};
+  Request a = Allreduce("a", 1), b = Allreduce("b", 1);
+  std::vector<Message> msgs;
+  for (int r = 0; r < 2; ++r) {
+    // Rank 1 leaves out its payload for "b" (as over the message budget).
+    std::vector<std::vector<uint8_t>> payloads = {r == 0 ? one : two,
+                                                  r == 0 ? one : std::vector<uint8_t>{}};
+    auto bytes = cs[r].MakeMessage({a, b}, false, false, Status(), payloads).Encode();
+    msgs.push_back(Message::Decode(bytes.data(), bytes.size(), r));
+  }
+  for (auto& c : cs) {
+    auto out = c.Process(msgs);
+    ASSERT_EQ(out.size(), 2u);  // the inline one is never fused
+    EXPECT_EQ(out[0].names, std::vector<std::string>{"a"});
+    EXPECT_EQ(out[0].inline_inputs, (std::vector<std::vector<uint8_t>>{one, two}));
+    EXPECT_EQ(out[1].names, std::vector<std::string>{"b"});
+    EXPECT_TRUE(out[1].inline_inputs.empty());
+  }
+}
+
+TEST(ControllerTest, PayloadCountMustMatchRequests) {
+  Controller c(0, 1, 1 << 20, 16);
+  Message m;
+  m.requests = {Allreduce("a", 1)};
+  m.payloads = {{1, 2, 3, 4}, {5}};
+  EXPECT_THROW(m.Encode(), Error);
+  m.payloads.pop_back();
+  auto bytes = m.Encode();
+  bytes.resize(bytes.size() - 2);  // truncated payload
+  EXPECT_THROW(Message::Decode(bytes.data(), bytes.size(), 0), Error);
+}
+
 TEST(ControllerTest, MalformedAbortIsAProtocolErrorNamingTheRank) {
   // Flags byte with the abort bit, then status code 99 (unknown).
   const std::vector<uint8_t> bytes = {4, 99, 0, 0, 0};

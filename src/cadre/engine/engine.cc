@@ -1,5 +1,6 @@
 #include "cadre/engine/engine.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "cadre/base/env.h"
@@ -53,6 +54,12 @@ EngineOptions EngineOptions::FromEnv() {
                                      static_cast<int64_t>(o.cache_capacity));
   if (cache < 0) throw Error(InvalidArgument("cache capacity must be >= 0"));
   o.cache_capacity = static_cast<size_t>(cache);
+  const int64_t inline_bytes = EnvInt("CADRE_INLINE_BYTES", static_cast<int64_t>(o.inline_bytes));
+  if (inline_bytes < 0 || inline_bytes > 4096) {
+    throw Error(InvalidArgument("CADRE_INLINE_BYTES must be between 0 and 4096"));
+  }
+  o.inline_bytes = static_cast<size_t>(inline_bytes);
+  o.inline_message_bytes = std::max(o.inline_message_bytes, o.inline_bytes);
   o.stall_warning = EnvSecondsEither("CADRE_STALL_CHECK_TIME_SECONDS",
                                      "HOROVOD_STALL_CHECK_TIME_SECONDS", o.stall_warning);
   o.stall_shutdown = EnvSecondsEither("CADRE_STALL_SHUTDOWN_TIME_SECONDS",
@@ -141,9 +148,17 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
                       request.name +
                       "' is already pending on this rank; names must be unique until complete");
     }
+    const size_t bytes =
+        static_cast<size_t>(request.num_elements()) * comm::ElementSize(request.dtype);
+    std::vector<uint8_t> payload;
+    if (request.op == OpType::kAllreduce && bytes > 0 && bytes <= options_.inline_bytes) {
+      const auto* p = static_cast<const uint8_t*>(data);
+      payload.assign(p, p + bytes);
+    }
     TensorEntry entry{request, data, handle};
     pending_.emplace(request.name, std::move(entry));
     fresh_.push_back(std::move(request));
+    fresh_payloads_.push_back(std::move(payload));
     if (!batchable) ++fresh_urgent_;
   }
   timeline_.Begin(name, "NEGOTIATE");
@@ -196,6 +211,7 @@ void Engine::Loop() {
 
 bool Engine::RunCycle() {
   std::vector<Request> fresh;
+  std::vector<std::vector<uint8_t>> payloads;
   bool shutdown, joined;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -211,11 +227,20 @@ bool Engine::RunCycle() {
     fresh_urgent_ = 0;
     flush_requested_ = false;
     fresh.swap(fresh_);
+    payloads.swap(fresh_payloads_);
     shutdown = shutdown_requested_;
     joined = join_handle_ != nullptr;
   }
   timeline_.MarkCycle();
-  const Message mine = controller_.MakeMessage(fresh, shutdown, joined, abort_);
+  // Inline inputs beyond the message budget are left out: those names run as normal
+  // allreduces (every rank sees which payloads arrived, so all decide alike).
+  size_t budget = options_.inline_message_bytes;
+  for (auto& p : payloads) {
+    if (p.size() > budget) p.clear();
+    budget -= p.size();
+  }
+  const Message mine =
+      controller_.MakeMessage(fresh, shutdown, joined, abort_, std::move(payloads));
   const std::vector<Response> responses = controller_.Process(Exchange(mine));
   for (const Response& r : responses) {
     if (r.kind == Response::Kind::kShutdown) {
@@ -330,6 +355,7 @@ void Engine::FailAll(const Status& status) {
     for (auto& [name, entry] : pending_) handles.push_back(entry.handle);
     pending_.clear();
     fresh_.clear();
+    fresh_payloads_.clear();
     if (join_handle_) handles.push_back(std::move(join_handle_));
     join_handle_.reset();
   }

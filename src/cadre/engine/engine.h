@@ -53,6 +53,11 @@ struct EngineOptions {
   // of a large tensor cost more than the per-collective latency fusion saves.
   size_t fusion_tensor_limit_bytes = size_t{1} << 20;
   size_t cache_capacity = 1024;
+  // Allreduces of at most this many bytes travel inside the negotiation message and are reduced
+  // locally (Controller): one exchange instead of two. Each message carries at most
+  // inline_message_bytes of them so it still fits its slot. CADRE_INLINE_BYTES; 0 disables.
+  size_t inline_bytes = 256;
+  size_t inline_message_bytes = 512;
   Duration stall_warning = std::chrono::seconds(60);
   Duration stall_shutdown = Duration::zero();  // zero: never fail stalled tensors
   // Chrome-trace timeline written by rank 0 when non-empty (timeline.h).
@@ -116,6 +121,7 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Request> fresh_;                            // GUARDED_BY(mu_): not yet negotiated
+  std::vector<std::vector<uint8_t>> fresh_payloads_;      // GUARDED_BY(mu_): inline inputs
   std::unordered_map<std::string, TensorEntry> pending_;  // GUARDED_BY(mu_)
   std::shared_ptr<Handle> join_handle_;                   // GUARDED_BY(mu_)
   int fresh_urgent_ = 0;                  // GUARDED_BY(mu_): non-batchable in fresh_

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <numeric>
 #include <thread>
@@ -55,11 +56,49 @@ void WaitOk(const std::shared_ptr<Handle>& h) {
   ASSERT_TRUE(h->status().ok()) << h->status().ToString();
 }
 
-class EngineSizes : public ::testing::TestWithParam<int> {};
+// Forwards to another backend, counting the data collectives the engine runs.
+class CountingBackend final : public CollectiveBackend {
+ public:
+  CountingBackend(std::unique_ptr<CollectiveBackend> inner, std::atomic<int>* allreduces)
+      : inner_(std::move(inner)), allreduces_(allreduces) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void AllgatherFixed(const void* in, void* out, size_t bytes) override {
+    inner_->AllgatherFixed(in, out, bytes);
+  }
+  void Allgather(const void* in, void* out, const std::vector<size_t>& counts,
+                 DataType dtype) override {
+    inner_->Allgather(in, out, counts, dtype);
+  }
+  void Allreduce(void* buffer, size_t count, DataType dtype, ReduceOp op) override {
+    ++*allreduces_;
+    inner_->Allreduce(buffer, count, dtype, op);
+  }
+  void Broadcast(void* buffer, size_t count, DataType dtype, int root) override {
+    inner_->Broadcast(buffer, count, dtype, root);
+  }
+  void Alltoall(const void* in, void* out, const std::vector<size_t>& send_counts,
+                const std::vector<size_t>& recv_counts, DataType dtype) override {
+    inner_->Alltoall(in, out, send_counts, recv_counts, dtype);
+  }
+  void ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                     ReduceOp op) override {
+    inner_->ReduceScatter(in, out, counts, dtype, op);
+  }
+
+ private:
+  std::unique_ptr<CollectiveBackend> inner_;
+  std::atomic<int>* allreduces_;
+};
+
+// Ranks x whether small allreduces travel inline in the negotiation (the default) or not.
+class EngineSizes : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(EngineSizes, FusedAndUnfusedAllreduceMatchClosedForm) {
-  const int size = GetParam();
-  auto engines = MakeEngines(size);
+  const auto [size, inline_small] = GetParam();
+  EngineOptions options = FastOptions();
+  if (!inline_small) options.inline_bytes = 0;
+  auto engines = MakeEngines(size, options);
   OnEveryRank(size, [&](int rank) {
     // Ten tensors of different lengths (0, 1, odd, larger than the fusion threshold).
     std::vector<std::vector<float>> data;
@@ -69,13 +108,14 @@ TEST_P(EngineSizes, FusedAndUnfusedAllreduceMatchClosedForm) {
     for (size_t t = 0; t < lens.size(); ++t) {
       Request r = Make(OpType::kAllreduce, "t" + std::to_string(t), {lens[t]});
       if (t == 4) r.postscale = 0.5;
+      if (t == 2) r.prescale = 4.0;
       // Every other one is batchable (as backward-hook gradients): same results either way.
       handles.push_back(engines[rank]->Enqueue(r, data[t].data(), /*batchable=*/t % 2 == 0));
     }
     const float ranksum = size * (size + 1) / 2.0f;
     for (size_t t = 0; t < lens.size(); ++t) {
       WaitOk(handles[t]);
-      const float expect = ranksum * (t + 1) * (t == 4 ? 0.5f : 1.0f);
+      const float expect = ranksum * (t + 1) * (t == 4 ? 0.5f : t == 2 ? 4.0f : 1.0f);
       for (float v : data[t]) EXPECT_FLOAT_EQ(v, expect) << "tensor " << t << " rank " << rank;
     }
     // Min / max / product on int64.
@@ -95,8 +135,10 @@ TEST_P(EngineSizes, FusedAndUnfusedAllreduceMatchClosedForm) {
 }
 
 TEST_P(EngineSizes, AllgatherBroadcastAlltoallReducescatter) {
-  const int size = GetParam();
-  auto engines = MakeEngines(size);
+  const auto [size, inline_small] = GetParam();
+  EngineOptions options = FastOptions();
+  if (!inline_small) options.inline_bytes = 0;
+  auto engines = MakeEngines(size, options);
   OnEveryRank(size, [&](int rank) {
     Engine& e = *engines[rank];
     // Ragged allgather: rank r contributes r+1 rows of 2 columns, valued r.
@@ -147,7 +189,38 @@ TEST_P(EngineSizes, AllgatherBroadcastAlltoallReducescatter) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, EngineSizes, ::testing::Values(1, 2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Sizes, EngineSizes,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()));
+
+TEST(EngineTest, SmallAllreducesTravelInlineAndLargeOnesRunACollective) {
+  const int size = 3;
+  auto group = InProcessGroup::Create(size, 20s);
+  std::atomic<int> allreduces{0};
+  EngineOptions options = FastOptions();
+  options.inline_bytes = 16;
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int r = 0; r < size; ++r) {
+    engines.push_back(std::make_unique<Engine>(
+        std::make_unique<CountingBackend>(group->Backend(r), &allreduces), options));
+  }
+  OnEveryRank(size, [&](int rank) {
+    // 4 floats = 16 bytes: inline. Ranks submit at different times, so payloads arrive in
+    // different cycles and must be kept until the name is ready.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 * rank));
+    std::vector<float> small = {1.0f * rank, 2, 3, 4};
+    Request r = Make(OpType::kAllreduce, "small", {4});
+    r.reduce_op = comm::ReduceOp::kMax;
+    WaitOk(engines[rank]->Enqueue(r, small.data()));
+    EXPECT_EQ(small, (std::vector<float>{2, 2, 3, 4}));
+  });
+  EXPECT_EQ(allreduces.load(), 0);
+  OnEveryRank(size, [&](int rank) {
+    std::vector<float> large(5, float(rank));  // 20 bytes: a collective
+    WaitOk(engines[rank]->Enqueue(Make(OpType::kAllreduce, "large", {5}), large.data()));
+    EXPECT_EQ(large[4], 3.0f);
+  });
+  EXPECT_EQ(allreduces.load(), size);  // once per rank
+}
 
 TEST(EngineTest, MismatchFailsEveryRankAndEngineStaysUsable) {
   auto engines = MakeEngines(3);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "cadre/comm/reduce.h"
 #include "cadre/engine/dtype.h"
 
 namespace cadre::engine {
@@ -69,6 +70,21 @@ void Executor::Allreduce(const Response& response, const std::vector<TensorEntry
   const DataType dtype = first.dtype;
   const size_t es = comm::ElementSize(dtype);
   const bool scaled = first.prescale != 1.0 || first.postscale != 1.0;
+  if (!response.inline_inputs.empty()) {
+    // Every rank's input came with the negotiation (Controller): reduce them here in rank
+    // order, which every rank does identically, so all ranks hold the same bits.
+    const size_t count = static_cast<size_t>(first.num_elements());
+    std::vector<std::vector<uint8_t>> inputs = response.inline_inputs;
+    std::vector<const void*> srcs;
+    for (auto& in : inputs) {
+      Scale(in.data(), count, dtype, first.prescale);
+      srcs.push_back(in.data());
+    }
+    comm::ReduceMany(local[0]->data, srcs.data(), static_cast<int>(srcs.size()), count, dtype,
+                     first.reduce_op);
+    Scale(local[0]->data, count, dtype, first.postscale);
+    return;
+  }
   if (response.names.size() == 1 && local[0] && !scaled) {
     // One tensor of our own: reduce in place, no copies.
     backend_.Allreduce(local[0]->data, static_cast<size_t>(first.num_elements()), dtype,

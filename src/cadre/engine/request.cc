@@ -161,6 +161,13 @@ double Reader::Double() {
   return d;
 }
 
+void Reader::Bytes(uint8_t* out, size_t n) {
+  if (n > static_cast<size_t>(end_ - p_))
+    throw Error(ProtocolError("negotiation message truncated"));
+  std::memcpy(out, p_, n);
+  p_ += n;
+}
+
 std::string Reader::String() {
   uint64_t n = Varint();
   if (n > kMaxNameBytes || n > static_cast<uint64_t>(end_ - p_)) {

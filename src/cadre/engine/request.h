@@ -63,6 +63,8 @@ class Reader {
   uint8_t Byte();
   double Double();
   std::string String();
+  // Copies the next n bytes to out.
+  void Bytes(uint8_t* out, size_t n);
   bool done() const { return p_ == end_; }
 
  private:
