@@ -19,6 +19,7 @@ struct ExecArgs {
   std::string link;
   std::string job_id;
   bool require_delay = false;
+  std::string emulation = "auto";
   double timeout_s = 0;
   std::string state_dir = netem::kDefaultStateDir;
   std::vector<std::string> command;
@@ -51,12 +52,14 @@ int RunExec(const ExecArgs& args) {
   options.require_delay_loss = args.require_delay;
   options.log_warnings = false;  // the summary line below says it
   options.state_dir = args.state_dir;
+  options.emulation = args.emulation == "relay"    ? netem::LinkEmulation::kRelay
+                      : args.emulation == "kernel" ? netem::LinkEmulation::kKernel
+                                                   : netem::LinkEmulation::kAuto;
   auto emu = netem::NetworkEmulator::CreateOrThrow(options);
   std::cerr << "cadre netem: " << emu->size() << " hosts (" << emu->hosts().front().address
             << " to " << emu->hosts().back().address << "), link " << emu->link().ToString()
-            << (emu->delay_loss_emulated()
-                    ? ""
-                    : " (rate only: this kernel has no netem to add delay/loss)")
+            << (emu->relay_mode() ? " (user-space relay)" : " (tc)")
+            << (emu->delay_loss_emulated() ? "" : " (rate only: no netem to add delay/loss)")
             << "\n";
   netem::HostExecOptions exec;
   if (args.timeout_s > 0) {
@@ -65,6 +68,13 @@ int RunExec(const ExecArgs& args) {
   int code = 0;
   Status s = netem::RunOnEveryHost(*emu, args.command, exec, &code);
   if (!s.ok()) std::cerr << "cadre netem: " << s.message() << "\n";
+  if (emu->relay_mode()) {
+    netem::RelayStats r = emu->relay_stats();
+    std::cerr << "cadre netem: relay delivered " << r.delivered << " packets; dropped " << r.lost
+              << " (emulated loss), " << r.queue_full << " (full buffers), " << r.disconnected
+              << " (cut-off hosts), " << r.unroutable << " (unroutable), " << r.refused
+              << " (refused)\n";
+  }
   ThrowIfError(emu->Destroy());
   if (s.code() == Code::kAborted && code == 0) code = 130;
   if (!s.ok() && code == 0) code = 1;
@@ -92,6 +102,11 @@ void AddNetemCommand(CLI::App& app, int* exit_code) {
                    "Names the namespaces cadre-ID-h<i> (default exec-PID)");
   exec->add_flag("--require-delay", args->require_delay,
                  "Fail instead of warning when the kernel cannot emulate delay/loss (no netem)");
+  exec->add_option("--emulation", args->emulation,
+                   "auto: tc, or the user-space relay when delay/loss are asked for and the "
+                   "kernel has no netem; kernel: tc only; relay: the relay even for a rate")
+      ->check(CLI::IsMember({"auto", "kernel", "relay"}))
+      ->capture_default_str();
   exec->add_option("--timeout", args->timeout_s, "Kill the processes after this many seconds");
   exec->add_option("--state-dir", args->state_dir, "Where ownership records live")
       ->capture_default_str();

@@ -181,8 +181,9 @@ Status LocalJob::StartNetwork() {
     layout_.hosts.push_back({id, o.host_names[id - 1], network_->hosts()[id - 1].address});
   }
   if (!network_->delay_loss_emulated()) {
-    Warn("this kernel cannot emulate link delay/loss (no netem qdisc): links are " +
-         netem::FormatRate(o.link.rate_bits_per_s) + " with no added delay or loss");
+    Warn(
+        "this machine cannot emulate link delay/loss (no netem qdisc, no TUN devices): links are " +
+        netem::FormatRate(o.link.rate_bits_per_s) + " with no added delay or loss");
   }
   return Status::Ok();
 }

@@ -184,6 +184,12 @@ int LocalJob::Supervise(int signal_fd) {
     }
     // Cheap, and robust against coalesced SIGCHLDs.
     ReapExited();
+    // A failed link relay moves no packet any more: fail the job rather than let learners wait.
+    if (network_ && status_.failure.empty() && stop_signal_ == 0) {
+      if (Status net = network_->health(); !net.ok()) {
+        AbortStart("the emulated network failed: " + net.message());
+      }
+    }
   }
   KillLeftovers();
   mux_.Drain(1000);

@@ -78,7 +78,10 @@ TEST(EmulatedJobTest, LearnersRunOnEmulatedNodesAndNothingIsLeftBehind) {
   RunOptions options;
   options.quiet = true;
   options.grace = std::chrono::seconds(2);
-  options.emulate_network = netem::ParseLinkSpecOrThrow("1gbit");
+  // With a delay, so that the job runs on the user-space relay where the kernel has no netem
+  // (and on netem elsewhere): either way it must be emulated, not dropped with a warning.
+  options.emulate_network = netem::ParseLinkSpecOrThrow("1gbit,1ms");
+  options.require_delay_loss = true;
   options.console_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
   options.message_fd = open((dir / "messages").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   JobOutcome outcome;

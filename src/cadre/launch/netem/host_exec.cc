@@ -135,6 +135,11 @@ Status RunOnEveryHost(const NetworkEmulator& emu, const std::vector<std::string>
       result = TimeoutError("netem exec: `" + argv[0] + "` did not finish before the deadline");
       signal_all(SIGKILL);
       kill_at = Deadline(Duration(0));
+    } else if (Status health = emu.health(); !kill_at && !health.ok()) {
+      // The relay died: no packet moves any more, so the processes would only wait for peers.
+      result = health.WithContext("netem exec: the emulated network failed");
+      signal_all(SIGTERM);
+      kill_at = Deadline(options.grace);
     }
     timespec wait{0, 20'000'000};  // polls children every 20 ms
     siginfo_t info;

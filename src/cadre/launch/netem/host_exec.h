@@ -36,7 +36,9 @@ struct HostExecOptions {
 // The processes get SIGKILL if this process dies (PR_SET_PDEATHSIG), leaving the namespaces empty
 // for a sweep. Must be called from a process whose other threads block those three signals
 // (true of the single-threaded `cadre` CLI). Errors: kIo when a process cannot be started,
-// kTimeout at options.deadline, kAborted when a forwarded signal ended the run.
+// kTimeout at options.deadline, kAborted when a forwarded signal ended the run, the relay's error
+// when the emulated network stopped working (the processes then get SIGTERM, then SIGKILL after
+// `grace`).
 Status RunOnEveryHost(const NetworkEmulator& emu, const std::vector<std::string>& argv,
                       const HostExecOptions& options, int* exit_code);
 

@@ -13,6 +13,7 @@
 #include "cadre/base/logging.h"
 #include "cadre/launch/netem/command.h"
 #include "cadre/launch/netem/traffic_control.h"
+#include "cadre/launch/netem/tun_device.h"
 
 namespace cadre::netem {
 namespace {
@@ -20,6 +21,7 @@ namespace {
 constexpr int kMaxHosts = 1000;
 constexpr size_t kMaxJobId = 40;
 constexpr const char* kBridge = "br0";
+constexpr const char* kSwitchDevice = "sw0";  // the switch's TUN in relay mode
 constexpr const char* kHostDevice = "eth0";
 constexpr const char* kPrefixLength = "/15";
 
@@ -163,6 +165,33 @@ Status NetworkEmulator::Build(const EmulatorOptions& options) {
   created_.push_back(sw);
   CADRE_RETURN_IF_ERROR(OpenNetns(sw, &switch_fd_));
   CADRE_RETURN_IF_ERROR(RunChecked({"ip", "-n", sw, "link", "set", "lo", "up"}, deadline));
+  bool use_relay = false;
+  CADRE_RETURN_IF_ERROR(ChooseRelay(options, deadline, &use_relay));
+  return use_relay ? BuildRelayNetwork(options, deadline) : BuildKernelNetwork(options, deadline);
+}
+
+Status NetworkEmulator::ChooseRelay(const EmulatorOptions& options, Deadline deadline,
+                                    bool* use_relay) {
+  *use_relay = options.emulation == LinkEmulation::kRelay;
+  if (options.emulation != LinkEmulation::kAuto || !link_.wants_delay_or_loss()) {
+    return Status::Ok();
+  }
+  Status netem = ProbeNetem(switch_netns_, deadline);
+  if (netem.ok()) return Status::Ok();
+  if (netem.code() != Code::kUnavailable) return netem;
+  Status tun = CheckTunSupport();
+  if (tun.ok()) {
+    *use_relay = true;
+  } else if (log_warnings_) {
+    // The kernel path then reports the missing netem (or fails with require_delay_loss).
+    CADRE_LOG(WARNING) << "netem: no netem qdisc and no TUN devices for the user-space relay: "
+                       << tun.message();
+  }
+  return Status::Ok();
+}
+
+Status NetworkEmulator::BuildKernelNetwork(const EmulatorOptions& options, Deadline deadline) {
+  const std::string& sw = switch_netns_;
   CADRE_RETURN_IF_ERROR(
       RunChecked({"ip", "-n", sw, "link", "add", kBridge, "type", "bridge"}, deadline));
   CADRE_RETURN_IF_ERROR(RunChecked(
@@ -180,6 +209,43 @@ Status NetworkEmulator::Build(const EmulatorOptions& options) {
     if (netem_missing) delay_loss_emulated_ = false;
   }
   return Status::Ok();
+}
+
+Status NetworkEmulator::BuildRelayNetwork(const EmulatorOptions& options, Deadline deadline) {
+  std::vector<int> fds;  // the relay owns them once started; closed here on any failure
+  Status built = [&]() -> Status {
+    CADRE_RETURN_IF_ERROR(
+        AddTun(switch_fd_, switch_netns_, kSwitchDevice, switch_address_, deadline, &fds));
+    for (int i = 0; i < size(); ++i) {
+      CADRE_RETURN_IF_ERROR(AddHostNamespace(i, deadline));
+      CADRE_RETURN_IF_ERROR(AddTun(host_fds_[i], hosts_[i].netns, hosts_[i].device,
+                                   hosts_[i].address, deadline, &fds));
+    }
+    return Status::Ok();
+  }();
+  if (!built.ok()) {
+    for (int fd : fds) close(fd);
+    return built;
+  }
+  delay_loss_emulated_ = true;
+  return LinkRelay::Start(std::move(fds), link_, options.loss_seed, &relay_);
+}
+
+Status NetworkEmulator::AddTun(int netns_fd, const std::string& netns, const std::string& device,
+                               const std::string& address, Deadline deadline,
+                               std::vector<int>* fds) {
+  int fd = -1;
+  Status opened;
+  CADRE_RETURN_IF_ERROR(RunInNetns(netns_fd, netns, [&] { opened = OpenTunDevice(device, &fd); }));
+  CADRE_RETURN_IF_ERROR(opened.WithContext("netem: in " + netns));
+  fds->push_back(fd);
+  // The queue a veth or Ethernet device has by default (a TUN has 500): what a sender may
+  // burst while the relay thread waits for a core.
+  CADRE_RETURN_IF_ERROR(RunChecked({"ip", "-n", netns, "link", "set", device, "mtu",
+                                    std::to_string(kTunMtu), "txqueuelen", "1000", "up"},
+                                   deadline));
+  return RunChecked({"ip", "-n", netns, "addr", "add", address + kPrefixLength, "dev", device},
+                    deadline);
 }
 
 Status NetworkEmulator::ShapeHost(int i, const LinkSpec& link, bool require_delay_loss,
@@ -231,6 +297,14 @@ Status NetworkEmulator::CheckHost(int i) const {
 Status NetworkEmulator::SetHostLink(int i, const LinkSpec& link, bool require_delay_loss) {
   CADRE_RETURN_IF_ERROR(CheckHost(i));
   if (link.rate_bits_per_s == 0) return InvalidArgument("netem: the link has no rate");
+  if (link.loss < 0.0 || link.loss >= 1.0) {
+    return InvalidArgument("netem: link loss must be in [0, 1)");
+  }
+  if (relay_) {
+    relay_->SetHostLink(i, link);
+    host_links_[i] = link;
+    return Status::Ok();
+  }
   bool netem_missing = false;
   CADRE_RETURN_IF_ERROR(
       ShapeHost(i, link, require_delay_loss, Deadline(command_timeout_ * 8), &netem_missing));
@@ -240,21 +314,30 @@ Status NetworkEmulator::SetHostLink(int i, const LinkSpec& link, bool require_de
 
 Status NetworkEmulator::SetHostConnected(int i, bool connected) {
   CADRE_RETURN_IF_ERROR(CheckHost(i));
+  if (relay_) {
+    relay_->SetHostConnected(i, connected);
+    return Status::Ok();
+  }
   return RunChecked({"ip", "-n", switch_netns_, "link", "set", "v" + std::to_string(i),
                      connected ? "up" : "down"},
                     Deadline(command_timeout_));
+}
+
+Status NetworkEmulator::AddHostNamespace(int i, Deadline deadline) {
+  const EmulatedHost& h = hosts_[i];
+  CADRE_RETURN_IF_ERROR(RunChecked({"ip", "netns", "add", h.netns}, deadline));
+  created_.push_back(h.netns);
+  int fd = -1;
+  CADRE_RETURN_IF_ERROR(OpenNetns(h.netns, &fd));
+  host_fds_.push_back(fd);
+  return RunChecked({"ip", "-n", h.netns, "link", "set", "lo", "up"}, deadline);
 }
 
 Status NetworkEmulator::BuildHost(int i, Deadline deadline) {
   const EmulatedHost& h = hosts_[i];
   const std::string& sw = switch_netns_;
   const std::string port = "v" + std::to_string(i);
-  CADRE_RETURN_IF_ERROR(RunChecked({"ip", "netns", "add", h.netns}, deadline));
-  created_.push_back(h.netns);
-  int fd = -1;
-  CADRE_RETURN_IF_ERROR(OpenNetns(h.netns, &fd));
-  host_fds_.push_back(fd);
-  CADRE_RETURN_IF_ERROR(RunChecked({"ip", "-n", h.netns, "link", "set", "lo", "up"}, deadline));
+  CADRE_RETURN_IF_ERROR(AddHostNamespace(i, deadline));
   // Both ends are made in the switch's namespace and the host's end is moved in one command, so
   // no interface ever appears in the caller's namespace.
   CADRE_RETURN_IF_ERROR(RunChecked({"ip", "-n", sw, "link", "add", port, "type", "veth", "peer",
@@ -277,6 +360,8 @@ NetworkEmulator::~NetworkEmulator() {
 Status NetworkEmulator::Destroy() {
   if (destroyed_) return Status::Ok();
   destroyed_ = true;
+  // The relay first: closing its TUN descriptors removes the devices.
+  if (relay_) relay_->Stop();
   for (int fd : host_fds_) close(fd);
   host_fds_.clear();
   if (switch_fd_ >= 0) close(switch_fd_);

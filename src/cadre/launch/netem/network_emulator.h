@@ -18,6 +18,12 @@
 // every Create) remove the leftovers. Processes still inside a host namespace keep it alive until
 // they exit, but its name and links are gone.
 //
+// How links are shaped (EmulatorOptions::emulation): in the kernel, with htb (and netem for delay
+// and loss) on veth pairs joined by a bridge; or, when delay/loss are asked for and the kernel has
+// no netem, by a user-space relay (LinkRelay): every endpoint gets a TUN device instead of a veth
+// and a thread in this process moves the packets between them with the same rate/delay/loss
+// semantics. Addresses, names, EnterHost/RunIn* and the fault tools are the same either way.
+//
 // Requires root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and iproute2's `ip` and `tc`.
 // Thread-safety: const methods may be called concurrently; Destroy must not race with them.
 #pragma once
@@ -30,18 +36,29 @@
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
 #include "cadre/launch/netem/job_state.h"
+#include "cadre/launch/netem/link_relay.h"
 #include "cadre/launch/netem/link_spec.h"
 
 namespace cadre::netem {
+
+enum class LinkEmulation {
+  // The kernel (htb, plus netem for delay/loss) when it can do everything asked; the relay when
+  // delay or loss are asked for and the kernel has no netem (but can make TUN devices).
+  kAuto,
+  kKernel,  // always tc; delay/loss without netem follow `require_delay_loss`
+  kRelay,   // always the user-space relay, even for a rate alone (tests, comparisons)
+};
 
 struct EmulatorOptions {
   int hosts = 2;  // 1..1000
   LinkSpec link;  // rate is required; delay/loss optional
   // Names the namespaces (cadre-<job_id>-h<i>, cadre-<job_id>-sw): 1..40 of [A-Za-z0-9_.-].
   std::string job_id;
-  // When the link asks for delay or loss and the kernel has no netem qdisc: true makes Create
-  // fail with kUnavailable; false logs one warning and emulates the rate only.
+  LinkEmulation emulation = LinkEmulation::kAuto;
+  // When the link asks for delay or loss and neither netem nor the relay can emulate them: true
+  // makes Create fail with kUnavailable; false logs one warning and emulates the rate only.
   bool require_delay_loss = false;
+  uint64_t loss_seed = 1;  // the relay's loss decisions (the kernel's netem has its own)
   // The one warning about missing netem goes to the log unless the caller reports
   // !delay_loss_emulated() itself (as `cadre run` does, in the job's messages).
   bool log_warnings = true;
@@ -56,7 +73,7 @@ struct EmulatedHost {
   std::string netns_path;  // /run/netns/cadre-<job>-h<i>
   std::string address;     // 198.18.0.<2+i>, dotted quad
   std::string host_name;
-  std::string device;  // the host's interface: "eth0"
+  std::string device;  // the host's interface: "eth0" (a veth end, or a TUN with the relay)
 };
 
 class NetworkEmulator {
@@ -79,6 +96,13 @@ class NetworkEmulator {
   const std::string& switch_address() const { return switch_address_; }
   // False when delay/loss were asked for but the kernel could not emulate them.
   bool delay_loss_emulated() const { return delay_loss_emulated_; }
+  // Whether the user-space relay shapes the links (else the kernel does).
+  bool relay_mode() const { return relay_ != nullptr; }
+  // Ok unless the relay has stopped on an error (then no packet moves any more): a runner polls
+  // this and fails its job clearly instead of letting the processes wait on a dead network.
+  Status health() const { return relay_ ? relay_->health() : Status::Ok(); }
+  // The relay's packet counts; all zero in kernel mode.
+  RelayStats relay_stats() const { return relay_ ? relay_->stats() : RelayStats{}; }
 
   // For a child between fork and exec: moves the calling process into host i's network namespace
   // and a new UTS namespace with the host's name. Async-signal-safe (setns, unshare, sethostname
@@ -109,7 +133,15 @@ class NetworkEmulator {
  private:
   NetworkEmulator() = default;
   Status Build(const EmulatorOptions& options);
+  // Decides between the kernel and the relay (probing for netem in the switch namespace).
+  Status ChooseRelay(const EmulatorOptions& options, Deadline deadline, bool* use_relay);
+  Status BuildKernelNetwork(const EmulatorOptions& options, Deadline deadline);
+  Status BuildRelayNetwork(const EmulatorOptions& options, Deadline deadline);
+  Status AddHostNamespace(int i, Deadline deadline);
   Status BuildHost(int i, Deadline deadline);
+  // Creates a TUN device inside a namespace and gives it an address; appends its fd to *fds.
+  Status AddTun(int netns_fd, const std::string& netns, const std::string& device,
+                const std::string& address, Deadline deadline, std::vector<int>* fds);
   // Shapes both ends of host i's link; *netem_missing is set when delay/loss could not be had.
   Status ShapeHost(int i, const LinkSpec& link, bool require_delay_loss, Deadline deadline,
                    bool* netem_missing);
@@ -124,6 +156,7 @@ class NetworkEmulator {
   std::vector<std::string> created_;  // namespaces this object made, in order of creation
   std::vector<int> host_fds_;         // O_CLOEXEC fds of the host namespaces, opened in Create
   int switch_fd_ = -1;
+  std::unique_ptr<LinkRelay> relay_;  // relay mode only
   bool delay_loss_emulated_ = true;
   bool log_warnings_ = true;
   std::string state_path_;

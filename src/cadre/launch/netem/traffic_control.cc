@@ -74,4 +74,12 @@ Status ShapeEgress(const std::string& netns, const std::string& device, const Ho
   return s;
 }
 
+Status ProbeNetem(const std::string& netns, Deadline deadline) {
+  Status s = RunChecked(
+      {"tc", "-n", netns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"}, deadline);
+  if (IsQdiscUnknown(s)) return Status(Code::kUnavailable, s.message());
+  CADRE_RETURN_IF_ERROR(s);
+  return RunChecked({"tc", "-n", netns, "qdisc", "del", "dev", "lo", "root"}, deadline);
+}
+
 }  // namespace cadre::netem

@@ -40,6 +40,10 @@ HopShape HopShapeFor(const LinkSpec& spec);
 Status ShapeEgress(const std::string& netns, const std::string& device, const HopShape& hop,
                    bool with_netem, Deadline deadline);
 
+// Whether the kernel has the netem qdisc: adds one to `lo` in `netns` and removes it again. Ok
+// when it has, kUnavailable when it has not, kIo when tc fails for another reason.
+Status ProbeNetem(const std::string& netns, Deadline deadline);
+
 // True when `status` is tc's answer for a qdisc the kernel does not know ("Specified qdisc kind
 // is unknown"), i.e. the module is missing rather than the command being wrong.
 bool IsQdiscUnknown(const Status& status);
