@@ -8,7 +8,7 @@
 //   crosses), so a host-to-host round trip takes 2 x delay more than without emulation.
 // - loss: end-to-end probability that a packet between two hosts is dropped (split over the two
 //   hops so that the combined drop probability is `loss`).
-// Delay and loss need the kernel's netem qdisc; see NetworkEmulator for what happens without it.
+// Delay and loss need the kernel's netem qdisc or the user-space relay; see NetworkEmulator.
 #pragma once
 
 #include <chrono>
