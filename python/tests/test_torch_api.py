@@ -12,7 +12,8 @@ REQUIRED = [
     "mismatch.shape_fails_every_rank", "mismatch.dtype_op_root_kind",
     "duplicate_pending_name_is_ValueError", "bad_arguments_are_ValueError_at_submission",
     "broadcast_object_and_allgather_object", "process_sets", "adasum", "sparse_allreduce_async",
-    "sync_batch_norm", "timeline", "shutdown_then_init_again",
+    "sync_batch_norm", "autograd.allreduce_allgather_broadcast", "autograd.alltoall_reducescatter",
+    "timeline", "shutdown_then_init_again",
 ]
 
 

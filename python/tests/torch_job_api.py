@@ -303,6 +303,74 @@ def _():
             part.detach(), ref.running_mean, ref.running_var, ref.weight, ref.bias), 1e-5)
 
 
+# ---------------------------------------------------------------- autograd
+
+def grad_of(make_loss, x):
+    x = x.clone().requires_grad_(True)
+    make_loss(x).backward()
+    return x.grad
+
+
+@suite.check("autograd.allreduce_allgather_broadcast")
+def _():
+    # Rank r's loss is (r + 1) * sum(output); with L = the ranks' losses together, Horovod's
+    # backward passes give these closed forms.
+    w = r + 1.0
+    tri = n * (n + 1) / 2.0
+    x = torch.ones(3)
+    close(grad_of(lambda t: (hvd.allreduce(t * w, op=hvd.Sum, name="ad.sum") * w).sum(), x),
+          torch.full((3,), w * tri))
+    close(grad_of(lambda t: (hvd.allreduce(t, name="ad.avg") * w).sum(), x),
+          torch.full((3,), tri / n))
+    close(grad_of(lambda t: (hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0,
+                                           postscale_factor=0.5, name="ad.scaled") * w).sum(),
+                  x), torch.full((3,), tri))
+    close(grad_of(lambda t: (hvd.allreduce(t, op=hvd.Sum, compression=hvd.Compression.fp16,
+                                           name="ad.fp16") * w).sum(), x),
+          torch.full((3,), tri), 1e-3)
+    g = grad_of(lambda t: sum((o * w * (i + 1)).sum() for i, o in enumerate(
+        hvd.grouped_allreduce([t, t * 2], op=hvd.Sum, name="ad.grouped"))), x)
+    close(g, torch.full((3,), tri * 5))  # (1 + 2 * 2) * sum of the ranks' weights
+    # allgather: gradient averaged over ranks, this rank's rows (rank k has k + 1 rows).
+    rows = torch.arange(n * (n + 1) // 2, dtype=torch.float32).unsqueeze(1)
+    first = r * (r + 1) // 2
+    g = grad_of(lambda t: (hvd.allgather(t, name="ad.gather") * rows * w).sum(),
+                torch.ones(r + 1, 1))
+    close(g, rows[first:first + r + 1] * tri / n)
+    # broadcast: the averaged gradient on the root, zeros elsewhere.
+    g = grad_of(lambda t: (hvd.broadcast(t, n - 1, name="ad.bcast") * w).sum(), x)
+    close(g, torch.full((3,), tri / n if r == n - 1 else 0.0))
+    with torch.no_grad():  # no autograd: the plain path
+        assert not hvd.allreduce(x.clone().requires_grad_(True), name="ad.nograd").requires_grad
+
+
+@suite.check("autograd.alltoall_reducescatter")
+def _():
+    w = r + 1.0
+    # Rank r sends j + 1 rows to rank j; every row that reached rank j gets gradient j + 1.
+    splits = [j + 1 for j in range(n)]
+    g = grad_of(lambda t: (hvd.alltoall(t, splits=splits, name="ad.a2a")[0] * w).sum(),
+                torch.ones(sum(splits), 2))
+    close(g, torch.cat([torch.full((j + 1, 2), j + 1.0) for j in range(n)]))
+    g = grad_of(lambda t: (hvd.alltoall(t, name="ad.a2a_even") * w).sum(), torch.ones(2 * n))
+    close(g, torch.arange(1.0, n + 1).repeat_interleave(2))
+    # reducescatter: block j of the input gets rank j's gradient (divided by n for Average).
+    counts = [(n + 1) // n + (1 if k < (n + 1) % n else 0) for k in range(n)]
+    want = torch.cat([torch.full((c, 2), k + 1.0) for k, c in enumerate(counts)])
+    g = grad_of(lambda t: (hvd.reducescatter(t, op=hvd.Sum, name="ad.rs") * w).sum(),
+                torch.ones(n + 1, 2))
+    close(g, want)
+    g = grad_of(lambda t: (hvd.reducescatter(t, name="ad.rs_avg") * w).sum(), torch.ones(n + 1, 2))
+    close(g, want / n)
+    # Min/Max/Product have no gradient: backward says so (on every rank, no collective).
+    y = hvd.allreduce(torch.ones(2, requires_grad=True), op=hvd.Max, name="ad.max")
+    try:
+        y.sum().backward()
+        raise AssertionError("backward through allreduce(op=Max) returned a gradient")
+    except RuntimeError as e:
+        assert "op=Max has no gradient" in str(e), e
+
+
 # ---------------------------------------------------------------- timeline, re-init
 
 @suite.check("timeline")

@@ -2,7 +2,8 @@
 
 Tensors go to the engine as (data pointer, shape, dtype) of contiguous CPU memory; each handle
 keeps its tensors alive until it completes. ``*_async`` functions return an integer handle for
-``poll``/``synchronize``, as Horovod's do. Errors from the engine (mismatch across ranks, a dead
+``poll``/``synchronize``, as Horovod's do. The synchronous forms are differentiable when their
+input requires grad (differentiable.py). Errors from the engine (mismatch across ranks, a dead
 peer, shutdown) are raised as HorovodInternalError from ``synchronize``; a duplicate pending
 name raises ValueError at submission.
 """
@@ -162,6 +163,10 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     compression = compression or Compression.none
     _check_tensor(tensor)  # before compress, which expects a tensor
     compressed, ctx = compression.compress(tensor)
+    if differentiable.wanted(compressed):
+        out = differentiable.allreduce(compressed, _resolve_op(average, op), name,
+                                       prescale_factor, postscale_factor, process_set)
+        return compression.decompress(out, ctx)
     h = allreduce_async_(compressed.clone(), average, name, op, prescale_factor,
                          postscale_factor, process_set)
     return compression.decompress(synchronize(h), ctx)
@@ -202,6 +207,11 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
     for t in tensors:
         _check_tensor(t)
     pairs = [compression.compress(t) for t in tensors]
+    if any(differentiable.wanted(c) for c, _ in pairs):
+        outs = differentiable.grouped_allreduce([c for c, _ in pairs], _resolve_op(average, op),
+                                                name, prescale_factor, postscale_factor,
+                                                process_set)
+        return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
     outs = synchronize(grouped_allreduce_async_([c.clone() for c, _ in pairs], average, name, op,
                                                 prescale_factor, postscale_factor, process_set))
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
@@ -248,6 +258,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
+    if differentiable.wanted(tensor):
+        return differentiable.allgather(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name, process_set))
 
 
@@ -258,6 +270,9 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    if any(differentiable.wanted(t) for t in tensors):
+        name = _auto_name("grouped_allgather", name)
+        return [allgather(t, "%s.%d" % (name, i), process_set) for i, t in enumerate(tensors)]
     return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
@@ -286,6 +301,8 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    if differentiable.wanted(tensor):
+        return differentiable.broadcast(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
@@ -310,7 +327,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Rank r sends splits[j] rows to rank j (an even split when splits is None). Returns the
     received rows in rank order, and the rows received from each rank when splits is given."""
-    output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    if differentiable.wanted(tensor):
+        output, received = differentiable.alltoall(tensor, splits, name, process_set)
+    else:
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
     return output if splits is None else (output, received)
 
 
@@ -344,6 +364,9 @@ def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces across ranks and returns this rank's block of rows (the first
     rows % size ranks get one more row)."""
+    if differentiable.wanted(tensor):
+        return differentiable.reducescatter(tensor, name, op, process_set, prescale_factor,
+                                            postscale_factor)
     return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                            postscale_factor))
 
@@ -357,6 +380,10 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 
 def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_process_set,
                           prescale_factor=1.0, postscale_factor=1.0):
+    if any(differentiable.wanted(t) for t in tensors):
+        name = _auto_name("grouped_reducescatter", name)
+        return [reducescatter(t, "%s.%d" % (name, i), op, process_set, prescale_factor,
+                              postscale_factor) for i, t in enumerate(tensors)]
     return synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
                                                    prescale_factor, postscale_factor))
 
@@ -414,4 +441,5 @@ def synchronize(handle):
     return pending.finish(core)
 
 
-from cadre.torch.adasum import _adasum_async  # noqa: E402  (uses the functions above)
+from cadre.torch import differentiable  # noqa: E402  (uses the functions above)
+from cadre.torch.adasum import _adasum_async  # noqa: E402

@@ -1,0 +1,153 @@
+"""Differentiable collectives: what allreduce, grouped_allreduce, allgather, broadcast, alltoall
+and reducescatter do when their input requires grad (Horovod's are autograd functions; mpi_ops
+routes here only then, so the common no-grad call pays nothing for it).
+
+The backward passes follow Horovod 0.28's definitions, so that scripts get the gradients they
+got with Horovod:
+- allreduce: the gradient is allreduced with the same op and scale factors — exact for Sum and
+  Average, where every rank's loss depends on the one reduced tensor. Min, Max and Product have
+  no such gradient: backward raises instead of returning a wrong one.
+- allgather: the gradient averaged over the ranks, then this rank's rows.
+- broadcast: the gradient averaged over the ranks on the root rank, zeros elsewhere.
+- alltoall: the gradient travels back along the received splits.
+- reducescatter (Sum, Average): the gradient allgathered, scaled like the forward pass.
+Backward collectives get automatic names, so every rank must run backward through the same
+collectives in the same order — as with Horovod.
+"""
+import torch
+
+from cadre.torch import mpi_ops
+
+
+def wanted(tensor):
+    """True when a collective on `tensor` must be recorded for backward."""
+    return torch.is_tensor(tensor) and tensor.requires_grad and torch.is_grad_enabled()
+
+
+def _no_gradient(what, op):
+    raise RuntimeError("cadre.torch: %s with op=%s has no gradient (only Sum and Average, as "
+                       "in Horovod, have one); detach the input or reduce with Sum/Average"
+                       % (what, op))
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, op, name, prescale, postscale, process_set):
+        ctx.args = (op, prescale, postscale, process_set)
+        out = tensor.clone(memory_format=torch.contiguous_format)
+        return mpi_ops.synchronize(mpi_ops._allreduce_into(tensor, out, name, op, prescale,
+                                                           postscale, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, prescale, postscale, process_set = ctx.args
+        if op in (mpi_ops.Min, mpi_ops.Max, mpi_ops.Product):
+            _no_gradient("allreduce", op)
+        g = mpi_ops.allreduce(grad.contiguous(), op=op, prescale_factor=prescale,
+                              postscale_factor=postscale, process_set=process_set)
+        return g, None, None, None, None, None
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, op, name, prescale, postscale, process_set, *tensors):
+        ctx.args = (op, prescale, postscale, process_set)
+        return tuple(mpi_ops.synchronize(mpi_ops.grouped_allreduce_async(
+            list(tensors), None, name, op, prescale, postscale, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, prescale, postscale, process_set = ctx.args
+        if op in (mpi_ops.Min, mpi_ops.Max, mpi_ops.Product):
+            _no_gradient("grouped_allreduce", op)
+        gs = mpi_ops.grouped_allreduce([g.contiguous() for g in grads], op=op,
+                                       prescale_factor=prescale, postscale_factor=postscale,
+                                       process_set=process_set)
+        return (None, None, None, None, None) + tuple(gs)
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.shape, ctx.process_set = tensor.shape, process_set
+        return mpi_ops.synchronize(mpi_ops.allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        ps = ctx.process_set
+        rows = ctx.shape[0] if len(ctx.shape) else 1
+        g = mpi_ops.allreduce(grad.contiguous(), op=mpi_ops.Average, process_set=ps)
+        counts = mpi_ops.allgather(torch.tensor([rows], dtype=torch.int64), process_set=ps)
+        offset = int(counts[:ps.rank()].sum())
+        return g.narrow(0, offset, rows).reshape(ctx.shape), None, None
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return mpi_ops.synchronize(mpi_ops.broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = mpi_ops.allreduce(grad.contiguous(), op=mpi_ops.Average, process_set=ctx.process_set)
+        if ctx.process_set.rank() != ctx.root_rank:
+            g = torch.zeros_like(g)
+        return g, None, None, None
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received = mpi_ops.synchronize(mpi_ops.alltoall_async(tensor, splits, name,
+                                                                   process_set))
+        ctx.received, ctx.process_set = received, process_set
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, _received_grad):
+        g, _ = mpi_ops.synchronize(mpi_ops.alltoall_async(
+            grad.contiguous(), ctx.received.tolist(), None, ctx.process_set))
+        return g, None, None, None
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale, postscale):
+        ctx.args = (op, process_set, prescale, postscale)
+        return mpi_ops.synchronize(mpi_ops.reducescatter_async(tensor, name, op, process_set,
+                                                               prescale, postscale))
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, process_set, prescale, postscale = ctx.args
+        if op not in (mpi_ops.Sum, mpi_ops.Average):
+            _no_gradient("reducescatter", op)
+        g = mpi_ops.allgather(grad.contiguous(), process_set=process_set)
+        scale = prescale * postscale / (process_set.size() if op == mpi_ops.Average else 1)
+        return (g * scale if scale != 1 else g), None, None, None, None, None
+
+
+def allreduce(tensor, op, name, prescale, postscale, process_set):
+    return _Allreduce.apply(tensor, op, name, prescale, postscale, process_set)
+
+
+def grouped_allreduce(tensors, op, name, prescale, postscale, process_set):
+    return list(_GroupedAllreduce.apply(op, name, prescale, postscale, process_set, *tensors))
+
+
+def allgather(tensor, name, process_set):
+    return _Allgather.apply(tensor, name, process_set)
+
+
+def broadcast(tensor, root_rank, name, process_set):
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
+
+
+def alltoall(tensor, splits, name, process_set):
+    return _Alltoall.apply(tensor, splits, name, process_set)
+
+
+def reducescatter(tensor, name, op, process_set, prescale, postscale):
+    return _Reducescatter.apply(tensor, name, op, process_set, prescale, postscale)
