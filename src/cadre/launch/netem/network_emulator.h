@@ -117,8 +117,10 @@ class NetworkEmulator {
   Status RunInSwitch(const std::function<void()>& fn) const;
 
   // Fault and what-if tools for tests and benchmarks; safe while processes run in the hosts.
-  // SetHostLink re-shapes both directions of host i's link (delay/loss follow the same rules as
-  // in Create: kUnavailable without netem when `require_delay_loss`, else a warning).
+  // SetHostLink re-shapes both directions of host i's link. In relay mode anything goes; in
+  // kernel mode delay/loss need netem (without it: kUnavailable when `require_delay_loss`, else
+  // a warning), so a network that will get delays later on a kernel without netem should be
+  // created with LinkEmulation::kRelay.
   // SetHostConnected(i, false) takes the switch's port to host i down: host i is cut off (its
   // packets are dropped, connections stall) until it is connected again.
   Status SetHostLink(int i, const LinkSpec& link, bool require_delay_loss = false);

@@ -157,11 +157,15 @@ TEST_F(RelayNetworkTest, RateIsLimitedAndHostsCanBeCutOff) {
   close(blocked);
   EXPECT_GT(emu->relay_stats().disconnected, 0u);
   ASSERT_TRUE(emu->SetHostConnected(1, true).ok());
-  ASSERT_TRUE(emu->SetHostLink(1, ParseLinkSpecOrThrow("100mbit,2ms")).ok());
-  EXPECT_EQ(emu->host_link(1).delay, std::chrono::microseconds(2000));
+  // Re-shaped live: host 1's new delay counts at once. Host 0 (1 ms) to host 1 (30 ms) is
+  // 0.5 + 15 ms each way, so the handshake takes at least 31 ms.
+  ASSERT_TRUE(emu->SetHostLink(1, ParseLinkSpecOrThrow("100mbit,30ms")).ok());
+  EXPECT_EQ(emu->host_link(1).delay, std::chrono::microseconds(30'000));
   int again = -1;
+  start = Clock::now();
   ASSERT_TRUE(emu->RunInHost(0, [&] { again = Connect(emu->hosts()[1].address); }).ok());
   EXPECT_GE(again, 0);
+  EXPECT_GE(SecondsSince(start), 0.9 * 0.031);
   close(again);
   close(listener);
 }
