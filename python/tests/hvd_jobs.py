@@ -21,9 +21,11 @@ BUILD = os.environ.get("CADRE_BUILD_DIR", os.path.join(ROOT, "build"))
 CADRE = os.path.join(BUILD, "cadre")
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
-# Names pending on some ranks only (a check that failed half-way on one rank) fail after this
-# many seconds instead of waiting forever; a dead peer is reported within CADRE_TIMEOUT_SECONDS.
-JOB_ENV = {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "40", "OMP_NUM_THREADS": "1"}
+# Names pending on some ranks only (a check that failed half-way on one rank) fail after 40 s
+# instead of waiting forever (the engine looks at names older than the check time only, so that
+# must be shorter); a dead peer is reported within CADRE_TIMEOUT_SECONDS.
+JOB_ENV = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "20", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "40",
+           "OMP_NUM_THREADS": "1"}
 
 _LINE = re.compile(r"^CHECK rank=(\d+) (\S+) (ok|FAIL)(?: (.*))?$")
 

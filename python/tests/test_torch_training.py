@@ -13,6 +13,7 @@ REQUIRED = [
     "optimizer.parameter_unused_on_some_ranks", "optimizer.sparse_as_dense",
     "optimizer.process_set",
     "broadcast_parameters_and_adam_state", "broadcast_parameters_named_and_sgd_momentum",
+    "broadcast_state_of_a_wrapped_optimizer",
     "optimizer.adasum", "join_with_uneven_batches", "join.collectives_while_others_joined",
 ]
 

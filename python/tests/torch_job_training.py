@@ -263,6 +263,30 @@ def _():
                          [sgd.state[p]["momentum_buffer"] for p in m.parameters()], "bcast.sgd")
 
 
+@suite.check("broadcast_state_of_a_wrapped_optimizer")
+def _():
+    # Horovod's ImageNet example broadcasts after wrapping: the DistributedOptimizer's own
+    # state_dict/load_state_dict must carry Adam's state, and training continues in step.
+    torch.manual_seed(300 + r)
+    m = torch.nn.Linear(4, 1)
+    opt = hvd.DistributedOptimizer(torch.optim.Adam(m.parameters(), lr=0.01 * (r + 1)),
+                                   named_parameters=m.named_parameters())
+    opt.zero_grad()
+    mse(m(X[MINE]), Y[MINE]).backward()
+    opt.step()
+    if r == 1:
+        opt.state.clear()  # a rank without state (e.g. restarted) must get the root's
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert opt.param_groups[0]["lr"] == 0.01, opt.param_groups[0]["lr"]
+    for _ in range(2):
+        opt.zero_grad()
+        mse(m(X[MINE]), Y[MINE]).backward()
+        opt.step()
+    state = [opt.state[p]["exp_avg_sq"] for p in m.parameters()]
+    identical_everywhere(list(m.parameters()) + state, "bcast.wrapped")
+
+
 @suite.check("join_with_uneven_batches")
 def _():
     # Rank k has 2 + k batches; joined ranks contribute zeros to the others' averages.
