@@ -94,13 +94,19 @@ void BindEngine(py::module_& m) {
 
   py::class_<Engine>(m, "Engine")
       .def(py::init([](const std::string& backend, int rank, int size, double timeout_s,
-                       const std::string& prefix) {
+                       const std::string& prefix, bool env_timeline) {
+             auto options = engine::EngineOptions::FromEnv();
+             // HOROVOD_TIMELINE names one file, written by the global set's rank 0; a process
+             // set's engine has a rank 0 of its own that must not write (and clobber) it.
+             if (!env_timeline) options.timeline_path.clear();
              return std::make_unique<Engine>(MakeBackend(backend, rank, size, timeout_s, prefix),
-                                             engine::EngineOptions::FromEnv());
+                                             std::move(options));
            }),
            py::arg("backend"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
-           py::arg("prefix"), py::call_guard<py::gil_scoped_release>(),
-           "Connects to the job's store (CADRE_STORE, CADRE_JOB_TOKEN) and starts the engine.")
+           py::arg("prefix"), py::arg("env_timeline") = true,
+           py::call_guard<py::gil_scoped_release>(),
+           "Connects to the job's store (CADRE_STORE, CADRE_JOB_TOKEN) and starts the engine; "
+           "env_timeline: whether CADRE_TIMELINE/HOROVOD_TIMELINE apply to it.")
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("size", &Engine::size)
       .def_property_readonly("fusion_threshold",

@@ -1,6 +1,8 @@
 """The rest of horovod.torch's API and its error behaviour, as a job of 2 learners x 2 slots
 started by `cadre run`: each check of torch_job_api.py runs on every rank; a failure names the
 check and the rank."""
+import json
+
 import pytest
 
 from hvd_jobs import check_results, run_script
@@ -18,5 +20,13 @@ REQUIRED = [
 
 
 def test_api_errors_and_extras_under_cadre_run(tmp_path):
-    job = run_script(tmp_path, "torch_job_api.py", 2, "cpux2", timeout=240)
+    # HOROVOD_TIMELINE: one file, written by global rank 0 only — the job's process sets have
+    # engines of their own (one with rank 0 in it) that must not write it too.
+    timeline = tmp_path / "env-timeline.json"
+    job = run_script(tmp_path, "torch_job_api.py", 2, "cpux2", timeout=240,
+                     env={"HOROVOD_TIMELINE": str(timeline)})
     check_results(job, 4, REQUIRED)
+    events = json.loads(timeline.read_text())  # complete JSON: one writer, closed at shutdown
+    threads = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    # start_timeline() took the engine's timeline over; init() after shutdown() restarted it.
+    assert "after.reinit" in threads, sorted(threads)

@@ -1,5 +1,7 @@
 """DistributedOptimizer, state broadcasts and join, as jobs started by `cadre run`, against
 single-process closed forms (torch_job_training.py); a failure names the check and the rank."""
+import json
+
 import pytest
 
 from hvd_jobs import check_results, run_script
@@ -21,5 +23,12 @@ REQUIRED = [
 @pytest.mark.parametrize("learners,compute,size", [(2, "cpux2", 4), (3, "cpu", 3)],
                          ids=["2x2", "3x1"])
 def test_distributed_optimizer_matches_single_process_training(tmp_path, learners, compute, size):
-    job = run_script(tmp_path, "torch_job_training.py", learners, compute, timeout=240)
+    # HOROVOD_TIMELINE is written by global rank 0 alone: the odd ranks' process set (whose
+    # engine has global rank 1 as its rank 0) must not write the same file from another process.
+    timeline = tmp_path / "env-timeline.json"
+    job = run_script(tmp_path, "torch_job_training.py", learners, compute, timeout=240,
+                     env={"HOROVOD_TIMELINE": str(timeline)})
     check_results(job, size, REQUIRED)
+    events = json.loads(timeline.read_text())
+    threads = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {"0.weight", "join.identical"} <= threads, sorted(threads)

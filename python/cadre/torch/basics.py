@@ -118,9 +118,11 @@ def _timeout_s():
         raise ValueError("CADRE_TIMEOUT_SECONDS=%r is not a number" % value) from None
 
 
-def _make_engine(rank, size, prefix):
+def _make_engine(rank, size, prefix, env_timeline):
+    """env_timeline: whether HOROVOD_TIMELINE applies (the global set's engine only: every
+    engine's rank 0 would write that one file)."""
     try:
-        return _core.Engine(_backend_for(size), rank, size, _timeout_s(), prefix)
+        return _core.Engine(_backend_for(size), rank, size, _timeout_s(), prefix, env_timeline)
     except _core.CadreError as e:
         raise HorovodInternalError("cadre: could not start the engine for rank %d of %d: %s"
                                    % (rank, size, e)) from e
@@ -151,7 +153,8 @@ def init(comm=None, process_sets=None):
         s.generation += 1
         global_process_set.ranks = list(range(size))
         global_process_set.process_set_id = 0
-        global_process_set._engine = _make_engine(rank, size, "hvd.%d.0" % s.generation)
+        global_process_set._engine = _make_engine(rank, size, "hvd.%d.0" % s.generation,
+                                                  env_timeline=True)
         s.process_sets = {0: global_process_set}
         s.next_set_id = 1
         s.initialized = True
@@ -241,7 +244,8 @@ def add_process_set(process_set):
         s.next_set_id += 1
         if s.rank in ps.ranks:
             ps._engine = _make_engine(ps.ranks.index(s.rank), len(ps.ranks),
-                                      "hvd.%d.%d" % (s.generation, ps.process_set_id))
+                                      "hvd.%d.%d" % (s.generation, ps.process_set_id),
+                                      env_timeline=False)
         s.process_sets[ps.process_set_id] = ps
     return ps
 
