@@ -1,6 +1,7 @@
 """horovod.torch's collectives against closed-form results, as jobs started by `cadre run`:
-2 learners x 2 slots (TCP between learners, shared memory inside one) and 3 learners x 1 slot
-(an odd size, so ragged and uneven splits land unevenly). Each job runs every check of
+2 learners x 2 slots (TCP between learners, shared memory inside one; also with hierarchical
+allreduce and with the store backend) and 3 learners x 1 slot (an odd size, so ragged and uneven
+splits land unevenly). Each job runs every check of
 torch_job_collectives.py on every rank; a failure names the check and the rank."""
 import os
 import subprocess
@@ -29,10 +30,17 @@ REQUIRED = (
        "reducescatter.async_grouped_scaled", "barrier"])
 
 
-@pytest.mark.parametrize("learners,compute,size", [(2, "cpux2", 4), (3, "cpu", 3)],
-                         ids=["2x2", "3x1"])
-def test_every_collective_matches_closed_form(tmp_path, learners, compute, size):
-    job = run_script(tmp_path, "torch_job_collectives.py", learners, compute, timeout=240)
+@pytest.mark.parametrize("learners,compute,size,env", [
+    (2, "cpux2", 4, {}),
+    (3, "cpu", 3, {}),
+    # Other data paths on the 2x2 grid: hierarchical allreduce (shared memory inside a learner,
+    # TCP across), and the engine's store backend (every collective through the rendezvous).
+    (2, "cpux2", 4, {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}),
+    (2, "cpux2", 4, {"CADRE_ENGINE_BACKEND": "store"}),
+], ids=["2x2", "3x1", "2x2-hierarchical", "2x2-store-backend"])
+def test_every_collective_matches_closed_form(tmp_path, learners, compute, size, env):
+    job = run_script(tmp_path, "torch_job_collectives.py", learners, compute, env=env,
+                     timeout=240)
     check_results(job, size, REQUIRED)
 
 
