@@ -1,5 +1,5 @@
-"""Failures and training as users meet them, through `cadre run`: a rank killed mid-training
-makes every other rank fail with an error naming it (not hang), a tensor submitted by some ranks
+"""Failures and training as users meet them, through `cadre run`: a rank killed mid-training,
+or leaving early, makes every other rank fail with an error naming it (not hang), a tensor submitted by some ranks
 only fails every rank with the stall report, and an unmodified Horovod-style MNIST script,
 started from a manifest, trains to a loss below its start."""
 import os
@@ -17,19 +17,35 @@ DATA = "/usr/share/datasets/fashion-mnist"
 
 def test_killed_rank_makes_the_others_fail_naming_it(tmp_path):
     # 2 learners x 2 slots: rank 0 reaches rank 1 over shared memory, ranks 2 and 3 over TCP.
-    job = run_script(tmp_path, "torch_job_killed.py", 2, "cpux2", timeout=150,
-                     runner_args=["--grace", "60"], env={"CADRE_TIMEOUT_SECONDS": "10"})
+    job = run_script(tmp_path, "torch_job_killed.py", 2, "cpux2", script_args=["kill"],
+                     timeout=150, runner_args=["--grace", "60"],
+                     env={"CADRE_TIMEOUT_SECONDS": "10"})
     assert not job.timed_out, job.describe()
     assert job.returncode == 1, job.describe()
     assert "learner-1 slot 1 was killed by SIGKILL" in job.stderr, job.describe()
     assert job.slots[1].get("signal") == "SIGKILL", job.slots[1]
-    for rank in (0, 2, 3):
+    survivors_fail_naming(job, [0, 2, 3], 1)
+
+
+def test_rank_leaving_early_makes_the_others_fail_naming_it(tmp_path):
+    """A rank that leaves its training loop and exits normally shuts its engine down (atexit):
+    the others fail at once, naming it, instead of waiting for it."""
+    job = run_script(tmp_path, "torch_job_killed.py", 2, "cpux2", script_args=["exit"],
+                     timeout=150, runner_args=["--grace", "60"])
+    assert not job.timed_out and job.returncode == 1, job.describe()
+    assert job.slots[0].get("exit_code") == 0, job.slots[0]
+    survivors_fail_naming(job, [1, 2, 3], 0)
+
+
+def survivors_fail_naming(job, survivors, lost):
+    for rank in survivors:
         log = job.logs.get(rank, "")
         # Exit code 3 (not the runner's SIGKILL after the 60 s grace): the rank noticed.
         assert job.slots[rank].get("exit_code") == 3, "rank %d: %s\n%s" % (
             rank, job.slots[rank], job.describe())
         failed = [line for line in log.splitlines() if line.startswith("FAILED")]
-        assert failed and re.search(r"\brank 1\b", failed[0]), "rank %d:\n%s" % (rank, log)
+        assert failed and re.search(r"\brank %d\b" % lost, failed[0]), "rank %d:\n%s" % (
+            rank, log)
 
 
 def test_stalled_tensor_fails_every_rank_naming_the_missing_ranks(tmp_path):

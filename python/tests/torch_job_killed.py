@@ -1,10 +1,11 @@
-# One rank of test_torch_failures.py's killed-rank job: every rank trains; rank 1 kills itself
-# (SIGKILL) at step 3. The others must fail with HorovodInternalError naming rank 1 (exit 3),
-# not hang.
+# One rank of test_torch_failures.py's lost-rank jobs: every rank trains; at step 3 one rank
+# goes away — `kill`: rank 1 kills itself (SIGKILL); `exit`: rank 0 leaves its loop and exits
+# normally (its atexit hvd.shutdown() stops the engine). The others must fail with
+# HorovodInternalError naming that rank (exit 3), not hang.
 #
-# `cadre run` sends SIGTERM to the other slots as soon as it sees rank 1 die. The survivors
+# `cadre run` sends SIGTERM to the other slots as soon as it sees a slot fail. The survivors
 # block it (before torch or the engine start threads, which inherit the mask), so that the test
-# sees the library notice the dead peer by itself and the rank exit with its own code; the
+# sees the library notice the lost peer by itself and the rank exit with its own code; the
 # runner's SIGKILL after --grace still bounds them.
 import os
 import signal
@@ -16,16 +17,22 @@ import torch  # noqa: E402
 
 import horovod.torch as hvd  # noqa: E402
 
+how = sys.argv[1] if len(sys.argv) > 1 else "kill"
+if how not in ("kill", "exit"):
+    sys.exit("usage: torch_job_killed.py [kill|exit]")
 hvd.init()
+leaver = 1 if how == "kill" else 0
 m = torch.nn.Linear(8, 1)
 opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01),
                                named_parameters=m.named_parameters())
 x = torch.randn(16, 8)
 try:
     for step in range(100000):
-        if hvd.rank() == 1 and step == 3:
-            print("rank 1: killing itself at step 3", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+        if hvd.rank() == leaver and step == 3:
+            print("rank %d: leaving at step 3 (%s)" % (leaver, how), flush=True)
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            sys.exit(0)
         opt.zero_grad()
         m(x).pow(2).mean().backward()
         opt.step()
