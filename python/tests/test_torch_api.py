@@ -10,7 +10,7 @@ from hvd_jobs import check_results, run_script
 pytest.importorskip("torch")
 
 REQUIRED = [
-    "capabilities_before_init", "ranks_match_the_runner",
+    "capabilities_before_init", "ranks_match_the_runner", "horovod_module_paths",
     "mismatch.shape_fails_every_rank", "mismatch.dtype_op_root_kind",
     "duplicate_pending_name_is_ValueError", "bad_arguments_are_ValueError_at_submission",
     "broadcast_object_and_allgather_object", "process_sets", "adasum", "sparse_allreduce_async",

@@ -65,6 +65,25 @@ def _():
     assert everyone == [(k, k % slots, k // slots) for k in range(n)], everyone
 
 
+@suite.check("horovod_module_paths")
+def _():
+    # Scripts import Horovod's submodules by name; they are cadre.torch's.
+    import horovod
+    import horovod.torch.mpi_ops as mpi_ops
+    from horovod.torch.compression import Compression
+    from horovod.torch.functions import broadcast_parameters
+    from horovod.torch.optimizer import DistributedOptimizer
+    from horovod.torch.sync_batch_norm import SyncBatchNorm
+
+    import cadre.torch
+    assert hvd is cadre.torch and horovod.torch is cadre.torch
+    assert mpi_ops.allreduce is hvd.allreduce and Compression is hvd.Compression
+    assert broadcast_parameters is hvd.broadcast_parameters
+    assert DistributedOptimizer is hvd.DistributedOptimizer
+    assert SyncBatchNorm is hvd.SyncBatchNorm
+    assert horovod.__version__.startswith("0.28"), horovod.__version__
+
+
 # ---------------------------------------------------------------- errors
 
 def mismatch(name, make, words_by_rank, expect_error=hvd.HorovodInternalError):
