@@ -1,7 +1,7 @@
-"""Failures and training as users meet them, through `cadre run`: a rank killed mid-training,
-or leaving early, makes every other rank fail with an error naming it (not hang), a tensor submitted by some ranks
-only fails every rank with the stall report, and an unmodified Horovod-style MNIST script,
-started from a manifest, trains to a loss below its start."""
+"""Failures and training as users meet them, through `cadre run`: a rank killed
+mid-training, or leaving early, makes every other rank fail with an error naming it (not hang),
+a tensor submitted by some ranks only fails every rank with the stall report, and an unmodified
+Horovod-style MNIST script, started from a manifest, trains to a loss below its start."""
 import os
 import re
 import textwrap

@@ -232,6 +232,14 @@ def _():
         assert b.item() == members[-1], (b, members)
         obj = hvd.allgather_object(r, process_set=mine)
         assert obj == members, obj
+        # Unnamed operations on the even ranks' set only: the next unnamed global operation
+        # must still get the same generated name on every rank (else it never matches).
+        if mine is evens:
+            got = hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=evens)
+            assert got.item() == evens.size(), got
+            hvd.barrier(process_set=evens)
+        got = hvd.allreduce(torch.ones(1), op=hvd.Sum)
+        assert got.item() == n, got
         if other is not None:
             assert not other.included() and other.rank() == -1
             try:

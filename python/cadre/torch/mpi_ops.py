@@ -9,6 +9,7 @@ name raises ValueError at submission.
 """
 import itertools
 import threading
+import weakref
 
 import torch
 
@@ -33,7 +34,7 @@ _DTYPES = {
 _handles = {}
 _handles_lock = threading.Lock()
 _next_handle = itertools.count(1)
-_noname = itertools.count()
+_noname = weakref.WeakKeyDictionary()  # ProcessSet -> counter of generated names
 
 
 class _Pending:
@@ -52,8 +53,16 @@ def _register(pending):
     return h
 
 
-def _auto_name(kind, name):
-    return name if name is not None else "%s.noname.%d" % (kind, next(_noname))
+def _auto_name(kind, name, process_set):
+    """`name`, or a generated one. Generated names are counted per process set: ranks outside
+    a set do not run its operations, so with one counter the members' next generated global
+    name would differ from the other ranks' and the operation would never match."""
+    if name is not None:
+        return name
+    ps = process_set or global_process_set
+    with _handles_lock:
+        counter = _noname.setdefault(ps, itertools.count())
+        return "%s.noname.%d" % (kind, next(counter))
 
 
 def _dtype_code(tensor):
@@ -112,7 +121,7 @@ def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor,
     lets the engine wait briefly for more such submissions (DistributedOptimizer's gradients)."""
     _check_tensor(tensor)
     engine = _engine(process_set)
-    name = _auto_name("allreduce", name)
+    name = _auto_name("allreduce", name, process_set)
     if op == Adasum:
         return _adasum_async(tensor, output, name, process_set)
     floating = tensor.is_floating_point()
@@ -183,7 +192,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     """Submits the tensors together so that the engine negotiates and fuses them as one group.
     Returns one handle whose result is the list of outputs."""
     op = _resolve_op(average, op)
-    name = _auto_name("grouped_allreduce", name)
+    name = _auto_name("grouped_allreduce", name, process_set)
     hs = [_allreduce_into(t, t.clone(memory_format=torch.contiguous_format), "%s.%d" % (name, i),
                           op, prescale_factor, postscale_factor, process_set)
           for i, t in enumerate(tensors)]
@@ -193,7 +202,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(average, op)
-    name = _auto_name("grouped_allreduce", name)
+    name = _auto_name("grouped_allreduce", name, process_set)
     hs = [_allreduce_into(t, t, "%s.%d" % (name, i), op, prescale_factor, postscale_factor,
                           process_set)
           for i, t in enumerate(tensors)]
@@ -252,7 +261,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _check_tensor(tensor)
     engine = _engine(process_set)
     buf = tensor.contiguous()
-    core = _enqueue(engine, _OP_ALLGATHER, _auto_name("allgather", name), buf)
+    core = _enqueue(engine, _OP_ALLGATHER, _auto_name("allgather", name, process_set), buf)
     return _register(_Pending(core, (buf,), lambda c: _engine_output(c, tensor.dtype)))
 
 
@@ -264,14 +273,14 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    name = _auto_name("grouped_allgather", name)
+    name = _auto_name("grouped_allgather", name, process_set)
     return _group([allgather_async(t, "%s.%d" % (name, i), process_set)
                    for i, t in enumerate(tensors)])
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     if any(differentiable.wanted(t) for t in tensors):
-        name = _auto_name("grouped_allgather", name)
+        name = _auto_name("grouped_allgather", name, process_set)
         return [allgather(t, "%s.%d" % (name, i), process_set) for i, t in enumerate(tensors)]
     return synchronize(grouped_allgather_async(tensors, name, process_set))
 
@@ -280,7 +289,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     _check_tensor(tensor)
     engine = _engine(process_set)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
-    core = _enqueue(engine, _OP_BROADCAST, _auto_name("broadcast", name), buf,
+    core = _enqueue(engine, _OP_BROADCAST, _auto_name("broadcast", name, process_set), buf,
                     root=int(root_rank))
 
     def finish(_):
@@ -315,7 +324,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     split_list = [] if splits is None else [int(s) for s in
                                             (splits.tolist() if torch.is_tensor(splits)
                                              else splits)]
-    core = _enqueue(engine, _OP_ALLTOALL, _auto_name("alltoall", name), buf, splits=split_list)
+    core = _enqueue(engine, _OP_ALLTOALL, _auto_name("alltoall", name, process_set), buf,
+                    splits=split_list)
 
     def finish(c):
         out = _engine_output(c, tensor.dtype)
@@ -345,8 +355,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     buf = tensor.contiguous()
     if prescale_factor != 1.0:
         buf = (buf * prescale_factor).to(tensor.dtype)
-    core = _enqueue(engine, _OP_REDUCESCATTER, _auto_name("reducescatter", name), buf,
-                    reduce_op=_REDUCE[op])
+    core = _enqueue(engine, _OP_REDUCESCATTER, _auto_name("reducescatter", name, process_set),
+                    buf, reduce_op=_REDUCE[op])
     scale = float(postscale_factor) / (engine.size if op == Average else 1)
 
     def finish(c):
@@ -373,7 +383,7 @@ def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    name = _auto_name("grouped_reducescatter", name)
+    name = _auto_name("grouped_reducescatter", name, process_set)
     return _group([reducescatter_async(t, "%s.%d" % (name, i), op, process_set, prescale_factor,
                                        postscale_factor) for i, t in enumerate(tensors)])
 
@@ -381,7 +391,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_process_set,
                           prescale_factor=1.0, postscale_factor=1.0):
     if any(differentiable.wanted(t) for t in tensors):
-        name = _auto_name("grouped_reducescatter", name)
+        name = _auto_name("grouped_reducescatter", name, process_set)
         return [reducescatter(t, "%s.%d" % (name, i), op, process_set, prescale_factor,
                               postscale_factor) for i, t in enumerate(tensors)]
     return synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
@@ -392,7 +402,7 @@ def barrier(process_set=global_process_set):
     """Returns once every rank of the process set has called barrier()."""
     engine = _engine(process_set)
     try:
-        core = engine.enqueue(_OP_BARRIER, _auto_name("barrier", None), 0, [], 0)
+        core = engine.enqueue(_OP_BARRIER, _auto_name("barrier", None, process_set), 0, [], 0)
     except _core.CadreError as e:
         raise HorovodInternalError(str(e)) from e
     synchronize(_register(_Pending(core, (), lambda c: None)))
