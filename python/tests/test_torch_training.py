@@ -13,7 +13,7 @@ REQUIRED = [
     "optimizer.gradient_predivide_factor", "optimizer.op_sum",
     "optimizer.backward_passes_per_step", "optimizer.synchronize_clip_skip_synchronize",
     "optimizer.parameter_unused_on_some_ranks", "optimizer.sparse_as_dense",
-    "optimizer.process_set",
+    "optimizer.process_set", "optimizer.param_groups_without_named_parameters",
     "broadcast_parameters_and_adam_state", "broadcast_parameters_named_and_sgd_momentum",
     "broadcast_state_of_a_wrapped_optimizer",
     "optimizer.adasum", "join_with_uneven_batches", "join.collectives_while_others_joined",

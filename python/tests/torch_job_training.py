@@ -113,6 +113,30 @@ def _():
     opt.step()
 
 
+@suite.check("optimizer.param_groups_without_named_parameters")
+def _():
+    # Generated parameter names must be unique across groups and not collide with the names
+    # generated for unnamed collectives (one is pending during backward here).
+    def groups(m):
+        return [{"params": m[0].parameters()}, {"params": m[2].parameters(), "lr": 0.05}]
+
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(groups(m), lr=0.1, momentum=0.9))
+    for _ in range(2):
+        opt.zero_grad()
+        h = hvd.allreduce_async(torch.ones(1), op=hvd.Sum)
+        mse(m(X[MINE]), Y[MINE]).backward()
+        opt.step()
+        assert hvd.synchronize(h).item() == n
+    ref = model()
+    ref_opt = torch.optim.SGD(groups(ref), lr=0.1, momentum=0.9)
+    for _ in range(2):
+        ref_opt.zero_grad()
+        mse(ref(X), Y).backward()
+        ref_opt.step()
+    same(m, ref, 1e-5)
+
+
 @suite.check("optimizer.synchronize_clip_skip_synchronize")
 def _():
     m = model()
