@@ -8,6 +8,7 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -58,19 +59,30 @@ def run_ranks(args, size, env=None, timeout=120, python=None, hosts=1):
             # The pretend host names do not resolve: every rank listens on loopback.
             e["CADRE_BIND_ADDRESS"] = "127.0.0.1"
         e.update(env or {})
-        procs.append(subprocess.Popen([python or sys.executable] + list(args), env=e,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        # Output goes to files, not pipes: a rank blocked on a full pipe that nobody reads yet
+        # (we wait for the ranks in order) could hold up the collective the others wait in.
+        out_file = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+        err_file = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+        procs.append((subprocess.Popen([python or sys.executable] + list(args), env=e,
+                                       stdout=out_file, stderr=err_file), out_file, err_file))
     deadline = time.monotonic() + timeout
     results = []
-    for rank, p in enumerate(procs):
+    killed = set()
+    for rank, (p, out_file, err_file) in enumerate(procs):
         try:
-            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            for q in procs:
+            for k, (q, _, _) in enumerate(procs):
                 if q.poll() is None:
                     q.kill()
-            out, err = p.communicate()
-            err += "\n[cadre.torch.testing: rank %d killed after %ss]" % (rank, timeout)
-        results.append(RankResult(rank, p.returncode, out, err))
+                    killed.add(k)
+            p.wait()
+        note = ("\n[cadre.torch.testing: rank %d killed after %ss]" % (rank, timeout)
+                if rank in killed else "")
+        out_file.seek(0)
+        err_file.seek(0)
+        results.append(RankResult(rank, p.returncode, out_file.read(), err_file.read() + note))
+        out_file.close()
+        err_file.close()
     del server
     return results
