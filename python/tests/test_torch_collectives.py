@@ -25,6 +25,7 @@ REQUIRED = (
        for api in ("allreduce_async", "allreduce.average_flag", "allreduce.scale_factors",
                    "allgather", "broadcast", "alltoall")]
     + ["allreduce.fp16_compression", "allreduce.shapes", "allreduce.fusion_many_small",
+       "allreduce.fusion_mixed_dtypes_ops_and_scales",
        "grouped_allreduce", "grouped_allreduce_.inplace_and_async", "allgather.shapes_and_grouped",
        "broadcast.async_forms", "alltoall.async_and_tensor_splits",
        "reducescatter.async_grouped_scaled", "barrier"])

@@ -172,6 +172,26 @@ def _():
              "many.%d" % i)
 
 
+@suite.check("allreduce.fusion_mixed_dtypes_ops_and_scales")
+def _():
+    # Interleaved dtypes, ops and scale factors in one burst: the engine may fuse only alike
+    # neighbours, and each result must still be its own closed form.
+    kinds = [(torch.float32, hvd.Sum, 1.0), (torch.float64, hvd.Average, 1.0),
+             (torch.int32, hvd.Max, 1.0), (torch.float32, hvd.Sum, 2.0),
+             (torch.bfloat16, hvd.Min, 1.0), (torch.int64, hvd.Sum, 1.0)]
+    pending = []
+    for i in range(36):
+        dtype, op, pre = kinds[i % len(kinds)]
+        t = (torch.arange(5) + i + r).to(dtype)
+        pending.append((i, dtype, op, pre, hvd.allreduce_async_(
+            t, op=op, prescale_factor=pre, name="mixed.%d" % i)))
+    for i, dtype, op, pre, h in pending:
+        parts = torch.stack([torch.arange(5) + i + k for k in range(n)])
+        want = {hvd.Sum: parts.sum(0) * pre, hvd.Average: parts.double().mean(0),
+                hvd.Max: parts.max(0).values, hvd.Min: parts.min(0).values}[op]
+        same(hvd.synchronize(h), want.to(dtype), dtype, "mixed.%d" % i)
+
+
 # ---------------------------------------------------------------- grouped allreduce
 
 @suite.check("grouped_allreduce")
