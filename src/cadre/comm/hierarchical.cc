@@ -117,7 +117,7 @@ void LeveledAllreduce(std::span<HierarchyGroup* const> levels, const void* input
 }
 
 std::vector<int> ChooseHostGrid(int hosts) {
-  if (hosts < 4) return {hosts};
+  if (hosts < kMinGridHosts) return {hosts};
   int best = 1;
   for (int a = 2; a * a <= hosts; ++a) {
     if (hosts % a == 0) best = a;

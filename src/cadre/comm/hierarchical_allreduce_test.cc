@@ -108,9 +108,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, HierarchicalAllreduceTest,
 // DDL's multi-ring: 4 hosts as a 2x2 grid, 2 slots each (levels 2, 2, 2), against the plain ring.
 TEST(HierarchicalAllreduce, HostGridOfTwoDimensions) {
   RunLayout({4, 2}, [](Communicator& comm) {
-    auto grid = Hierarchy::Create(comm);  // chosen: 4 hosts -> 2x2
+    auto grid = Hierarchy::Create(comm, {.host_grid = {2, 2}});
     EXPECT_EQ(grid->levels(), (std::vector<int>{2, 2, 2}));
-    auto ring = Hierarchy::Create(comm, {.host_grid = {4}});
+    auto ring = Hierarchy::Create(comm);  // chosen: 4 hosts -> one ring
     EXPECT_EQ(ring->levels(), (std::vector<int>{2, 4}));
     for (Hierarchy* h : {grid.get(), ring.get()}) {
       CheckSumAndMax(comm, [&](const AllreduceOptions& o) { h->Allreduce(o); });

@@ -92,11 +92,13 @@ class Handoff {
     error_ = std::move(e);
     cv_.notify_all();
   }
-  // Caller: returns when chunk k is reduced across the levels above, or the helper's error.
+  // Caller: returns null when chunk k is reduced across the levels above, else the helper's
+  // error. A chunk finished before the error still counts as done, so every rank of the host
+  // stops at the same chunk (the one whose transfer failed), whenever it learns of the error.
   std::exception_ptr AwaitDone(size_t k) {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return error_ != nullptr || done_ > k; });
-    return error_;
+    return done_ > k ? nullptr : error_;
   }
 
  private:

@@ -396,9 +396,12 @@ TEST(SplitCounts, FirstBlocksTakeTheRemainder) {
 TEST(ChooseHostGrid, RingForFewOrPrimeHostsGridOtherwise) {
   EXPECT_EQ(ChooseHostGrid(1), (std::vector<int>{1}));
   EXPECT_EQ(ChooseHostGrid(3), (std::vector<int>{3}));
-  EXPECT_EQ(ChooseHostGrid(4), (std::vector<int>{2, 2}));
-  EXPECT_EQ(ChooseHostGrid(6), (std::vector<int>{2, 3}));
+  EXPECT_EQ(ChooseHostGrid(4), (std::vector<int>{4}));
+  EXPECT_EQ(ChooseHostGrid(6), (std::vector<int>{6}));
   EXPECT_EQ(ChooseHostGrid(7), (std::vector<int>{7}));
+  EXPECT_EQ(ChooseHostGrid(8), (std::vector<int>{2, 4}));
+  EXPECT_EQ(ChooseHostGrid(11), (std::vector<int>{11}));
+  EXPECT_EQ(ChooseHostGrid(12), (std::vector<int>{3, 4}));
   EXPECT_EQ(ChooseHostGrid(16), (std::vector<int>{4, 4}));
   EXPECT_EQ(ChooseHostGrid(18), (std::vector<int>{3, 6}));
 }
