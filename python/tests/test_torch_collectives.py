@@ -28,7 +28,8 @@ REQUIRED = (
        "allreduce.fusion_mixed_dtypes_ops_and_scales",
        "grouped_allreduce", "grouped_allreduce_.inplace_and_async", "allgather.shapes_and_grouped",
        "broadcast.async_forms", "alltoall.async_and_tensor_splits",
-       "reducescatter.async_grouped_scaled", "barrier"])
+       "reducescatter.async_grouped_scaled", "poll_is_false_until_every_rank_submitted",
+       "barrier"])
 
 
 @pytest.mark.parametrize("learners,compute,size,env", [

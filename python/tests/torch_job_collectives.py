@@ -358,6 +358,25 @@ def _():
     same(hvd.synchronize(h)[0], mine.double(), torch.float64, "grouped_reducescatter_async")
 
 
+@suite.check("poll_is_false_until_every_rank_submitted")
+def _():
+    # The other ranks submit only after a barrier that rank 0 enters after polling, so rank 0's
+    # operation cannot be complete when it polls.
+    if r == 0:
+        h = hvd.allreduce_async(torch.ones(2), op=hvd.Sum, name="late")
+        assert not hvd.poll(h) or n == 1, "poll() was True before the other ranks submitted"
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.allreduce_async(torch.ones(2), op=hvd.Sum, name="late")
+    same(hvd.synchronize(h), torch.full((2,), float(n)), torch.float32, "late")
+    try:
+        hvd.poll(h)
+        raise AssertionError("poll() accepted a synchronized handle")
+    except ValueError:
+        pass
+
+
 @suite.check("barrier")
 def _():
     for _ in range(3):
