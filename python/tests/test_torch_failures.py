@@ -49,10 +49,11 @@ def survivors_fail_naming(job, survivors, lost):
 
 
 def test_stalled_tensor_fails_every_rank_naming_the_missing_ranks(tmp_path):
+    # 6 s: well above any skew between the ranks' warm-up submissions on a loaded machine.
     job = run_script(tmp_path, "torch_job_stall.py", 2, "cpux2", timeout=150,
                      runner_args=["--grace", "60"],
-                     env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1",
-                          "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "3"})
+                     env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "2",
+                          "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "6"})
     assert not job.timed_out and job.returncode == 1, job.describe()
     for rank in range(4):
         assert job.slots[rank].get("exit_code") == 3, "rank %d: %s\n%s" % (
