@@ -153,6 +153,30 @@ TEST(HierarchicalAllreduce, TcpReduceScatterOfLargeUnevenBlocks) {
   }
 }
 
+// A rank that leaves instead of joining a pipelined allreduce: every other rank (its host peer in
+// the shared-memory steps, its ring peer on the helper thread, the ranks of the other host behind
+// them) throws within the timeout instead of hanging; none waits for chunks that never come.
+TEST(HierarchicalAllreduce, PipelinedAllreduceFailsEverywhereWhenARankLeaves) {
+  CommunicatorOptions base = Base();
+  base.timeout = std::chrono::seconds(3);
+  RunRanks(
+      4, base,
+      [](Communicator& comm) {
+        auto h = Hierarchy::Create(comm);
+        if (comm.rank() == 3) return;  // closes its connections and leaves its host group
+        std::vector<float> buf(40000, 1.0f);
+        AllreduceOptions o;
+        o.input = o.output = buf.data();
+        o.count = buf.size();
+        o.segment_bytes = 4096;  // 40 pipeline chunks
+        const auto start = std::chrono::steady_clock::now();
+        EXPECT_THROW(h->Allreduce(o), Error) << "rank " << comm.rank();
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30))
+            << "rank " << comm.rank();
+      },
+      [](int r) { return HostOf(r, 2); });
+}
+
 // Hosts holding different numbers of ranks cannot be cut into equal levels: the flat ring.
 TEST(HierarchicalAllreduce, UnevenHostsFallBackToTheFlatRing) {
   RunRanks(
