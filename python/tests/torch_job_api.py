@@ -206,9 +206,15 @@ def _():
         got = hvd.broadcast_object(obj, root_rank=root, name="obj%d" % root)
         assert got["from"] == root and got["payload"] == list(range(root * 100)), got["from"]
         assert torch.equal(got["t"], torch.full((2,), float(root)))
-    # Objects of different pickled sizes on every rank.
+        # The usual call: only the root has the object, the others pass None (and no name).
+        got = hvd.broadcast_object({"epoch": 7, "big": b"x" * (1 << 20)} if r == root else None,
+                                   root_rank=root)
+        assert got["epoch"] == 7 and len(got["big"]) == 1 << 20, got.keys()
+    # Objects of different pickled sizes, and of different types, on every rank.
     everyone = hvd.allgather_object(("rank", r, "x" * (r * 37)))
     assert everyone == [("rank", k, "x" * (k * 37)) for k in range(n)], everyone
+    mixed = hvd.allgather_object(None if r % 2 else {"rank": r})
+    assert mixed == [None if k % 2 else {"rank": k} for k in range(n)], mixed
 
 
 # ---------------------------------------------------------------- process sets

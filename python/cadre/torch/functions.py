@@ -33,8 +33,10 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Pickles obj on root_rank and returns it unpickled on every rank."""
-    name = name or type(obj).__name__
+    """Pickles obj on root_rank and returns it unpickled on every rank. Without a name, one is
+    generated from a per-process-set count of calls (not from obj's type: the other ranks
+    often pass None, and the names must agree)."""
+    name = name or mpi_ops._auto_name("broadcast_object", None, process_set)
     if process_set.rank() == root_rank:
         buf = io.BytesIO()
         torch.save(obj, buf, pickle_module=pickle)
@@ -51,8 +53,8 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's obj, in rank order."""
-    name = name or type(obj).__name__
+    """Returns the list of every rank's obj, in rank order (objects may differ in type)."""
+    name = name or mpi_ops._auto_name("allgather_object", None, process_set)
     buf = io.BytesIO()
     torch.save(obj, buf, pickle_module=pickle)
     data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
