@@ -9,7 +9,7 @@ from hvd_jobs import check_results, run_script
 pytest.importorskip("torch")
 
 REQUIRED = [
-    "optimizer.averages_gradients", "optimizer.fp16_compression",
+    "optimizer.averages_gradients", "optimizer.fp16_compression", "optimizer.float64_model",
     "optimizer.gradient_predivide_factor", "optimizer.op_sum",
     "optimizer.backward_passes_per_step", "optimizer.synchronize_clip_skip_synchronize",
     "optimizer.parameter_unused_on_some_ranks", "optimizer.sparse_as_dense",

@@ -68,6 +68,24 @@ def _():
     identical_everywhere(m.parameters(), "fp16.identical")
 
 
+@suite.check("optimizer.float64_model")
+def _():
+    m = model().double()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=m.named_parameters())
+    for _ in range(3):
+        opt.zero_grad()
+        mse(m(X[MINE].double()), Y[MINE].double()).backward()
+        opt.step()
+    ref = model().double()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        ref_opt.zero_grad()
+        mse(ref(X.double()), Y.double()).backward()
+        ref_opt.step()
+    same(m, ref, 1e-10)
+
+
 @suite.check("optimizer.gradient_predivide_factor")
 def _():
     same(train_distributed(2, gradient_predivide_factor=2.0), reference(2), 1e-5)
