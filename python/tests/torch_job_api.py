@@ -314,12 +314,13 @@ def _():
 def _():
     # Matches BatchNorm over the concatenated batch: output, input gradient, weight gradient
     # (summed over ranks, as the DistributedOptimizer would with Sum), running statistics.
-    for shape in ((2, 3, 4), (2, 3, 2, 2)):
+    # Rank k holds k + 1 samples: uneven batches weigh by their sizes.
+    for shape in ((3, 4), (3, 2, 2)):
         torch.manual_seed(0)
-        full = (torch.randn(shape[0] * n, *shape[1:]) * 3 + 1).requires_grad_(True)
-        ref = torch.nn.BatchNorm1d(3) if len(shape) == 3 else torch.nn.BatchNorm2d(3)
+        full = (torch.randn(n * (n + 1) // 2, *shape) * 3 + 1).requires_grad_(True)
+        ref = torch.nn.BatchNorm1d(3) if len(shape) == 2 else torch.nn.BatchNorm2d(3)
         ref(full).pow(2).sum().backward()
-        rows = slice(shape[0] * r, shape[0] * r + shape[0])
+        rows = slice(r * (r + 1) // 2, r * (r + 1) // 2 + r + 1)
         part = full.detach()[rows].clone().requires_grad_(True)
         sbn = hvd.SyncBatchNorm(3)
         out = sbn(part)
