@@ -11,7 +11,8 @@ pytest.importorskip("torch")
 REQUIRED = [
     "optimizer.averages_gradients", "optimizer.fp16_compression", "optimizer.float64_model",
     "optimizer.gradient_predivide_factor", "optimizer.op_sum",
-    "optimizer.backward_passes_per_step", "optimizer.synchronize_clip_skip_synchronize",
+    "optimizer.backward_passes_per_step", "optimizer.gradients_submitted_during_backward",
+    "optimizer.synchronize_clip_skip_synchronize",
     "optimizer.parameter_unused_on_some_ranks", "optimizer.sparse_as_dense",
     "optimizer.process_set", "optimizer.param_groups_without_named_parameters",
     "broadcast_parameters_and_adam_state", "broadcast_parameters_named_and_sgd_momentum",

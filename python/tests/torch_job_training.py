@@ -155,6 +155,37 @@ def _():
     same(m, ref, 1e-5)
 
 
+@suite.check("optimizer.gradients_submitted_during_backward")
+def _():
+    # A probe between the two layers sees, during backward, that the second layer's gradients
+    # were already handed to the engine (the optimizer's pending handles) — before the first
+    # layer's gradients exist: communication overlaps the rest of backward.
+    seen = {}
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen["late"] = sorted(name for p, (h, _) in opt._handles.items()
+                                  if h is not None for name in [names[p]])
+            seen["early_grad"] = m[0].weight.grad is not None
+            return grad
+
+    m = model()
+    names = {p: name for name, p in m.named_parameters()}
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters())
+    opt.zero_grad()
+    out = m[2](Probe.apply(m[1](m[0](X[MINE]))))
+    mse(out, Y[MINE]).backward()
+    opt.step()
+    assert seen["late"] == ["2.bias", "2.weight"], seen
+    assert not seen["early_grad"], seen
+
+
 @suite.check("optimizer.synchronize_clip_skip_synchronize")
 def _():
     m = model()
