@@ -238,6 +238,14 @@ def _():
         assert b.item() == members[-1], (b, members)
         obj = hvd.allgather_object(r, process_set=mine)
         assert obj == members, obj
+        k, size = mine.rank(), mine.size()
+        rows = torch.arange(2.0 * size).reshape(2 * size, 1)
+        rs = hvd.reducescatter(rows * (k + 1), op=hvd.Sum, name="ps.rs", process_set=mine)
+        assert rs.reshape(-1).tolist() == (rows[2 * k:2 * k + 2] * size * (size + 1) / 2
+                                           ).reshape(-1).tolist(), rs
+        a2a = hvd.alltoall(torch.arange(size) + 10 * k, name="ps.a2a", process_set=mine)
+        assert a2a.tolist() == [10 * j + k for j in range(size)], a2a
+        hvd.barrier(process_set=mine)
         # Unnamed operations on the even ranks' set only: the next unnamed global operation
         # must still get the same generated name on every rank (else it never matches).
         if mine is evens:
