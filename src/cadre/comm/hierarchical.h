@@ -53,7 +53,8 @@ std::vector<size_t> SplitCounts(size_t count, int parts);
 
 struct LeveledOptions {
   // Pipelining. A message of more than `pipeline_bytes` is cut into ceil(bytes / pipeline_bytes)
-  // nearly equal chunks, at most `max_chunks` (0: no limit). The calling thread runs the
+  // chunks, at most `max_chunks` (0: no limit); from three chunks on, the first and the last are
+  // smaller than the others (hierarchical_pipeline.cc says why). The calling thread runs the
   // innermost level's reduce-scatter and allgather, chunk after chunk, while a helper thread runs
   // the levels above on the chunk in between: the reduce-scatter of chunk k+1 and the allgather
   // of chunk k-1 (shared memory) overlap the inter-host transfer of chunk k, so the host links

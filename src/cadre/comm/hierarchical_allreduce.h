@@ -11,7 +11,7 @@
 //
 // Both pipeline large messages (a helper thread runs the transfers between hosts while the calling
 // thread works inside the host, see LeveledOptions). A call's AllreduceOptions::segment_bytes,
-// when not 0, is its exact pipeline chunk size too, with no limit on the number of chunks
+// when not 0, sets its number of pipeline chunks (bytes / segment_bytes, rounded up, no limit)
 // ("bytes per pipelined piece"; tests set it tiny to run many chunks), as well as the segment
 // size of the ring between hosts.
 //
@@ -32,12 +32,13 @@ namespace cadre::comm {
 
 void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options);
 
-// Pipelining (LeveledOptions): messages above kDefaultPipelineBytes are cut into chunks of at
-// least that size, at most kDefaultPipelineChunks of them. A chunk of 1 MiB keeps the ring across
-// hosts bandwidth-bound on 1 Gbit/s links. 4 chunks expose a quarter of the work inside the host
-// (the first chunk's reduce-scatter, the last one's allgather: about 1% of a large allreduce at
-// 2 x 2 on 1 Gbit/s) and bound what pipelining adds on links with delay: every chunk's ring pays
-// its 2(N-1) steps' latency again (about 8 ms more per message at 2 hosts and 1 ms delay).
+// Pipelining (LeveledOptions): messages above kDefaultPipelineBytes are cut into one chunk per
+// started kDefaultPipelineBytes, at most kDefaultPipelineChunks. Chunks of about 1 MiB keep the
+// ring across hosts bandwidth-bound on 1 Gbit/s links. With 4 chunks the work inside the host
+// that the links wait for (the first chunk's reduce-scatter, the last one's allgather, each
+// 1/8 of the message) is under 1% of a large allreduce at 2 x 2 on 1 Gbit/s; the limit bounds
+// what pipelining adds on links with delay: every chunk's ring pays its 2(N-1) steps' latency
+// again (about 8 ms more per message at 2 hosts and 1 ms delay).
 inline constexpr size_t kDefaultPipelineBytes = 1 << 20;
 inline constexpr size_t kDefaultPipelineChunks = 4;
 
