@@ -33,13 +33,14 @@ namespace cadre::comm {
 void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options);
 
 // Pipelining (LeveledOptions): messages above kDefaultPipelineBytes are cut into one chunk per
-// started kDefaultPipelineBytes, at most kDefaultPipelineChunks. Chunks of about 1 MiB keep the
-// ring across hosts bandwidth-bound on 1 Gbit/s links. With 4 chunks the work inside the host
-// that the links wait for (the first chunk's reduce-scatter, the last one's allgather, each
-// 1/8 of the message) is under 1% of a large allreduce at 2 x 2 on 1 Gbit/s; the limit bounds
-// what pipelining adds on links with delay: every chunk's ring pays its 2(N-1) steps' latency
-// again (about 8 ms more per message at 2 hosts and 1 ms delay).
-inline constexpr size_t kDefaultPipelineBytes = 1 << 20;
+// started kDefaultPipelineBytes, at most kDefaultPipelineChunks. Chunks of 512 KiB still keep
+// the ring across hosts bandwidth-bound on 1 Gbit/s links (at 4 x 2, 1 MiB in two chunks took
+// 13.9-14.3 ms, in one 15.2-17.0). With 4 chunks the work inside the host that the links wait
+// for (the first chunk's reduce-scatter, the last one's allgather, each 1/8 of the message) is
+// under 1% of a large allreduce at 2 x 2 on 1 Gbit/s; the limit bounds what pipelining adds on
+// links with delay: every chunk's ring pays its 2(N-1) steps' latency again (about 8 ms more per
+// message at 2 hosts and 1 ms delay).
+inline constexpr size_t kDefaultPipelineBytes = 512 << 10;
 inline constexpr size_t kDefaultPipelineChunks = 4;
 
 struct HierarchyOptions {
