@@ -41,15 +41,22 @@ def role():
     return learner_role()["role"]
 
 
-def serve(step_timeout=300.0, timeout=None):
+def serve(step_timeout=300.0, timeout=None, worker_timeout=600.0):
     """Serves this learner's share of the variables on its port 2222 and returns once every
-    worker is done (True), or False when ``timeout`` seconds pass first."""
+    worker is done (True), or False when ``timeout`` seconds pass first.
+
+    Never waits forever for dead workers: a worker that has not said done and has had no request
+    in progress for ``worker_timeout`` seconds (counted from the start for one never heard from)
+    is presumed dead, and serve() raises CadreError naming it. Under ``cadre run`` the
+    supervisor ends the job sooner when a worker process fails. A sync step waits at most
+    ``step_timeout`` seconds for the other workers' gradients."""
     r = learner_role()
     if r["role"] != "ps":
         raise _core.CadreInvalidArgument(
             "cadre.ps.serve: learner %d is a worker (PS_HOSTS_COUNT=%d)"
             % (r["learner_id"], r["num_servers"]))
-    server = _core.PsServer(r["listen_address"], r["num_workers"], r["token"], step_timeout)
+    server = _core.PsServer(r["listen_address"], r["num_workers"], r["token"], step_timeout,
+                            worker_timeout)
     try:
         return server.wait(timeout)
     finally:

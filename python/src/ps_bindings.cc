@@ -21,7 +21,9 @@ using ps::Client;
 using ps::Server;
 
 Duration Seconds(double s, const char* what) {
-  if (!(s > 0)) throw Error(InvalidArgument(std::string(what) + " must be a positive number"));
+  // At most ~3 years: larger values would overflow the clock arithmetic of the deadlines.
+  if (!(s > 0) || s > 1e8)
+    throw Error(InvalidArgument(std::string(what) + " must be a positive number of seconds"));
   return Duration(static_cast<int64_t>(s * 1000));
 }
 
@@ -95,18 +97,21 @@ void BindPs(py::module_& m) {
 
   py::class_<Server>(m, "PsServer")
       .def(py::init([](const std::string& address, int num_workers, const std::string& token,
-                       double step_timeout_s) {
+                       double step_timeout_s, double worker_timeout_s) {
              ps::ServerOptions o;
              o.address = address;
              o.num_workers = num_workers;
              o.token = token;
              o.step_timeout = Seconds(step_timeout_s, "step_timeout");
+             o.worker_timeout = Seconds(worker_timeout_s, "worker_timeout");
              std::unique_ptr<Server> s;
              ThrowIfError(Server::Start(o, &s));
              return s;
            }),
            py::arg("address"), py::arg("num_workers"), py::arg("token") = "",
-           py::arg("step_timeout") = 300.0)
+           py::arg("step_timeout") = 300.0,
+           py::arg("worker_timeout") =
+               std::chrono::duration<double>(ps::kDefaultWorkerTimeout).count())
       .def_property_readonly("port", &Server::port)
       .def(
           "wait",
@@ -119,7 +124,8 @@ void BindPs(py::module_& m) {
             return true;
           },
           py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>(),
-          "Blocks until every worker said done (True) or the timeout passes (False)")
+          "Blocks until every worker said done (True) or the timeout passes (False); raises "
+          "CadreError naming the workers silent for worker_timeout without saying done")
       .def("shutdown", &Server::Shutdown, py::call_guard<py::gil_scoped_release>());
 
   py::class_<Client>(m, "PsClient")

@@ -116,6 +116,27 @@ def test_bad_input_is_reported_not_applied():
         server.shutdown()
 
 
+def test_server_gives_up_on_workers_that_die_without_done():
+    # Worker 0 finishes properly; worker 1 declares and then vanishes without saying done (as a
+    # killed process would). wait() must end with an error naming worker 1, not block forever.
+    server = ps.PsServer("127.0.0.1:0", 2, "tok", 30.0, worker_timeout=0.5)
+    addr = ["127.0.0.1:%d" % server.port]
+    try:
+        w = torch.zeros(4)
+        for worker in (0, 1):
+            c = _core.PsClient(addr, worker, "tok", connect_timeout=10)
+            c.declare([("w", [4], w.data_ptr(), {"kind": "sum"}, True)])
+            if worker == 0:
+                c.done()
+            del c
+        with pytest.raises(_core.CadreError, match="worker 1 sent no request .* did not say done"):
+            server.wait(60)
+    finally:
+        server.shutdown()
+    with pytest.raises(_core.CadreInvalidArgument, match="worker_timeout"):
+        ps.PsServer("127.0.0.1:0", 1, "tok", 30.0, worker_timeout=-1)
+
+
 JOB = textwrap.dedent("""
     import json, os, torch
     import cadre.ps as ps
@@ -168,3 +189,43 @@ def test_ps_job_one_server_two_workers(tmp_path):
     # The server returned by itself once both workers were done (or the runner stopped it
     # when the workers finished first); either way it is no longer running.
     assert "every worker is done" in proc.stdout or server["slots"][0]["stopped_by_runner"]
+
+
+def _bench_rows(text):
+    """The table rows of `cadre bench ps`: lists of fields, header and comments skipped."""
+    return [line.split() for line in text.splitlines()
+            if line and line[0].isdigit()]
+
+
+def test_bench_ps_loopback_and_emulated():
+    cadre = os.path.join(BUILD, "cadre")
+    if not os.path.exists(cadre):
+        pytest.fail("%s is not built" % cadre)
+    proc = subprocess.run([cadre, "bench", "ps", "--servers", "1", "2", "--workers", "2",
+                           "--sizes", "4K", "--iterations", "2"],
+                          timeout=120, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _bench_rows(proc.stdout)
+    assert [(r[0], r[1], r[2] + r[3]) for r in rows] == [("1", "2", "4KiB"), ("2", "2", "4KiB")]
+    assert all(float(r[4]) > 0 for r in rows)  # step ms
+    bad = subprocess.run([cadre, "bench", "ps", "--sizes", "4X"], timeout=60,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert bad.returncode == 2 and "--sizes '4X'" in bad.stderr
+
+    if os.geteuid() != 0:
+        pytest.skip("emulated nodes need root")
+    # One process per server and worker on emulated nodes; 256 KiB at 1 Gbit/s is 2.1 ms of link
+    # time, and a step cannot beat the link (the column is a fraction of the bound).
+    proc = subprocess.run([cadre, "bench", "ps", "--emulate-network", "1gbit", "--servers", "1",
+                           "--workers", "1", "2", "--sizes", "256K", "--iterations", "2"],
+                          timeout=180, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0 and "netns" in proc.stderr:
+        pytest.skip("no network namespaces here: " + proc.stderr.strip()[-200:])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "emulated nodes, link 1gbit" in proc.stdout
+    rows = _bench_rows(proc.stdout)
+    assert [(r[0], r[1]) for r in rows] == [("1", "1"), ("1", "2")]
+    for r in rows:
+        step_ms, bound_ms, fraction = float(r[4]), float(r[7]), float(r[8].rstrip("%"))
+        assert bound_ms == pytest.approx(2.097 * int(r[1]), rel=0.01)
+        assert step_ms >= bound_ms * 0.95 and 0 < fraction <= 105

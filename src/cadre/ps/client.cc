@@ -1,5 +1,7 @@
 #include "cadre/ps/client.h"
 
+#include <grpc/grpc.h>
+
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -27,6 +29,19 @@ struct Piece {
   const float* src = nullptr;
   float* dst = nullptr;
 };
+
+// gRPC shuts its library down when its last channel or server goes away (grpc_shutdown), and in
+// gRPC 1.51 that joins an executor thread that may sit in a poll of up to 10 s: destroying a
+// worker's last Client (or exiting the process) then stalled for ~10 s about one time in three.
+// Holding one library reference for the rest of the process means that shutdown never runs; the
+// process's exit reclaims everything. Thread-safe (a function-local static).
+void HoldGrpcLibrary() {
+  static const bool held = [] {
+    grpc_init();
+    return true;
+  }();
+  (void)held;
+}
 
 int64_t Product(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -176,11 +191,17 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   if (options.message_bytes > (32 << 20))
     return InvalidArgument("ps client: message_bytes above 32 MiB exceeds the servers' limit");
   if (options.max_in_flight < 1) return InvalidArgument("ps client: max_in_flight must be >= 1");
+  HoldGrpcLibrary();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
+  // Workers usually start before their servers listen; gRPC's default first reconnect after a
+  // refused connection is 1 s (then growing to 120 s). Retry sooner and cap the wait at 2 s.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   for (size_t s = 0; s < options.servers.size(); ++s) {
     // A channel of its own per server and per client, so that workers in one process do not
     // share (and serialise on) one connection.

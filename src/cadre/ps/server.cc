@@ -134,8 +134,13 @@ Status Server::Start(const ServerOptions& options, std::unique_ptr<Server>* out)
                            std::to_string(options.num_workers));
   if (options.step_timeout <= Duration::zero())
     return InvalidArgument("ps server: step_timeout must be positive");
+  // Bounded so that "now + timeout" cannot overflow the clock.
+  if (options.worker_timeout <= Duration::zero() ||
+      options.worker_timeout > std::chrono::hours(24 * 365))
+    return InvalidArgument("ps server: worker_timeout must be positive and at most a year");
   auto impl = std::make_unique<Impl>();
-  impl->state = std::make_unique<ServerState>(options.num_workers, options.step_timeout);
+  impl->state = std::make_unique<ServerState>(options.num_workers, options.step_timeout,
+                                              options.worker_timeout);
   impl->service = std::make_unique<Service>(impl->state.get(), options.token);
   if (options.token.empty()) {
     CADRE_LOG(WARNING) << "ps server on " << options.address

@@ -21,6 +21,9 @@ struct ServerOptions {
   int num_workers = 1;
   std::string token;  // the job token; empty accepts every request (logged as a warning)
   Duration step_timeout = std::chrono::seconds(300);  // how long a sync step may wait for workers
+  // How long a worker that has not said done may have no request in progress before
+  // WaitAllDone gives up on it (kIo naming it): workers that died without saying done.
+  Duration worker_timeout = kDefaultWorkerTimeout;
 };
 
 class Server {
@@ -32,7 +35,8 @@ class Server {
   int port() const;
   ServerState& state();
 
-  // Blocks until every worker said done (kOk), the deadline (kTimeout) or Shutdown (kAborted).
+  // Blocks until every worker said done (kOk), the deadline (kTimeout), Shutdown (kAborted) or a
+  // worker silent for worker_timeout (kIo, naming it).
   Status WaitAllDone(const Deadline& deadline);
 
   // Fails pending waits with kAborted, lets in-flight RPCs finish (up to 5 s) and stops.

@@ -53,11 +53,38 @@ struct ServerState::Part {
   }
 };
 
-ServerState::ServerState(int num_workers, Duration step_timeout)
+ServerState::ServerState(int num_workers, Duration step_timeout, Duration worker_timeout)
     : num_workers_(num_workers),
       step_timeout_(step_timeout),
+      worker_timeout_(worker_timeout),
       done_(static_cast<size_t>(std::max(num_workers, 0)), false),
-      live_workers_(std::max(num_workers, 0)) {}
+      live_workers_(std::max(num_workers, 0)),
+      calls_in_progress_(static_cast<size_t>(std::max(num_workers, 0)), 0),
+      last_seen_(static_cast<size_t>(std::max(num_workers, 0)), Clock::now()) {}
+
+// Constructed after CheckWorker succeeded and before the call takes mu_ (so that it is destroyed
+// after the call released it).
+class ServerState::Activity {
+ public:
+  Activity(ServerState& s, int worker) : s_(s), w_(static_cast<size_t>(worker)) {
+    std::lock_guard lock(s_.mu_);
+    s_.calls_in_progress_[w_] += 1;
+    s_.last_seen_[w_] = Clock::now();
+  }
+  ~Activity() {
+    std::lock_guard lock(s_.mu_);
+    s_.calls_in_progress_[w_] -= 1;
+    s_.last_seen_[w_] = Clock::now();
+    // No notify: activity only moves a worker's liveness deadline later, and WaitAllDone, waking
+    // at the earlier one, recomputes it.
+  }
+  Activity(const Activity&) = delete;
+  Activity& operator=(const Activity&) = delete;
+
+ private:
+  ServerState& s_;
+  size_t w_;
+};
 
 ServerState::~ServerState() = default;
 
@@ -94,6 +121,7 @@ Status ServerState::Lookup(const PartitionRef& id, const std::string& dtype, siz
 Status ServerState::Declare(int worker, const std::vector<DeclareArgs>& parts,
                             std::vector<bool>* created) {
   CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  Activity activity(*this, worker);
   std::lock_guard lock(mu_);
   created->assign(parts.size(), false);
   std::vector<std::string> fresh;  // keys created by earlier entries of this same request
@@ -179,6 +207,7 @@ void ServerState::MaybeApply(Part& part) {
 
 Status ServerState::Push(int worker, int64_t step, const std::vector<ChunkArgs>& grads) {
   CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  Activity activity(*this, worker);
   if (step < 0) return InvalidArgument("push: step " + std::to_string(step) + " is negative");
   std::unique_lock lock(mu_);
   if (done_[static_cast<size_t>(worker)])
@@ -236,6 +265,7 @@ Status ServerState::Pull(
     int worker, int64_t step, const std::vector<PartitionRef>& ids,
     const std::function<void(const PartitionRef&, std::span<const float>)>& emit) {
   CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  Activity activity(*this, worker);
   if (step < 0) return InvalidArgument("pull: step " + std::to_string(step) + " is negative");
   std::unique_lock lock(mu_);
   std::vector<Part*> targets(ids.size());
@@ -274,17 +304,40 @@ Status ServerState::WorkerDone(int worker, int* remaining) {
   return Status::Ok();
 }
 
+std::vector<int> ServerState::SilentWorkers(Clock::time_point silent_since) const {
+  std::vector<int> out;
+  for (int w = 0; w < num_workers_; ++w) {
+    auto i = static_cast<size_t>(w);
+    if (!done_[i] && calls_in_progress_[i] == 0 && last_seen_[i] <= silent_since) out.push_back(w);
+  }
+  return out;
+}
+
 Status ServerState::WaitAllDone(const Deadline& deadline) {
   std::unique_lock lock(mu_);
-  auto finished = [&] { return aborted_ || live_workers_ == 0; };
-  bool ok = true;
-  if (deadline.at() == Clock::time_point::max()) {
-    cv_.wait(lock, finished);  // the caller chose no deadline (a server waiting for its job)
-  } else {
-    ok = cv_.wait_until(lock, deadline.at(), finished);
+  while (!aborted_ && live_workers_ > 0) {
+    const auto now = Clock::now();
+    std::vector<int> silent = SilentWorkers(now - worker_timeout_);
+    if (!silent.empty()) {
+      std::string list;
+      for (int w : silent) list += (list.empty() ? "" : ", ") + std::to_string(w);
+      return IoError("worker" + std::string(silent.size() > 1 ? "s " : " ") + list +
+                     " sent no request for " + Seconds(worker_timeout_) +
+                     " and did not say done (exited or stuck?); " + std::to_string(live_workers_) +
+                     " of " + std::to_string(num_workers_) + " workers not done");
+    }
+    if (now >= deadline.at()) return TimeoutError("workers still running at the deadline");
+    // Wake at the deadline or when the longest-silent idle worker would time out (recomputed
+    // then: it may have been active since).
+    auto wake = deadline.at();
+    for (int w = 0; w < num_workers_; ++w) {
+      auto i = static_cast<size_t>(w);
+      if (!done_[i] && calls_in_progress_[i] == 0)
+        wake = std::min(wake, last_seen_[i] + worker_timeout_);
+    }
+    cv_.wait_until(lock, wake);
   }
   if (aborted_ && live_workers_ > 0) return AbortedError("the server was shut down");
-  if (!ok) return TimeoutError("workers still running at the deadline");
   return Status::Ok();
 }
 

@@ -12,6 +12,10 @@
 // - Async partitions: each push is applied at once; pulls return the current values.
 // - Every wait ends by the step timeout (an error naming the workers still missing) or by
 //   Abort() (kAborted). Thread-safe: all methods may be called from many RPC threads at once.
+// - Worker liveness: a worker that has not said done is presumed dead once it has had no call in
+//   progress for `worker_timeout` (counted from construction for a worker never heard from);
+//   WaitAllDone then fails (kIo) naming it, so a server whose workers died without saying done
+//   does not wait forever.
 #pragma once
 
 #include <condition_variable>
@@ -53,9 +57,14 @@ struct ChunkArgs {
   std::string_view data;  // count float32 values
 };
 
+// How long a worker may stay silent by default (see the liveness contract above): long enough for
+// a worker's start-up, data loading or an evaluation pass between steps.
+inline constexpr Duration kDefaultWorkerTimeout = std::chrono::seconds(600);
+
 class ServerState {
  public:
-  ServerState(int num_workers, Duration step_timeout);
+  ServerState(int num_workers, Duration step_timeout,
+              Duration worker_timeout = kDefaultWorkerTimeout);
   ~ServerState();
 
   int num_workers() const { return num_workers_; }
@@ -75,7 +84,8 @@ class ServerState {
   // Marks `worker` done; sync steps stop waiting for it. Idempotent. *remaining = workers not done.
   Status WorkerDone(int worker, int* remaining);
 
-  // Waits until every worker said done; kTimeout at the deadline, kAborted after Abort().
+  // Waits until every worker said done; kTimeout at the deadline, kAborted after Abort(), kIo
+  // naming the workers presumed dead (see the liveness contract).
   Status WaitAllDone(const Deadline& deadline);
 
   // Wakes every waiter with kAborted; later waits fail at once. Called at shutdown.
@@ -86,7 +96,10 @@ class ServerState {
 
  private:
   struct Part;
+  class Activity;  // marks a worker's call in progress (liveness), RAII
   Status CheckWorker(int worker) const;
+  // Workers not done, with no call in progress, silent since before `silent_since`. Needs mu_.
+  std::vector<int> SilentWorkers(Clock::time_point silent_since) const;
   // Finds and checks a chunk's partition (existence, dtype, extent, payload size). Needs mu_.
   Status Lookup(const PartitionRef& id, const std::string& dtype, size_t bytes, Part** out) const;
   // Applies a sync partition's pending step when every live worker contributed. Needs mu_.
@@ -96,11 +109,14 @@ class ServerState {
 
   const int num_workers_;
   const Duration step_timeout_;
+  const Duration worker_timeout_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::unique_ptr<Part>> parts_;  // GUARDED_BY(mu_)
   std::vector<bool> done_;                              // GUARDED_BY(mu_)
   int live_workers_;                                    // GUARDED_BY(mu_)
+  std::vector<int> calls_in_progress_;                  // GUARDED_BY(mu_), per worker
+  std::vector<Clock::time_point> last_seen_;            // GUARDED_BY(mu_), per worker
   bool aborted_ = false;                                // GUARDED_BY(mu_)
 };
 

@@ -140,5 +140,37 @@ TEST(ServerStateTest, AbortWakesWaiters) {
   EXPECT_EQ(s.WaitAllDone(Deadline::Never()).code(), Code::kAborted);
 }
 
+TEST(ServerStateTest, SilentWorkerIsPresumedDead) {
+  // Worker 0 declares and says done; worker 1 declares and then goes silent (it "died").
+  ServerState s(2, std::chrono::seconds(10), std::chrono::milliseconds(200));
+  std::vector<float> init{0};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", init)}, &created).ok());
+  ASSERT_TRUE(s.Declare(1, {Decl("w", init)}, &created).ok());
+  int remaining = -1;
+  ASSERT_TRUE(s.WorkerDone(0, &remaining).ok());
+  Status st = s.WaitAllDone(Deadline(std::chrono::seconds(60)));
+  EXPECT_EQ(st.code(), Code::kIo) << st.ToString();  // not the deadline: a bounded, clear error
+  EXPECT_NE(st.message().find("worker 1 sent no request"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("1 of 2 workers not done"), std::string::npos) << st.message();
+}
+
+TEST(ServerStateTest, WorkerWithACallInProgressIsAlive) {
+  // Worker 0 waits in a pull (for a step nobody pushes) for longer than worker_timeout: it is
+  // waiting, not dead, so WaitAllDone runs into its own deadline instead.
+  ServerState s(1, std::chrono::seconds(30), std::chrono::milliseconds(1000));
+  std::vector<float> init{0};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", init)}, &created).ok());
+  std::thread t([&] {
+    Status pull =
+        s.Pull(0, 1, {{"w", 0, 0, 1}}, [](const PartitionRef&, std::span<const float>) {});
+    EXPECT_EQ(pull.code(), Code::kAborted);
+  });
+  EXPECT_EQ(s.WaitAllDone(Deadline(std::chrono::milliseconds(2500))).code(), Code::kTimeout);
+  s.Abort();
+  t.join();
+}
+
 }  // namespace
 }  // namespace cadre::ps
