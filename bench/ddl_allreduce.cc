@@ -189,7 +189,8 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
   if (lead) {
     std::lock_guard lock(*print_mu);
     std::printf(
-        "# %d hosts x %d slots, link %s; hierarchical levels %s, pipeline chunks >= %zu bytes, <= "
+        "# %d hosts x %d slots, link %s; hierarchical levels %s, pipeline chunks >= %zu bytes x "
+        "hosts, <= "
         "%zu\n",
         hosts, args.slots, link.c_str(), comm::GridToString(hier->levels()).c_str(),
         args.pipeline_bytes, args.pipeline_chunks);

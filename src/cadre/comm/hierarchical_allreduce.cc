@@ -71,11 +71,14 @@ void FlatAllreduce(Communicator& comm, const AllreduceOptions& options) {
   Allreduce(comm, flat);
 }
 
-// The pipelining of one call (see the header): the call's segment_bytes, when set, overrides.
-LeveledOptions Pipelining(const AllreduceOptions& o, size_t pipeline_bytes, size_t max_chunks) {
+// The pipelining of one call (see the header): chunks of at least pipeline_bytes per host; the
+// call's segment_bytes, when set, overrides.
+LeveledOptions Pipelining(const AllreduceOptions& o, size_t pipeline_bytes, size_t max_chunks,
+                          int hosts) {
   LeveledOptions l;
   if (pipeline_bytes == 0) return l;
-  l.pipeline_bytes = o.segment_bytes != 0 ? o.segment_bytes : pipeline_bytes;
+  l.pipeline_bytes =
+      o.segment_bytes != 0 ? o.segment_bytes : pipeline_bytes * static_cast<size_t>(hosts);
   l.max_chunks = o.segment_bytes != 0 ? 0 : max_chunks;
   return l;
 }
@@ -99,7 +102,8 @@ void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options) 
     levels.push_back(l.get());
   }
   const HierarchyOptions defaults;
-  LeveledOptions leveled = Pipelining(options, defaults.pipeline_bytes, defaults.pipeline_chunks);
+  LeveledOptions leveled =
+      Pipelining(options, defaults.pipeline_bytes, defaults.pipeline_chunks, t.cross_size);
   LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op,
                    leveled);
 }
@@ -176,7 +180,8 @@ void Hierarchy::Allreduce(const AllreduceOptions& options) {
     static_cast<CommLevel*>(g.get())->set_call(options);
     levels.push_back(g.get());
   }
-  LeveledOptions leveled = Pipelining(options, pipeline_bytes_, pipeline_chunks_);
+  LeveledOptions leveled =
+      Pipelining(options, pipeline_bytes_, pipeline_chunks_, comm_.topology().cross_size);
   leveled.scratch = &scratch_;
   LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op,
                    leveled);

@@ -32,23 +32,24 @@ namespace cadre::comm {
 
 void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options);
 
-// Pipelining (LeveledOptions): messages above kDefaultPipelineBytes are cut into one chunk per
-// started kDefaultPipelineBytes, at most kDefaultPipelineChunks. Chunks of 512 KiB still keep
-// the ring across hosts bandwidth-bound on 1 Gbit/s links (at 4 x 2, 1 MiB in two chunks took
-// 13.9-14.3 ms, in one 15.2-17.0). With 4 chunks the work inside the host that the links wait
-// for (the first chunk's reduce-scatter, the last one's allgather, each 1/8 of the message) is
-// under 1% of a large allreduce at 2 x 2 on 1 Gbit/s; the limit bounds what pipelining adds on
-// links with delay: every chunk's ring pays its 2(N-1) steps' latency again (about 8 ms more per
-// message at 2 hosts and 1 ms delay).
-inline constexpr size_t kDefaultPipelineBytes = 512 << 10;
+// Pipelining (LeveledOptions): messages are cut into chunks of at least kDefaultPipelineBytes
+// times the number of hosts, at most kDefaultPipelineChunks. Every chunk's ring across the hosts
+// pays its 2(hosts-1) steps' latency again, so a chunk must carry enough per step to hide it:
+// per host link, a step moves about chunk / hosts. Measured on emulated 1 Gbit/s links with 1 ms
+// delay (docs/benchmarks.md), 4 x 2 at 4 MiB took 64.6 ms in one pass and 80.8 ms in 4 chunks,
+// while 2 x 2 at 16 MiB took 155.9 ms in 4 chunks and 164.7 in one pass. With 4 chunks the work
+// inside the host that the links wait for (the first chunk's reduce-scatter, the last one's
+// allgather, each 1/8 of the message) is under 1% of a large allreduce at 2 x 2.
+inline constexpr size_t kDefaultPipelineBytes = 1 << 20;
 inline constexpr size_t kDefaultPipelineChunks = 4;
 
 struct HierarchyOptions {
   // How the hosts are arranged, innermost dimension first; the product must be the number of
   // hosts. Empty: ChooseHostGrid(hosts). {hosts} forces one ring across the hosts.
   std::vector<int> host_grid;
-  // LeveledOptions::pipeline_bytes and max_chunks; pipeline_bytes 0 turns pipelining off. Every
-  // rank must pass the same.
+  // Chunks of at least pipeline_bytes x hosts (LeveledOptions::pipeline_bytes), at most
+  // pipeline_chunks (max_chunks); pipeline_bytes 0 turns pipelining off. Every rank must pass the
+  // same.
   size_t pipeline_bytes = kDefaultPipelineBytes;
   size_t pipeline_chunks = kDefaultPipelineChunks;
 };
