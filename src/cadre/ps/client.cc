@@ -1,7 +1,5 @@
 #include "cadre/ps/client.h"
 
-#include <grpc/grpc.h>
-
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -29,19 +27,6 @@ struct Piece {
   const float* src = nullptr;
   float* dst = nullptr;
 };
-
-// gRPC shuts its library down when its last channel or server goes away (grpc_shutdown), and in
-// gRPC 1.51 that joins an executor thread that may sit in a poll of up to 10 s: destroying a
-// worker's last Client (or exiting the process) then stalled for ~10 s about one time in three.
-// Holding one library reference for the rest of the process means that shutdown never runs; the
-// process's exit reclaims everything. Thread-safe (a function-local static).
-void HoldGrpcLibrary() {
-  static const bool held = [] {
-    grpc_init();
-    return true;
-  }();
-  (void)held;
-}
 
 int64_t Product(const std::vector<int64_t>& shape) {
   int64_t n = 1;

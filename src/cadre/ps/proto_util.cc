@@ -1,5 +1,7 @@
 #include "cadre/ps/proto_util.h"
 
+#include <grpc/grpc.h>
+
 namespace cadre::ps {
 
 grpc::StatusCode ToGrpcCode(Code code) {
@@ -104,6 +106,14 @@ void ToProto(const PartitionRef& id, proto::PartitionId* out) {
   out->set_index(id.index);
   out->set_offset(id.offset);
   out->set_count(id.count);
+}
+
+void HoldGrpcLibrary() {
+  static const bool held = [] {
+    grpc_init();
+    return true;
+  }();
+  (void)held;
 }
 
 }  // namespace cadre::ps

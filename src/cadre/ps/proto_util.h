@@ -24,4 +24,11 @@ Status FromProto(const proto::OptimizerConfig& config, OptimizerConfig* out);
 PartitionRef FromProto(const proto::PartitionId& id);
 void ToProto(const PartitionRef& id, proto::PartitionId* out);
 
+// gRPC shuts its library down when its last channel or server goes away (grpc_shutdown), and in
+// gRPC 1.51 that joins an executor thread that may sit in a poll of up to 10 s: destroying a
+// worker's last Client (or exiting the process) stalled for ~10 s about one time in three. Every
+// Client and Server calls this first: one library reference held for the rest of the process
+// means that shutdown never runs; the process's exit reclaims everything. Thread-safe.
+void HoldGrpcLibrary();
+
 }  // namespace cadre::ps

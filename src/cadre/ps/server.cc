@@ -138,6 +138,7 @@ Status Server::Start(const ServerOptions& options, std::unique_ptr<Server>* out)
   if (options.worker_timeout <= Duration::zero() ||
       options.worker_timeout > std::chrono::hours(24 * 365))
     return InvalidArgument("ps server: worker_timeout must be positive and at most a year");
+  HoldGrpcLibrary();
   auto impl = std::make_unique<Impl>();
   impl->state = std::make_unique<ServerState>(options.num_workers, options.step_timeout,
                                               options.worker_timeout);
