@@ -5,7 +5,11 @@ Runs, at 2 and 4 ranks on this machine, the Fashion-MNIST CNN for a fixed number
 cadre.torch.DistributedOptimizer and with DistributedDataParallel (gloo), and prints samples/s
 and the ratio; then allreduces a synthetic ResNet-50 gradient set (161 tensors, ~100 MB) per
 step with cadre's fusion, without fusion (threshold 0), and with gloo one tensor at a time; and
-the latency of a 4-byte allreduce through the Python API.
+the latency of a 4-byte allreduce through the Python API next to the raw C++ collective
+(`cadre bench allreduce`), on one host (shared memory) and across two learners (TCP).
+
+Every throughput figure is the median of --repeats runs, the contenders interleaved (cadre, DDP,
+cadre, DDP, ...) so that a burst of load on a shared machine does not favour one of them.
 
     PYTHONPATH=build/python:python /usr/bin/python3 bench/train.py [--sizes 2 4] [--steps 40]
 """
@@ -13,6 +17,8 @@ import argparse
 import json
 import os
 import socket
+import statistics
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,11 +33,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(mode, size, steps, env=None):
+def run(mode, size, steps, env=None, hosts=1):
     e = {"BENCH_PORT": str(free_port())}
     e.update(env or {})
     results = run_ranks([os.path.join(HERE, "train_worker.py"), mode, "--steps", str(steps)],
-                        size, env=e, timeout=600)
+                        size, env=e, timeout=600, hosts=hosts)
     for r in results:
         if r.returncode != 0:
             raise SystemExit("%s at %d ranks: rank %d failed:\n%s" % (mode, size, r.rank,
@@ -47,6 +53,8 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--grad-steps", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="runs per contender and size (median reported)")
     args = ap.parse_args()
     from cadre import _core
     backend = "comm" if _core.COMM_BUILT else "store (comm layer not built: numbers are not "\
@@ -56,9 +64,14 @@ def main():
     print("Fashion-MNIST CNN, batch 64 per rank, %d steps" % args.steps)
     print("%-6s %16s %16s %8s" % ("ranks", "cadre samples/s", "DDP samples/s", "ratio"))
     for n in args.sizes:
-        c = run("cadre", n, args.steps)["samples_per_s"]
-        d = run("ddp", n, args.steps)["samples_per_s"]
-        print("%-6d %16.0f %16.0f %7.2fx" % (n, c, d, c / d), flush=True)
+        cs, ds = [], []
+        for _ in range(args.repeats):
+            cs.append(run("cadre", n, args.steps)["samples_per_s"])
+            ds.append(run("ddp", n, args.steps)["samples_per_s"])
+        c, d = statistics.median(cs), statistics.median(ds)
+        print("%-6d %16.0f %16.0f %7.2fx   (runs: cadre %s; DDP %s)"
+              % (n, c, d, c / d, " ".join("%.0f" % x for x in cs),
+                 " ".join("%.0f" % x for x in ds)), flush=True)
     print()
     if not _core.COMM_BUILT:
         print("(skipping the ResNet-50 gradient set: the store backend moves every byte "
@@ -72,8 +85,29 @@ def main():
         gloo = run("gloo", n, args.grad_steps)["ms_per_step"]
         print("%-6d %11.0f ms %11.0f ms %12.0f ms" % (n, fused, unfused, gloo), flush=True)
     print()
-    lat = run("latency", 2, 200)["median_us"]
-    print("4-byte allreduce through cadre.torch at 2 ranks: median %.0f us" % lat)
+    print("4-byte allreduce at 2 ranks, median us: through cadre.torch vs the raw C++ "
+          "collective (cadre bench allreduce)")
+    print("%-30s %12s %12s %8s" % ("placement", "cadre.torch", "raw C++", "ratio"))
+    for label, hosts, transport in (("1 learner x 2 slots (shm)", 1, "shm"),
+                                    ("2 learners x 1 slot (TCP)", 2, "tcp")):
+        lat = run("latency", 2, 400, hosts=hosts)["median_us"]
+        raw = raw_latency_us(transport)
+        print("%-30s %12.1f %12.1f %7.2fx" % (label, lat, raw, lat / raw), flush=True)
+
+
+def raw_latency_us(transport):
+    """The 4-byte float32 allreduce of `cadre bench allreduce` (2 ranks), in microseconds."""
+    build = os.environ.get("CADRE_BUILD_DIR", os.path.join(os.path.dirname(HERE), "build"))
+    out = subprocess.run([os.path.join(build, "cadre"), "bench", "allreduce", "-n", "2",
+                          "--sizes", "4", "--transport", transport, "--json"],
+                         check=True, capture_output=True, text=True, timeout=300).stdout
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            row = json.loads(line)
+            if row.get("bytes") == 4:
+                return row["time_us"]
+    raise SystemExit("cadre bench allreduce printed no 4-byte result:\n" + out)
 
 
 if __name__ == "__main__":
