@@ -63,23 +63,39 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm) {
 
 void KillOneRankMidAllreduce(bool shm) {
   const int size = 4;
-  store::TcpStoreServerOptions so;
-  so.token = testing::kToken;
-  store::TcpStoreServer server(so);
+  // The ranks are forked before the store server starts its threads: a child forked while a
+  // server thread held a lock (OpenSSL's random generator, during another rank's handshake)
+  // would deadlock on it. Each child reads the server's port from a pipe.
   std::vector<pid_t> pids;
+  std::vector<int> port_pipes;
   for (int r = 0; r < size; ++r) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
+      close(fds[1]);
+      uint16_t port = 0;
+      if (read(fds[0], &port, sizeof port) != sizeof port) _exit(7);  // the parent failed
       int code = 6;
       try {
-        code = SurvivorOrVictim(r, size, server.port(), shm);
+        code = SurvivorOrVictim(r, size, port, shm);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
       _exit(code);
     }
+    close(fds[0]);
+    port_pipes.push_back(fds[1]);
     pids.push_back(pid);
+  }
+  store::TcpStoreServerOptions so;
+  so.token = testing::kToken;
+  store::TcpStoreServer server(so);
+  for (int fd : port_pipes) {
+    const uint16_t port = server.port();
+    ASSERT_EQ(write(fd, &port, sizeof port), static_cast<ssize_t>(sizeof port));
+    close(fd);
   }
   store::TcpStoreOptions co;
   co.port = server.port();
