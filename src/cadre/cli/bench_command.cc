@@ -21,6 +21,7 @@
 
 #include "cadre/base/status.h"
 #include "cadre/cli/commands.h"
+#include "cadre/cli/support.h"
 #include "cadre/comm/collectives.h"
 #include "cadre/comm/communicator.h"
 #include "cadre/store/tcp_store.h"
@@ -36,16 +37,6 @@ struct AllreduceBenchArgs {
   int iters = 0;  // 0 = by size
   double timeout_s = 120;
 };
-
-CLI::App* BenchGroup(CLI::App& app) {
-  // `bench` is shared by several subcommands (allreduce, ps, train): whoever registers first
-  // creates it.
-  for (CLI::App* sub : app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; }))
-    return sub;
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks, printed as tables");
-  bench->require_subcommand(1);
-  return bench;
-}
 
 std::vector<size_t> DefaultSizes() {
   std::vector<size_t> s;

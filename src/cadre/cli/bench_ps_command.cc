@@ -22,6 +22,7 @@
 #include "cadre/base/env.h"
 #include "cadre/base/status.h"
 #include "cadre/cli/commands.h"
+#include "cadre/cli/support.h"
 #include "cadre/launch/netem/host_exec.h"
 #include "cadre/launch/netem/network_emulator.h"
 #include "cadre/ps/bench.h"
@@ -51,16 +52,6 @@ struct NodeArgs {
   double timeout_s = 300;
 };
 
-CLI::App* BenchGroup(CLI::App& app) {
-  // `bench` is shared by several subcommands (allreduce, ps, train): whoever registers first
-  // creates it.
-  for (CLI::App* sub : app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; }))
-    return sub;
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks, printed as tables");
-  bench->require_subcommand(1);
-  return bench;
-}
-
 std::vector<int64_t> ParseSizes(const std::vector<std::string>& sizes) {
   std::vector<int64_t> out;
   for (const std::string& s : sizes) {
@@ -83,27 +74,6 @@ std::string SizeLabel(int64_t size) {
   return size >= (1 << 20) ? std::to_string(size >> 20) + " MiB"
                            : std::to_string(size >> 10) + " KiB";
 }
-
-// Blocks SIGINT/SIGTERM/SIGHUP while the emulated network exists, so that a Ctrl-C while it is
-// built or removed does not leave it half made; RunOnEveryHost forwards them to the processes
-// meanwhile (as `cadre netem exec` does).
-class SignalsDeferred {
- public:
-  SignalsDeferred() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, &previous_);
-  }
-  ~SignalsDeferred() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
-  SignalsDeferred(const SignalsDeferred&) = delete;
-  SignalsDeferred& operator=(const SignalsDeferred&) = delete;
-
- private:
-  sigset_t previous_;
-};
 
 // A private temporary folder, removed with its contents.
 class TempDir {
@@ -155,8 +125,9 @@ void PrintRow(const ps::BenchResult& r, double bound_s) {
   std::fflush(stdout);
 }
 
-int RunLoopback(const BenchPsArgs& args, const std::vector<int64_t>& sizes) {
-  PrintHeader(false);
+// Every configuration of the run, in table order: by size, then servers, then workers.
+std::vector<ps::BenchConfig> Matrix(const BenchPsArgs& args, const std::vector<int64_t>& sizes) {
+  std::vector<ps::BenchConfig> out;
   for (int64_t size : sizes) {
     for (int s : args.servers) {
       for (int w : args.workers) {
@@ -165,11 +136,19 @@ int RunLoopback(const BenchPsArgs& args, const std::vector<int64_t>& sizes) {
         config.workers = w;
         config.bytes = size;
         config.iterations = args.iterations;
-        ps::BenchResult r;
-        ThrowIfError(ps::RunPsBench(config, &r));
-        PrintRow(r, 0);
+        out.push_back(config);
       }
     }
+  }
+  return out;
+}
+
+int RunLoopback(const BenchPsArgs& args, const std::vector<int64_t>& sizes) {
+  PrintHeader(false);
+  for (const ps::BenchConfig& config : Matrix(args, sizes)) {
+    ps::BenchResult r;
+    ThrowIfError(ps::RunPsBench(config, &r));
+    PrintRow(r, 0);
   }
   return 0;
 }
@@ -240,18 +219,9 @@ int RunEmulated(const BenchPsArgs& args, const std::vector<int64_t>& sizes) {
           ? " (rate only: this kernel cannot emulate delay/loss)"
           : "");
   PrintHeader(true);
-  for (int64_t size : sizes) {
-    for (int s : args.servers) {
-      for (int w : args.workers) {
-        ps::BenchConfig config;
-        config.servers = s;
-        config.workers = w;
-        config.bytes = size;
-        config.iterations = args.iterations;
-        double bound = ps::PsBenchLinkBoundSeconds(config, rate);
-        PrintRow(RunEmulatedConfig(*emu, config, bound), bound);
-      }
-    }
+  for (const ps::BenchConfig& config : Matrix(args, sizes)) {
+    double bound = ps::PsBenchLinkBoundSeconds(config, rate);
+    PrintRow(RunEmulatedConfig(*emu, config, bound), bound);
   }
   ThrowIfError(emu->Destroy());
   return 0;

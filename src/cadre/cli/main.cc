@@ -10,12 +10,9 @@ namespace {
 using AddCommand = void (*)(CLI::App&, int*);
 
 constexpr AddCommand kCommands[] = {
-    cadre::cli::AddVersionCommand,
-    cadre::cli::AddRunCommand,
-    cadre::cli::AddBenchAllreduceCommand,
-    cadre::cli::AddNetemCommand,
-    cadre::cli::AddPsServerCommand,
-    cadre::cli::AddBenchPsCommand,
+    cadre::cli::AddVersionCommand,        cadre::cli::AddRunCommand,
+    cadre::cli::AddBenchAllreduceCommand, cadre::cli::AddNetemCommand,
+    cadre::cli::AddPsServerCommand,       cadre::cli::AddBenchPsCommand,
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cadre/cli/commands.h"
+#include "cadre/cli/support.h"
 #include "cadre/launch/netem/host_exec.h"
 #include "cadre/launch/netem/network_emulator.h"
 
@@ -23,24 +24,6 @@ struct ExecArgs {
   double timeout_s = 0;
   std::string state_dir = netem::kDefaultStateDir;
   std::vector<std::string> command;
-};
-
-// Blocks SIGINT/SIGTERM/SIGHUP for the command's lifetime, so that a Ctrl-C while the network is
-// being built or removed does not leave it half made; RunOnEveryHost forwards them meanwhile.
-class SignalsDeferred {
- public:
-  SignalsDeferred() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, &previous_);
-  }
-  ~SignalsDeferred() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
-
- private:
-  sigset_t previous_;
 };
 
 int RunExec(const ExecArgs& args) {
