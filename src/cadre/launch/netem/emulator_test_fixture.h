@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -120,6 +121,46 @@ inline int WaitChild(pid_t pid, std::chrono::seconds timeout = std::chrono::seco
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Child body for SpawnInHost: connects to host 1 (retrying while its listener starts), sends
+// 4 MiB, and waits for the receiver to have everything.
+inline int Send4MiBToHost1(const NetworkEmulator& emu, int) {
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    fd = Connect(emu.hosts()[1].address);
+    if (fd < 0) usleep(50'000);
+  }
+  if (fd < 0) return 3;
+  std::string chunk(64 * 1024, 'x');
+  for (int i = 0; i < 64; ++i) {
+    if (!WriteAll(fd, chunk.data(), chunk.size())) return 4;
+  }
+  shutdown(fd, SHUT_WR);
+  char c;
+  return read(fd, &c, 1) == 0 ? 0 : 5;
+}
+
+// Host 0 sends 4 MiB to `listener` (in host 1); the transfer must take at least 70% of the time
+// `rate_bps` allows. A lower bound only: a loaded machine may be slower, never faster than the
+// link.
+inline void ExpectTransferRateLimited(const NetworkEmulator& emu, int listener, double rate_bps) {
+  pid_t sender = SpawnInHost(emu, 0, Send4MiBToHost1);
+  int fd = accept(listener, nullptr, nullptr);
+  ASSERT_GE(fd, 0) << "sender did not connect";
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const auto start = std::chrono::steady_clock::now();
+  size_t total = 0;
+  std::vector<char> buf(1 << 16);
+  for (ssize_t n; (n = read(fd, buf.data(), buf.size())) > 0;) total += static_cast<size_t>(n);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(fd);
+  EXPECT_EQ(WaitChild(sender), 0);
+  ASSERT_EQ(total, 4u << 20);
+  const double ideal = static_cast<double>(total) * 8.0 / rate_bps;
+  EXPECT_GE(elapsed, 0.7 * ideal) << "4 MiB took " << elapsed << " s; the link needs " << ideal;
 }
 
 class EmulatorTest : public ::testing::Test {
