@@ -17,6 +17,11 @@ int64_t SerializationNs(uint64_t rate_bits_per_s, size_t wire) {
       (static_cast<uint64_t>(wire) * 8'000'000'000ull + rate_bits_per_s - 1) / rate_bits_per_s);
 }
 
+// The serialization time of the first frame of a packet of `wire` charged bytes.
+int64_t FirstFrameNs(uint64_t rate_bits_per_s, size_t wire) {
+  return SerializationNs(rate_bits_per_s, std::min(wire, kModelMtu + kFrameHeaderBytes));
+}
+
 }  // namespace
 
 size_t WireBytes(const uint8_t* packet, size_t len) {
@@ -80,7 +85,7 @@ void LinkModel::SetConnected(int host, bool connected) {
 }
 
 bool LinkModel::Serialize(const Port& port, int64_t* free_at, size_t wire, int64_t now,
-                          int64_t* done) {
+                          int64_t not_before, int64_t* done) {
   const int64_t start = std::max(now, *free_at);
   if (port.rate_bits_per_s > 0) {
     // The backlog ahead of this packet, in bytes, from the time the queue needs to drain.
@@ -88,7 +93,7 @@ bool LinkModel::Serialize(const Port& port, int64_t* free_at, size_t wire, int64
         static_cast<double>(start - now) * static_cast<double>(port.rate_bits_per_s) / 8e9;
     if (backlog + static_cast<double>(wire) > static_cast<double>(port.buffer_bytes)) return false;
   }
-  *free_at = start + SerializationNs(port.rate_bits_per_s, wire);
+  *free_at = std::max(start + SerializationNs(port.rate_bits_per_s, wire), not_before);
   *done = *free_at;
   return true;
 }
@@ -103,17 +108,23 @@ Fate LinkModel::Send(int src, int dst, size_t wire, int64_t now, int64_t* at_swi
   if (!from.connected || !to.connected) return Fate::kDisconnected;
   if (Lost(from)) return Fate::kLost;
   int64_t sent = 0;
-  if (!Serialize(from, &from.uplink_free, wire, now, &sent)) return Fate::kQueueFull;
+  if (!Serialize(from, &from.uplink_free, wire, now, now, &sent)) return Fate::kQueueFull;
   *at_switch = sent + from.half_delay_ns;
   return Fate::kPassed;
 }
 
-Fate LinkModel::Forward(int dst, size_t wire, int64_t at_switch, int64_t* deliver) {
+Fate LinkModel::Forward(int src, int dst, size_t wire, int64_t at_switch, int64_t* deliver) {
+  const Port& from = ports_.at(static_cast<size_t>(src));
   Port& to = ports_.at(static_cast<size_t>(dst));
   if (!to.connected) return Fate::kDisconnected;
   if (Lost(to)) return Fate::kLost;
+  const int64_t first_frame = at_switch - SerializationNs(from.rate_bits_per_s, wire) +
+                              FirstFrameNs(from.rate_bits_per_s, wire);
+  const int64_t last_frame_out = at_switch + FirstFrameNs(to.rate_bits_per_s, wire);
   int64_t sent = 0;
-  if (!Serialize(to, &to.downlink_free, wire, at_switch, &sent)) return Fate::kQueueFull;
+  if (!Serialize(to, &to.downlink_free, wire, first_frame, last_frame_out, &sent)) {
+    return Fate::kQueueFull;
+  }
   *deliver = sent + to.half_delay_ns;
   return Fate::kPassed;
 }

@@ -8,6 +8,11 @@
 //   3. is serialized on B's downlink at B's rate (so two senders into one receiver share B's rate,
 //      as on a real switch port),
 //   4. is delivered to B.
+// The switch forwards frame by frame: a packet larger than one frame (the relay's TUN devices
+// hand over TCP segments of up to 64 KB, which a real NIC would cut into MTU-sized frames) starts
+// on the downlink once its first frame has arrived, not after the whole packet has. Store and
+// forward of whole 64 KB packets would add half a millisecond per hop at 1 Gbit/s that no real
+// network has.
 // Each of the two hops drops it with the per-hop probability 1 - sqrt(1 - loss) (the same split
 // as the kernel path's two netem qdiscs, so the end-to-end loss is `loss`). Each port's queue is a
 // drop-tail buffer of BufferBytes: a packet that would take the backlog past it is dropped, as a
@@ -75,9 +80,11 @@ class LinkModel {
   // When endpoint `src`'s uplink will have sent everything queued on it (the relay reads more
   // from a sender only when this is near: see LinkRelay).
   int64_t UplinkFree(int src) const { return ports_.at(static_cast<size_t>(src)).uplink_free; }
-  // Step 3-4: the packet reaches the switch at `at_switch` (callers must present packets in the
-  // order of that time). Unless it is dropped, *deliver is when `dst` gets it.
-  Fate Forward(int dst, size_t wire, int64_t at_switch, int64_t* deliver);
+  // Step 3-4: the packet from `src` has wholly reached the switch at `at_switch` (callers must
+  // present packets in the order of that time). Unless it is dropped, *deliver is when `dst`
+  // gets it: its first frame reached the switch one frame after it started on `src`'s uplink,
+  // and its last frame leaves on the downlink no earlier than one frame after it arrived.
+  Fate Forward(int src, int dst, size_t wire, int64_t at_switch, int64_t* deliver);
 
  private:
   struct Port {
@@ -90,10 +97,11 @@ class LinkModel {
     int64_t downlink_free = 0;  // the same for the downlink
   };
   static Port PortFor(const LinkSpec& link);
-  // Queues `wire` bytes on a direction whose queue empties at *free_at; false when it would
-  // overflow the buffer. *done is when the packet has been serialized.
+  // Queues `wire` bytes, available from `now`, on a direction whose queue empties at *free_at;
+  // false when it would overflow the buffer. *done is when the packet has been serialized, and
+  // not before `not_before` (the last frame cannot leave before it has arrived).
   static bool Serialize(const Port& port, int64_t* free_at, size_t wire, int64_t now,
-                        int64_t* done);
+                        int64_t not_before, int64_t* done);
   bool Lost(const Port& port);
 
   std::vector<Port> ports_;  // [0] the switch, [1 + i] host i

@@ -78,8 +78,8 @@ TEST(LinkModelTest, UplinkSerializesAtTheRateThenAddsHalfTheDelay) {
   EXPECT_EQ(t1, 10 * kMs + 2 * kMs);
   EXPECT_EQ(t2, 20 * kMs + 2 * kMs);
   int64_t d1 = 0, d2 = 0;
-  ASSERT_EQ(model.Forward(2, 1250, t1, &d1), Fate::kPassed);
-  ASSERT_EQ(model.Forward(2, 1250, t2, &d2), Fate::kPassed);
+  ASSERT_EQ(model.Forward(1, 2, 1250, t1, &d1), Fate::kPassed);
+  ASSERT_EQ(model.Forward(1, 2, 1250, t2, &d2), Fate::kPassed);
   // Downlink: another 10 ms of serialization and the other half of the delay.
   EXPECT_EQ(d1, t1 + 10 * kMs + 2 * kMs);
   EXPECT_EQ(d2, t2 + 10 * kMs + 2 * kMs);
@@ -95,10 +95,34 @@ TEST(LinkModelTest, TwoSendersShareTheReceiversDownlink) {
   ASSERT_EQ(model.Send(1, 3, 1250, 0, &a), Fate::kPassed);
   ASSERT_EQ(model.Send(2, 3, 1250, 0, &b), Fate::kPassed);
   EXPECT_EQ(a, b);  // separate uplinks: both reach the switch after 10 ms
-  ASSERT_EQ(model.Forward(3, 1250, a, &da), Fate::kPassed);
-  ASSERT_EQ(model.Forward(3, 1250, b, &db), Fate::kPassed);
+  ASSERT_EQ(model.Forward(1, 3, 1250, a, &da), Fate::kPassed);
+  ASSERT_EQ(model.Forward(2, 3, 1250, b, &db), Fate::kPassed);
   EXPECT_EQ(da, 20 * kMs);
   EXPECT_EQ(db, 30 * kMs);  // one downlink: the second waits for the first
+}
+
+TEST(LinkModelTest, TheSwitchForwardsLargePacketsFrameByFrame) {
+  // 1 Gbit/s: a byte is 8 ns. A packet of 10 full frames (15140 bytes charged, 121.12 us) is on
+  // the downlink once its first frame (1514 bytes, 12.112 us) has reached the switch: it is
+  // delivered one frame after it has wholly crossed the uplink, plus the delay.
+  LinkModel model(2, ParseLinkSpecOrThrow("1gbit,2ms"), 1);
+  constexpr int64_t kFrame = 12'112, kPacket = 121'120;
+  int64_t at = 0, deliver = 0;
+  ASSERT_EQ(model.Send(1, 2, 15140, 0, &at), Fate::kPassed);
+  EXPECT_EQ(at, kPacket + 1 * kMs);
+  ASSERT_EQ(model.Forward(1, 2, 15140, at, &deliver), Fate::kPassed);
+  EXPECT_EQ(deliver, kPacket + kFrame + 2 * kMs);
+  // A second packet right behind it queues behind the first on both links.
+  ASSERT_EQ(model.Send(1, 2, 15140, 0, &at), Fate::kPassed);
+  ASSERT_EQ(model.Forward(1, 2, 15140, at, &deliver), Fate::kPassed);
+  EXPECT_EQ(deliver, 2 * kPacket + kFrame + 2 * kMs);
+
+  // A downlink ten times slower: the packet leaves it at its own rate, from its first frame.
+  LinkModel slow(2, ParseLinkSpecOrThrow("1gbit"), 1);
+  slow.SetLink(1, ParseLinkSpecOrThrow("100mbit"));  // endpoint 2
+  ASSERT_EQ(slow.Send(1, 2, 15140, 0, &at), Fate::kPassed);
+  ASSERT_EQ(slow.Forward(1, 2, 15140, at, &deliver), Fate::kPassed);
+  EXPECT_EQ(deliver, kFrame + 10 * kPacket);
 }
 
 TEST(LinkModelTest, TheSwitchIsUnshapedAndFullBuffersDropTheTail) {
@@ -135,7 +159,7 @@ TEST(LinkModelTest, LossMatchesTheSpecAndFollowsTheSeed) {
     for (int i = 0; i < 20000; ++i, now += kMs) {
       int64_t at = 0, deliver = 0;
       bool ok = model.Send(1, 2, 100, now, &at) == Fate::kPassed &&
-                model.Forward(2, 100, at, &deliver) == Fate::kPassed;
+                model.Forward(1, 2, 100, at, &deliver) == Fate::kPassed;
       fates->push_back(ok);
       delivered += ok;
     }
@@ -159,7 +183,7 @@ TEST(LinkModelTest, DisconnectedHostNeitherSendsNorReceives) {
   EXPECT_EQ(model.Send(2, 0, 100, 0, &t), Fate::kPassed);
   EXPECT_EQ(model.Send(1, 0, 100, 0, &t), Fate::kDisconnected);
   EXPECT_EQ(model.Send(2, 1, 100, 0, &t), Fate::kDisconnected);
-  EXPECT_EQ(model.Forward(1, 100, 0, &t), Fate::kDisconnected);
+  EXPECT_EQ(model.Forward(2, 1, 100, 0, &t), Fate::kDisconnected);
   model.SetConnected(0, true);
   EXPECT_EQ(model.Send(1, 2, 100, 0, &t), Fate::kPassed);
   model.SetLink(0, ParseLinkSpecOrThrow("1mbit,0ms,99%"));

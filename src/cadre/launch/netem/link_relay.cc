@@ -257,6 +257,7 @@ bool LinkRelay::ReadFrom(int src) {
       continue;
     }
     Packet p;
+    p.src = src;
     p.dst = dst;
     p.len = len;
     p.wire = WireBytes(buffer.data(), len);
@@ -285,7 +286,7 @@ void LinkRelay::ReleaseDue(int64_t now) {
       Fate fate;
       {
         std::lock_guard<std::mutex> lock(model_mutex_);
-        fate = model_.Forward(p.dst, p.wire, p.at, &p.at);
+        fate = model_.Forward(p.src, p.dst, p.wire, p.at, &p.at);
       }
       if (fate != Fate::kPassed) {
         Count(fate);

@@ -69,6 +69,7 @@ class LinkRelay {
     int64_t at = 0;  // when the next step happens (ns, CLOCK_MONOTONIC)
     uint64_t order = 0;
     bool at_switch = true;  // reaching the switch (then Forward), else delivery
+    int src = 0;
     int dst = 0;
     size_t wire = 0;
     size_t len = 0;
