@@ -13,10 +13,6 @@
 namespace cadre::comm {
 namespace {
 
-// Over TCP, messages up to this size are latency-bound: halving-doubling (log p steps) beats the
-// ring's 2(p-1) steps.
-constexpr size_t kHalvingDoublingMaxBytes = 64 << 10;
-
 void Check(bool ok, const std::string& what, const std::string& message) {
   if (!ok) throw Error(Code::kInvalidArgument, what + ": " + message);
 }
@@ -61,6 +57,29 @@ void RunHierarchical(CommunicatorImpl& c, const AllreduceOptions& o) {
 
 }  // namespace
 
+AllreduceShape ShapeOf(Communicator& comm, size_t bytes) {
+  const Topology& t = comm.topology();
+  AllreduceShape s;
+  s.size = t.size;
+  s.bytes = bytes;
+  s.hierarchical_possible =
+      Impl(comm).use_shm() && t.cross_size > 1 && t.local_size > 1 && t.homogeneous;
+  s.one_rank_per_host = t.cross_size == t.size;
+  return s;
+}
+
+AllreduceAlgorithm ChooseAllreduceAlgorithm(AllreduceAlgorithm requested, const AllreduceShape& s) {
+  if (requested == AllreduceAlgorithm::kHierarchical && !s.hierarchical_possible) {
+    return AllreduceAlgorithm::kRing;
+  }
+  if (requested != AllreduceAlgorithm::kAuto) return requested;
+  if (s.hierarchical_possible) return AllreduceAlgorithm::kHierarchical;
+  if (s.size == 2 && s.one_rank_per_host) return AllreduceAlgorithm::kRecursiveDoubling;
+  if (s.bytes <= kRecursiveDoublingMaxBytes) return AllreduceAlgorithm::kRecursiveDoubling;
+  if (s.bytes <= kHalvingDoublingMaxBytes) return AllreduceAlgorithm::kHalvingDoubling;
+  return AllreduceAlgorithm::kRing;
+}
+
 void Allreduce(Communicator& comm, const AllreduceOptions& o) {
   CommunicatorImpl& c = Impl(comm);
   c.CheckUsable();
@@ -79,27 +98,17 @@ void Allreduce(Communicator& comm, const AllreduceOptions& o) {
                                   o.segment_bytes, deadline));
     return;
   }
-  const Topology& t = c.topology();
-  bool hierarchical_possible = c.use_shm() && t.cross_size > 1 && t.local_size > 1 && t.homogeneous;
-  AllreduceAlgorithm algo = o.algorithm;
-  if (algo == AllreduceAlgorithm::kHierarchical && !hierarchical_possible) {
-    algo = AllreduceAlgorithm::kRing;  // one rank per host or shm off: the flat ring is the same
-  }
-  if (algo == AllreduceAlgorithm::kAuto) {
-    if (hierarchical_possible) {
-      algo = AllreduceAlgorithm::kHierarchical;
-    } else if (bytes <= kHalvingDoublingMaxBytes) {
-      algo = AllreduceAlgorithm::kHalvingDoubling;
-    } else {
-      algo = AllreduceAlgorithm::kRing;
-    }
-  }
+  const AllreduceAlgorithm algo = ChooseAllreduceAlgorithm(o.algorithm, ShapeOf(comm, bytes));
   switch (algo) {
     case AllreduceAlgorithm::kHierarchical:
       return RunHierarchical(c, o);
     case AllreduceAlgorithm::kHalvingDoubling:
       return Finish(c, tcp_algo::HalvingDoublingAllreduce(*c.tcp(), o.input, o.output, o.count,
                                                           o.dtype, o.op, deadline));
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return Finish(
+          c, tcp_algo::RecursiveDoublingAllreduce(*c.tcp(), o.input, o.output, o.count, o.dtype,
+                                                  o.op, o.segment_bytes, deadline));
     default:
       return Finish(c, tcp_algo::RingAllreduce(*c.tcp(), o.input, o.output, o.count, o.dtype, o.op,
                                                o.segment_bytes, deadline));

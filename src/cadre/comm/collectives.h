@@ -18,11 +18,36 @@
 namespace cadre::comm {
 
 enum class AllreduceAlgorithm {
-  kAuto,             // chosen by size and topology
-  kRing,             // reduce-scatter + allgather around a ring: bandwidth-optimal, large sizes
-  kHalvingDoubling,  // recursive halving-doubling: log(p) steps, small sizes
-  kHierarchical,     // reduce-scatter inside hosts, ring across hosts, allgather inside
+  kAuto,               // chosen by size and topology (ChooseAllreduceAlgorithm)
+  kRing,               // reduce-scatter + allgather around a ring: bandwidth-optimal, large sizes
+  kHalvingDoubling,    // recursive halving-doubling: 2 log(p) steps, small sizes
+  kHierarchical,       // reduce-scatter inside hosts, ring across hosts, allgather inside
+  kRecursiveDoubling,  // whole-vector exchanges: log(p) steps, tiny sizes and pairs of hosts
 };
+
+// What kAuto runs, given what the communicator is made of. Messages over shared memory (every
+// rank on one host) always take shared memory's own algorithm, so this is about TCP:
+// - kHierarchical when it is possible: hosts holding several ranks each (the same number), shared
+//   memory on, more than one host;
+// - kRecursiveDoubling for two ranks on two hosts, at any size: one exchange moves the ring's
+//   bytes in half its steps, and over a network the extra reduction (the whole vector instead of
+//   half) costs far less than a link's latency;
+// - otherwise by size: kRecursiveDoubling up to kRecursiveDoublingMaxBytes (log p steps),
+//   kHalvingDoubling up to kHalvingDoublingMaxBytes (2 log p steps, ring's bytes), kRing above.
+// A requested algorithm other than kAuto is kept, except kHierarchical where it is not possible,
+// which becomes kRing (the flat ring is what it would degenerate to).
+inline constexpr size_t kRecursiveDoublingMaxBytes = 16 << 10;
+inline constexpr size_t kHalvingDoublingMaxBytes = 64 << 10;
+struct AllreduceShape {
+  int size = 1;                        // ranks
+  size_t bytes = 0;                    // of the message
+  bool hierarchical_possible = false;  // as above
+  bool one_rank_per_host = false;      // every rank on its own host
+};
+AllreduceAlgorithm ChooseAllreduceAlgorithm(AllreduceAlgorithm requested,
+                                            const AllreduceShape& shape);
+// The shape of an allreduce of `bytes` on `comm`.
+AllreduceShape ShapeOf(Communicator& comm, size_t bytes);
 
 struct AllreduceOptions {
   const void* input = nullptr;  // may equal output

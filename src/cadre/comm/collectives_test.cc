@@ -73,13 +73,24 @@ void CheckAllreduce(Communicator& comm, DataType dt, ReduceOp op, size_t count, 
   }
 }
 
+// Every algorithm the transport has (over shared memory, the one of shm_collectives.cc).
+std::vector<AllreduceAlgorithm> Algorithms(bool shm) {
+  if (shm) return {AllreduceAlgorithm::kAuto};
+  return {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling,
+          AllreduceAlgorithm::kRecursiveDoubling};
+}
+
 TEST_P(CollectivesTest, AllreduceEveryDtypeAndOp) {
   RunRanks(size(), Base(), [&](Communicator& comm) {
-    for (int d = 0; d < kNumDataTypes; ++d) {
-      for (int o = 0; o < kNumReduceOps; ++o) {
-        for (size_t count : {size_t{0}, size_t{1}, size_t{37}}) {
-          for (bool in_place : {false, true}) {
-            CheckAllreduce(comm, DataType(d), ReduceOp(o), count, in_place);
+    for (auto algo : Algorithms(shm())) {
+      AllreduceOptions extra;
+      extra.algorithm = algo;
+      for (int d = 0; d < kNumDataTypes; ++d) {
+        for (int o = 0; o < kNumReduceOps; ++o) {
+          for (size_t count : {size_t{0}, size_t{1}, size_t{37}}) {
+            for (bool in_place : {false, true}) {
+              CheckAllreduce(comm, DataType(d), ReduceOp(o), count, in_place, extra);
+            }
           }
         }
       }
@@ -97,9 +108,7 @@ TEST_P(CollectivesTest, AllreduceSeveralMiB) {
 
 TEST_P(CollectivesTest, AllreduceTinySegmentsForceChunking) {
   RunRanks(size(), Base(), [&](Communicator& comm) {
-    std::vector<AllreduceAlgorithm> algos = {AllreduceAlgorithm::kAuto};
-    if (!shm()) algos = {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling};
-    for (auto algo : algos) {
+    for (auto algo : Algorithms(shm())) {
       AllreduceOptions extra;
       extra.segment_bytes = 64;
       extra.algorithm = algo;
@@ -293,6 +302,32 @@ TEST_P(CollectivesTest, BadArgumentsAreRejectedBeforeAnyExchange) {
     }
     Barrier(comm);  // still usable: argument errors do not break the communicator
   });
+}
+
+TEST(ChooseAllreduceAlgorithmTest, ByTopologyAndSize) {
+  using A = AllreduceAlgorithm;
+  auto choose = [](A requested, int size, size_t bytes, bool hierarchical, bool spread) {
+    return ChooseAllreduceAlgorithm(requested, {size, bytes, hierarchical, spread});
+  };
+  // Hosts holding several slots: hierarchical at every size.
+  EXPECT_EQ(choose(A::kAuto, 4, 4, true, false), A::kHierarchical);
+  EXPECT_EQ(choose(A::kAuto, 4, 64 << 20, true, false), A::kHierarchical);
+  // Two hosts of one rank: one exchange at every size.
+  EXPECT_EQ(choose(A::kAuto, 2, 4, false, true), A::kRecursiveDoubling);
+  EXPECT_EQ(choose(A::kAuto, 2, 64 << 20, false, true), A::kRecursiveDoubling);
+  // Otherwise by size.
+  for (bool spread : {false, true}) {
+    EXPECT_EQ(choose(A::kAuto, 4, kRecursiveDoublingMaxBytes, false, spread),
+              A::kRecursiveDoubling);
+    EXPECT_EQ(choose(A::kAuto, 4, kRecursiveDoublingMaxBytes + 1, false, spread),
+              A::kHalvingDoubling);
+    EXPECT_EQ(choose(A::kAuto, 4, kHalvingDoublingMaxBytes + 1, false, spread), A::kRing);
+  }
+  EXPECT_EQ(choose(A::kAuto, 2, 1 << 20, false, false), A::kRing);  // two ranks on one host
+  // Asked for: kept, except hierarchical where it cannot run.
+  EXPECT_EQ(choose(A::kHalvingDoubling, 4, 64 << 20, true, false), A::kHalvingDoubling);
+  EXPECT_EQ(choose(A::kHierarchical, 4, 4, false, true), A::kRing);
+  EXPECT_EQ(choose(A::kHierarchical, 4, 4, true, false), A::kHierarchical);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CollectivesTest,

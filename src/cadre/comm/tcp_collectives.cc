@@ -148,6 +148,51 @@ Status HalvingDoublingAllreduce(Device& d, const void* in, void* out, size_t cou
   return Status::Ok();
 }
 
+Status RecursiveDoublingAllreduce(Device& d, const void* in, void* out, size_t count,
+                                  DataType dtype, ReduceOp op, size_t piece_bytes,
+                                  Deadline deadline) {
+  const int n = d.size(), r = d.rank();
+  const size_t elem = ElementSize(dtype);
+  auto* buf = static_cast<uint8_t*>(out);
+  if (in != out) std::memcpy(buf, in, count * elem);
+  const size_t bytes = count * elem;
+  if (piece_bytes == 0) piece_bytes = kRecursiveDoublingPieceBytes;
+  const size_t piece = std::max(elem, std::min(bytes, piece_bytes) / elem * elem);
+  int p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2;
+  const int extra = n - p2;
+  if (r >= p2) {  // fold into the partner (in its pieces), get the result back at the end
+    for (size_t off = 0; off < bytes; off += piece) {
+      Transfer send[1] = {Transfer::Send(r - p2, buf + off, std::min(piece, bytes - off))};
+      CADRE_RETURN_IF_ERROR(d.Run(send, deadline));
+    }
+    Transfer recv[1] = {Transfer::Recv(r - p2, buf, bytes)};
+    return d.Run(recv, deadline);
+  }
+  std::vector<uint8_t> tmp(piece);
+  // Every exchange, piece by piece: send ours, receive the peer's, reduce it into ours. Both
+  // partners compute a (op) b with the operands swapped, which the (commutative) ops make equal
+  // bit for bit, so every rank ends with the same result.
+  auto reduce_from = [&](int peer, bool send) -> Status {
+    for (size_t off = 0; off < bytes; off += piece) {
+      const size_t len = std::min(piece, bytes - off);
+      Transfer t[2] = {Transfer::Recv(peer, tmp.data(), len), Transfer::Send(peer, buf + off, len)};
+      CADRE_RETURN_IF_ERROR(d.Run(std::span<const Transfer>(t, send ? 2 : 1), deadline));
+      Reduce(buf + off, buf + off, tmp.data(), len / elem, dtype, op);
+    }
+    return Status::Ok();
+  };
+  if (r < extra) CADRE_RETURN_IF_ERROR(reduce_from(r + p2, /*send=*/false));
+  for (int mask = 1; mask < p2; mask *= 2) {
+    CADRE_RETURN_IF_ERROR(reduce_from(r ^ mask, /*send=*/true));
+  }
+  if (r < extra) {
+    Transfer send[1] = {Transfer::Send(r + p2, buf, bytes)};
+    CADRE_RETURN_IF_ERROR(d.Run(send, deadline));
+  }
+  return Status::Ok();
+}
+
 Status Broadcast(Device& d, void* buffer, size_t bytes, int root, Deadline deadline) {
   std::vector<Transfer> t;
   if (d.rank() == root) {

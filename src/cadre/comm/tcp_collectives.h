@@ -4,7 +4,10 @@
 //   at most `segment_bytes` so that sends and receives overlap: bandwidth-optimal.
 // - HalvingDoublingAllreduce: recursive vector halving (reduce-scatter) then doubling (allgather)
 //   among the largest power of two of ranks; the extra ranks first fold their data into a partner
-//   and get the result back at the end: log2(p) steps, for latency-bound sizes.
+//   and get the result back at the end: 2 log2(p) steps, for latency-bound sizes.
+// - RecursiveDoublingAllreduce: log2(p) steps, each exchanging the whole vector with the partner
+//   at distance 1, 2, 4, ... (same fold for the extra ranks): the fewest steps, at log2(p) x the
+//   bytes of a ring per rank. For two ranks it is one exchange, moving exactly the ring's bytes.
 // Every function is called by all ranks with agreeing arguments.
 #pragma once
 
@@ -27,6 +30,12 @@ Status RingAllreduce(Device& d, const void* in, void* out, size_t count, DataTyp
                      ReduceOp op, size_t segment_bytes, Deadline deadline);
 Status HalvingDoublingAllreduce(Device& d, const void* in, void* out, size_t count, DataType dtype,
                                 ReduceOp op, Deadline deadline);
+// Exchanges move at most `piece_bytes` per step (0: kRecursiveDoublingPieceBytes), which bounds
+// the scratch it allocates.
+inline constexpr size_t kRecursiveDoublingPieceBytes = 4 << 20;
+Status RecursiveDoublingAllreduce(Device& d, const void* in, void* out, size_t count,
+                                  DataType dtype, ReduceOp op, size_t piece_bytes,
+                                  Deadline deadline);
 Status Broadcast(Device& d, void* buffer, size_t bytes, int root, Deadline deadline);
 Status Allgatherv(Device& d, const void* in, void* out, const std::vector<size_t>& counts,
                   size_t elem, Deadline deadline);

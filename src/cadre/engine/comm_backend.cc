@@ -13,9 +13,11 @@ comm::AllreduceAlgorithm AlgorithmFromEnv() {
     if (*v == "auto") return AllreduceAlgorithm::kAuto;
     if (*v == "ring") return AllreduceAlgorithm::kRing;
     if (*v == "halving_doubling") return AllreduceAlgorithm::kHalvingDoubling;
+    if (*v == "recursive_doubling") return AllreduceAlgorithm::kRecursiveDoubling;
     if (*v == "hierarchical") return AllreduceAlgorithm::kHierarchical;
-    throw Error(InvalidArgument("CADRE_ALLREDUCE_ALGORITHM=\"" + *v +
-                                "\": use auto, ring, halving_doubling or hierarchical"));
+    throw Error(InvalidArgument(
+        "CADRE_ALLREDUCE_ALGORITHM=\"" + *v +
+        "\": use auto, ring, halving_doubling, recursive_doubling or hierarchical"));
   }
   if (auto v = GetEnv("HOROVOD_HIERARCHICAL_ALLREDUCE"); v && !v->empty()) {
     return EnvBool("HOROVOD_HIERARCHICAL_ALLREDUCE", false) ? AllreduceAlgorithm::kHierarchical
@@ -28,6 +30,12 @@ comm::AllreduceAlgorithm AlgorithmFromEnv() {
 
 CommBackend::CommBackend(std::unique_ptr<comm::Communicator> comm)
     : comm_(std::move(comm)), algorithm_(AlgorithmFromEnv()) {
+  // auto is resolved here for the hierarchical case, so that its Hierarchy (subgroups, scratch)
+  // is built once rather than per call; every rank sees the same topology, so all agree.
+  if (algorithm_ == comm::AllreduceAlgorithm::kAuto &&
+      comm::ShapeOf(*comm_, 0).hierarchical_possible) {
+    algorithm_ = comm::AllreduceAlgorithm::kHierarchical;
+  }
   if (algorithm_ != comm::AllreduceAlgorithm::kHierarchical) return;
   comm::HierarchyOptions options;
   if (auto grid = GetEnv("CADRE_HOST_GRID"); grid && !grid->empty()) {

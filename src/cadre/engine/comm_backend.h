@@ -14,8 +14,9 @@ namespace cadre::engine {
 class CommBackend final : public CollectiveBackend {
  public:
   // The allreduce algorithm is read from the environment here, once (every rank must agree):
-  //   CADRE_ALLREDUCE_ALGORITHM: auto (default; hierarchical when hosts hold several slots),
-  //     ring, halving_doubling or hierarchical. HOROVOD_HIERARCHICAL_ALLREDUCE=1 (Horovod's
+  //   CADRE_ALLREDUCE_ALGORITHM: auto (default; hierarchical when hosts hold several slots,
+  //     else comm's choice by size), ring, halving_doubling, recursive_doubling or hierarchical.
+  //     HOROVOD_HIERARCHICAL_ALLREDUCE=1 (Horovod's
   //     --hierarchical-allreduce) means hierarchical, =0 the flat ring.
   //   CADRE_HOST_GRID: for hierarchical, the hosts as a grid "AxB.." (DDL's multi-ring);
   //     default chosen from the number of hosts (comm::ChooseHostGrid).
@@ -26,6 +27,9 @@ class CommBackend final : public CollectiveBackend {
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
   comm::Communicator& communicator() { return *comm_; }
+  // The allreduce algorithm in force: kHierarchical (auto resolved so, or asked for), or the
+  // one asked for, kAuto leaving the choice to comm per call.
+  comm::AllreduceAlgorithm algorithm() const { return algorithm_; }
 
   void AllgatherFixed(const void* in, void* out, size_t bytes) override;
   void Allgather(const void* in, void* out, const std::vector<size_t>& counts,

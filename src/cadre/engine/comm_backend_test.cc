@@ -44,7 +44,13 @@ TEST_P(CommBackendTest, EngineCollectivesMatchClosedForm) {
         eo.cycle_time = 1ms;
         eo.fusion_threshold_bytes = 256;
         eo.fusion_segment_bytes = 40;
-        Engine e(std::make_unique<CommBackend>(comm::Communicator::Create(o)), eo);
+        auto backend = std::make_unique<CommBackend>(comm::Communicator::Create(o));
+        // auto means the hierarchical algorithm exactly when hosts hold several slots each
+        // (size 4: two hosts of two ranks; size 3 has hosts of 2 and 1 rank) over shared memory.
+        const bool hierarchical = use_shm && size == 4;
+        EXPECT_EQ(backend->algorithm() == comm::AllreduceAlgorithm::kHierarchical, hierarchical)
+            << "size " << size << (use_shm ? " shm" : " tcp");
+        Engine e(std::move(backend), eo);
         // Twenty allreduces of odd lengths (fused into several buffers), twice (second time
         // through the response cache).
         for (int round = 0; round < 2; ++round) {
