@@ -61,6 +61,19 @@ void Check(const Handle& h) {
   if (!s.ok()) throw Error(s);
 }
 
+// Waits for `h` with the GIL released, taking it back every 200 ms to let Ctrl-C through.
+void WaitInterruptibly(const Handle& h) {
+  while (true) {
+    bool done;
+    {
+      py::gil_scoped_release release;
+      done = h.Wait(Duration(200));
+    }
+    if (done) return;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
+
 }  // namespace
 
 void BindEngine(py::module_& m) {
@@ -148,6 +161,40 @@ void BindEngine(py::module_& m) {
           py::arg("op"), py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"),
           py::arg("reduce_op") = 0, py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{},
           py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("batchable") = false)
+      .def(
+          "allreduce_sync",
+          [](Engine& e, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape,
+             int dtype, int reduce_op, double prescale, double postscale) {
+            // The common synchronous case (allreduce_ of a contiguous floating-point tensor) in
+            // one call: submit, wait, raise. Submission errors raise ValueError, the
+            // operation's own errors the module's CadreError.
+            if (dtype < 0 || dtype >= comm::kNumDataTypes) {
+              throw py::value_error("unknown dtype " + std::to_string(dtype));
+            }
+            if (reduce_op < 0 || reduce_op >= comm::kNumReduceOps) {
+              throw py::value_error("unknown reduce op " + std::to_string(reduce_op));
+            }
+            Request r;
+            r.name = name;
+            r.shape = std::move(shape);
+            r.dtype = static_cast<comm::DataType>(dtype);
+            r.reduce_op = static_cast<comm::ReduceOp>(reduce_op);
+            r.prescale = prescale;
+            r.postscale = postscale;
+            std::shared_ptr<Handle> h;
+            try {
+              h = e.Enqueue(std::move(r), reinterpret_cast<void*>(ptr), /*batchable=*/false);
+            } catch (const Error& err) {
+              if (err.code() == Code::kAlreadyExists || err.code() == Code::kInvalidArgument) {
+                throw py::value_error(err.what());
+              }
+              throw;
+            }
+            WaitInterruptibly(*h);
+            Check(*h);
+          },
+          py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"), py::arg("reduce_op"),
+          py::arg("prescale"), py::arg("postscale"))
       .def("join", &Engine::Join)
       .def("flush", &Engine::Flush, "Ends the batch wait for queued gradient submissions.")
       .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())

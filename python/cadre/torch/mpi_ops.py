@@ -31,6 +31,8 @@ _DTYPES = {
     torch.int32: 4, torch.int64: 5, torch.uint8: 6, torch.int8: 7,
 }
 
+_FLOATING = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16))
+
 _handles = {}
 _handles_lock = threading.Lock()
 _next_handle = itertools.count(1)
@@ -176,14 +178,30 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
         out = differentiable.allreduce(compressed, _resolve_op(average, op), name,
                                        prescale_factor, postscale_factor, process_set)
         return compression.decompress(out, ctx)
-    h = allreduce_async_(compressed.clone(), average, name, op, prescale_factor,
-                         postscale_factor, process_set)
-    return compression.decompress(synchronize(h), ctx)
+    out = allreduce_(compressed.clone(memory_format=torch.contiguous_format), average, name, op,
+                     prescale_factor, postscale_factor, process_set)
+    return compression.decompress(out, ctx)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+    op = _resolve_op(average, op)
+    if (op is not Adasum and isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
+            and not tensor.is_sparse and tensor.dtype in _FLOATING and tensor.is_contiguous()):
+        # The common case (a small metric, a latency-bound step) in one call to the engine: no
+        # handle to register and synchronize. Same results and errors as the general path.
+        engine = _engine(process_set)
+        post = float(postscale_factor)
+        if op == Average:
+            post /= engine.size
+        try:
+            engine.allreduce_sync(_auto_name("allreduce", name, process_set), tensor.data_ptr(),
+                                  tensor.shape, _DTYPES[tensor.dtype], _REDUCE[op],
+                                  float(prescale_factor), post)
+        except _core.CadreError as e:
+            raise HorovodInternalError(str(e)) from e
+        return tensor
+    return synchronize(allreduce_async_(tensor, None, name, op, prescale_factor,
                                         postscale_factor, process_set))
 
 

@@ -1,5 +1,7 @@
 #include "cadre/engine/engine.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -60,6 +62,11 @@ EngineOptions EngineOptions::FromEnv() {
   }
   o.inline_bytes = static_cast<size_t>(inline_bytes);
   o.inline_message_bytes = std::max(o.inline_message_bytes, o.inline_bytes);
+  const int64_t spin = EnvInt("CADRE_SPIN_US", o.spin.count());
+  if (spin < 0 || spin > 1'000'000) {
+    throw Error(InvalidArgument("CADRE_SPIN_US must be between 0 and 1000000"));
+  }
+  o.spin = std::chrono::microseconds(spin);
   o.stall_warning = EnvSecondsEither("CADRE_STALL_CHECK_TIME_SECONDS",
                                      "HOROVOD_STALL_CHECK_TIME_SECONDS", o.stall_warning);
   o.stall_shutdown = EnvSecondsEither("CADRE_STALL_SHUTDOWN_TIME_SECONDS",
@@ -94,6 +101,7 @@ Engine::~Engine() {
 void Engine::Shutdown() {
   std::lock_guard<std::mutex> lock(mu_);
   shutdown_requested_ = true;
+  wake_.store(true, std::memory_order_release);
   cv_.notify_all();
 }
 
@@ -136,7 +144,7 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
   if (request.op != OpType::kAllreduce && request.op != OpType::kReducescatter) {
     request.reduce_op = ReduceOp::kSum;  // not part of the agreement for other operations
   }
-  auto handle = std::make_shared<Handle>();
+  auto handle = std::make_shared<Handle>(options_.spin);
   const std::string name = request.name;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -160,6 +168,7 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
     fresh_.push_back(std::move(request));
     fresh_payloads_.push_back(std::move(payload));
     if (!batchable) ++fresh_urgent_;
+    wake_.store(true, std::memory_order_release);
   }
   timeline_.Begin(name, "NEGOTIATE");
   cv_.notify_all();
@@ -169,6 +178,7 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
 void Engine::Flush() {
   std::lock_guard<std::mutex> lock(mu_);
   flush_requested_ = true;
+  wake_.store(true, std::memory_order_release);
   cv_.notify_all();
 }
 
@@ -177,7 +187,8 @@ std::shared_ptr<Handle> Engine::Join() {
   if (!broken_.ok()) throw Error(broken_);
   if (shutdown_requested_) throw Error(AbortedError("the engine is shut down"));
   if (join_handle_) throw Error(Code::kAlreadyExists, "join() is already pending on this rank");
-  join_handle_ = std::make_shared<Handle>();
+  join_handle_ = std::make_shared<Handle>(options_.spin);
+  wake_.store(true, std::memory_order_release);
   cv_.notify_all();
   return join_handle_;
 }
@@ -213,9 +224,11 @@ bool Engine::RunCycle() {
   std::vector<Request> fresh;
   std::vector<std::vector<uint8_t>> payloads;
   bool shutdown, joined;
+  if (idle_wait_ == options_.cycle_time) PollForWork();  // the last cycle had work
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, idle_wait_, [&] { return !fresh_.empty() || shutdown_requested_; });
+    wake_.store(false, std::memory_order_relaxed);
     if (!fresh_.empty() && fresh_urgent_ == 0 && !flush_requested_ &&
         options_.batch_wait > Duration::zero()) {
       // Only batchable work (gradients from backward hooks) is queued: let the next gradients
@@ -266,6 +279,12 @@ bool Engine::RunCycle() {
   }
   CheckStalls();
   return true;
+}
+
+void Engine::PollForWork() const {
+  if (options_.spin.count() <= 0) return;
+  const auto until = Clock::now() + options_.spin;
+  while (!wake_.load(std::memory_order_acquire) && Clock::now() < until) sched_yield();
 }
 
 std::vector<Message> Engine::Exchange(const Message& mine) {

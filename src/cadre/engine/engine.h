@@ -16,6 +16,7 @@
 //   complete with Error(kAborted).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -58,12 +59,19 @@ struct EngineOptions {
   // inline_message_bytes of them so it still fits its slot. CADRE_INLINE_BYTES; 0 disables.
   size_t inline_bytes = 256;
   size_t inline_message_bytes = 512;
+  // After a cycle with work, the engine thread polls for the next submission this long before
+  // it sleeps, and callers poll a handle this long before they sleep on it (CADRE_SPIN_US; 0
+  // disables). Waking a sleeping thread costs about as much as a small collective between two
+  // processes, and a small allreduce crosses two such hand-offs (caller to engine and back).
+  // Polling yields the core at every check, so it only takes time no other thread wants.
+  std::chrono::microseconds spin{50};
   Duration stall_warning = std::chrono::seconds(60);
   Duration stall_shutdown = Duration::zero();  // zero: never fail stalled tensors
   // Chrome-trace timeline written by rank 0 when non-empty (timeline.h).
   std::string timeline_path;
 
   // HOROVOD_* / CADRE_* variables: CYCLE_TIME (ms), FUSION_THRESHOLD (bytes), CACHE_CAPACITY,
+  // (CADRE_SPIN_US, CADRE_INLINE_BYTES: cadre only)
   // STALL_CHECK_TIME_SECONDS, STALL_SHUTDOWN_TIME_SECONDS, TIMELINE (path). CADRE_ wins.
   static EngineOptions FromEnv();
 };
@@ -106,6 +114,8 @@ class Engine {
   void Loop();
   // One negotiation cycle; throws cadre::Error when the backend fails. False after shutdown.
   bool RunCycle();
+  // Returns when wake_ is set or the spin time has passed, yielding the core meanwhile.
+  void PollForWork() const;
   std::vector<Message> Exchange(const Message& mine);
   void Execute(const Response& response);
   void FailAll(const Status& status);
@@ -124,7 +134,10 @@ class Engine {
   std::vector<std::vector<uint8_t>> fresh_payloads_;      // GUARDED_BY(mu_): inline inputs
   std::unordered_map<std::string, TensorEntry> pending_;  // GUARDED_BY(mu_)
   std::shared_ptr<Handle> join_handle_;                   // GUARDED_BY(mu_)
-  int fresh_urgent_ = 0;                  // GUARDED_BY(mu_): non-batchable in fresh_
+  int fresh_urgent_ = 0;  // GUARDED_BY(mu_): non-batchable in fresh_
+  // Set with any change the engine thread waits for (a submission, flush, join, shutdown), for
+  // its polling before it sleeps (EngineOptions::spin); cleared by it under mu_.
+  std::atomic<bool> wake_{false};
   bool flush_requested_ = false;          // GUARDED_BY(mu_): see Flush()
   bool shutdown_requested_ = false;       // GUARDED_BY(mu_)
   Status broken_;                         // GUARDED_BY(mu_)

@@ -1,5 +1,7 @@
 #include "cadre/engine/handle.h"
 
+#include <sched.h>
+
 namespace cadre::engine {
 
 bool Handle::done() const {
@@ -8,6 +10,16 @@ bool Handle::done() const {
 }
 
 bool Handle::Wait(Duration timeout) const {
+  if (spin_.count() > 0) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = start + std::min<std::chrono::microseconds>(
+                                   spin_, std::chrono::duration_cast<std::chrono::microseconds>(
+                                              std::min(timeout, Duration(1000))));
+    while (!done_flag_.load(std::memory_order_acquire)) {
+      if (std::chrono::steady_clock::now() >= until) break;
+      sched_yield();  // hands the core to a runnable thread (the engine's, say), if any
+    }
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout == Duration::max()) {
     cv_.wait(lock, [&] { return done_; });
@@ -27,6 +39,7 @@ void Handle::Complete(Status status) {
     if (done_) return;
     done_ = true;
     status_ = std::move(status);
+    done_flag_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
 }

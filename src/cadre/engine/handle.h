@@ -7,6 +7,8 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -19,8 +21,12 @@ namespace cadre::engine {
 
 class Handle {
  public:
+  // `spin`: how long Wait() polls before it sleeps (EngineOptions::spin).
+  explicit Handle(std::chrono::microseconds spin = {}) : spin_(spin) {}
   bool done() const;
-  // Waits up to `timeout`; true when the handle is complete.
+  // Waits up to `timeout`; true when the handle is complete. Polls (yielding the core) for up
+  // to the spin time first: most small collectives end within it, and a thread woken from a
+  // futex sleep takes as long to run again as a small collective takes to complete.
   bool Wait(Duration timeout) const;
   // The stored result; meaningful once done().
   Status status() const;
@@ -37,10 +43,13 @@ class Handle {
   void Complete(Status status);
 
  private:
+  const std::chrono::microseconds spin_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;  // GUARDED_BY(mu_)
-  Status status_;      // GUARDED_BY(mu_)
+  // Mirrors done_ for the polling in Wait(); set (release) after status_ is stored.
+  std::atomic<bool> done_flag_{false};
+  Status status_;  // GUARDED_BY(mu_)
   // Written by the engine thread before Complete(), read by others after done(): the mutex in
   // Complete()/done() orders the accesses.
   std::vector<uint8_t> output_;
