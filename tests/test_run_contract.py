@@ -247,3 +247,36 @@ def check_unprivileged_job(tmp_path):
     (job_dir,) = list((tmp_path / "runs").iterdir())
     assert json.loads((job_dir / "status.json").read_text())["hosts_method"] == "user-namespace"
     assert "warning" not in proc.stderr
+
+
+AFFINITY = textwrap.dedent("""
+    import json, os
+    path = os.path.join(os.environ["RESULT_DIR"], "cpus-%s.json" % os.environ["CADRE_RANK"])
+    with open(path, "w") as f:
+        json.dump(sorted(os.sched_getaffinity(0)), f)
+""")
+
+
+@pytest.mark.parametrize("bind", ["", "none"])
+def test_slots_are_bound_to_their_share_of_the_cpus(cadre_run, tmp_path, bind):
+    from cadre.torch.testing import cpu_plan
+    (tmp_path / "affinity.py").write_text(AFFINITY)
+    job = cadre_run("-n", "2", "--compute", "k80", "--framework", "pytorch-horovod",
+                    "--", "python3", "affinity.py", env={"CADRE_CPU_BIND": bind})
+    assert job.returncode == 0, job.stderr
+    usable = sorted(os.sched_getaffinity(0))
+    plan = cpu_plan(2, usable, bind)
+    for rank in range(2):
+        with open(os.path.join(job.job_dir, "cpus-%d.json" % rank)) as f:
+            cpus = json.load(f)
+        assert cpus == (plan[rank] if plan else usable), (rank, bind)
+    if bind == "" and len(usable) >= 2:
+        assert plan is not None  # the two slots do not share a CPU
+
+
+def test_a_bad_cpu_binding_is_refused_by_name(cadre_run, tmp_path):
+    (tmp_path / "affinity.py").write_text(AFFINITY)
+    job = cadre_run("-n", "2", "--compute", "k80", "--framework", "pytorch-horovod",
+                    "--", "python3", "affinity.py", env={"CADRE_CPU_BIND": "socket"})
+    assert job.returncode != 0
+    assert 'CADRE_CPU_BIND="socket": use auto or none' in job.stderr + job.stdout

@@ -1,7 +1,8 @@
 """Running a Python script as N ranks on this machine without a launcher — for tests and quick
 experiments. It does what `cadre run` does for one learner: starts a TcpStoreServer, gives every
 rank the learner contract (CADRE_RANK/SIZE/LOCAL_*/CROSS_*, CADRE_STORE, CADRE_JOB_TOKEN, the
-HOROVOD_* aliases, PYTHONPATH) and waits for all of them, killing the rest when the deadline
+HOROVOD_* aliases, PYTHONPATH), binds the ranks to CPUs as `cadre run` binds slots, and waits
+for all of them, killing the rest when the deadline
 passes so that a hung collective cannot hang the caller.
 """
 import os
@@ -31,6 +32,19 @@ def _python_path():
     return os.pathsep.join(p for p in parts if p)
 
 
+def cpu_plan(slots, usable=None, bind=None):
+    """The CPUs of each of `slots` ranks on this machine, as `cadre run` binds slots
+    (src/cadre/launch/cpu_binding.h): equal contiguous shares of the usable CPUs when there are
+    at least as many, else None (no binding). CADRE_CPU_BIND=none turns it off."""
+    bind = os.environ.get("CADRE_CPU_BIND", "") if bind is None else bind
+    if bind not in ("", "auto", "none"):
+        raise ValueError('CADRE_CPU_BIND="%s": use auto or none' % bind)
+    cpus = sorted(os.sched_getaffinity(0)) if usable is None else list(usable)
+    if bind == "none" or slots < 1 or slots > len(cpus):
+        return None
+    return [cpus[i * len(cpus) // slots:(i + 1) * len(cpus) // slots] for i in range(slots)]
+
+
 def run_ranks(args, size, env=None, timeout=120, python=None, hosts=1):
     """Runs `python args...` as `size` ranks spread over `hosts` pretend hosts (rank-major).
     Returns one RankResult per rank. Ranks still running at `timeout` are killed (returncode
@@ -38,6 +52,7 @@ def run_ranks(args, size, env=None, timeout=120, python=None, hosts=1):
     token = secrets.token_hex(16)
     server = _core.TcpStoreServer("127.0.0.1", 0, token)
     per_host = (size + hosts - 1) // hosts
+    cpus = cpu_plan(size, bind=(env or {}).get("CADRE_CPU_BIND"))
     procs = []
     for rank in range(size):
         host, local = divmod(rank, per_host)
@@ -63,8 +78,10 @@ def run_ranks(args, size, env=None, timeout=120, python=None, hosts=1):
         # (we wait for the ranks in order) could hold up the collective the others wait in.
         out_file = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
         err_file = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+        bind = (lambda c=cpus[rank]: os.sched_setaffinity(0, c)) if cpus else None
         procs.append((subprocess.Popen([python or sys.executable] + list(args), env=e,
-                                       stdout=out_file, stderr=err_file), out_file, err_file))
+                                       stdout=out_file, stderr=err_file, preexec_fn=bind),
+                      out_file, err_file))
     deadline = time.monotonic() + timeout
     results = []
     killed = set()

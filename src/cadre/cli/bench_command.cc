@@ -24,6 +24,7 @@
 #include "cadre/cli/support.h"
 #include "cadre/comm/collectives.h"
 #include "cadre/comm/communicator.h"
+#include "cadre/launch/cpu_binding.h"
 #include "cadre/store/tcp_store.h"
 
 namespace cadre::cli {
@@ -152,11 +153,17 @@ int RunAllreduceBench(const AllreduceBenchArgs& args) {
   store::TcpStoreServer server(server_options);
   std::fflush(stdout);
 
+  // The ranks are bound to CPUs as `cadre run` binds slots (CADRE_CPU_BIND), so that the raw
+  // collective and jobs are timed alike.
+  launch::CpuBind bind = launch::CpuBind::kAuto;
+  if (Status s = launch::CpuBindFromEnv(&bind); !s.ok()) throw Error(s);
+  const auto cpus = launch::PlanCpuBinding(args.ranks, launch::UsableCpus(), bind);
   std::vector<pid_t> children;
   for (int rank = 0; rank < args.ranks; ++rank) {
     pid_t pid = fork();
     if (pid < 0) throw Error(Code::kIo, std::string("fork failed: ") + std::strerror(errno));
     if (pid == 0) {
+      if (!cpus.empty()) launch::BindToCpus(cpus[static_cast<size_t>(rank)]);
       int code = 1;
       try {
         code = RunRank(rank, args, sizes, server.port(), token);

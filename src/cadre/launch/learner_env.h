@@ -26,6 +26,8 @@ struct JobLayout {
   std::filesystem::path hosts_file;
   int machine_gpus = 0;  // GPUs on this machine; 0: no CUDA_VISIBLE_DEVICES, GPU_COUNT 0
   int machine_cores = 1;
+  // The CPUs of each slot, learner-major (cpu_binding.h); empty: slots are not bound.
+  std::vector<std::vector<int>> slot_cpus;
   std::filesystem::path python_bin_dir;  // first on PATH; empty when no python was found
   std::string python_path;               // prepended to PYTHONPATH
 };

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cadre/launch/cpu_binding.h"
 #include "cadre/launch/local_job.h"
 
 extern char** environ;
@@ -92,6 +93,9 @@ Status LocalJob::Prepare() {
   layout_.data_dir = spec_.data_dir.empty() ? layout_.job_dir / "data" : spec_.data_dir;
   layout_.job_token = NewJobToken();
   layout_.machine_cores = UsableCores();
+  CpuBind bind = CpuBind::kAuto;
+  CADRE_RETURN_IF_ERROR(CpuBindFromEnv(&bind));
+  layout_.slot_cpus = PlanCpuBinding(spec_.nodes * spec_.slots_per_learner, UsableCpus(), bind);
   layout_.machine_gpus = CountMachineGpus();
   layout_.python_path = CadrePythonPath();
   if (options_.emulate_network) {
@@ -191,7 +195,8 @@ Status LocalJob::StartNetwork() {
 Status LocalJob::StartSlots() {
   std::vector<std::string> base;
   for (char** e = environ; *e != nullptr; ++e) base.emplace_back(*e);
-  for (auto& slot : status_.slots) {
+  for (size_t i = 0; i < status_.slots.size(); ++i) {
+    SlotStatus& slot = status_.slots[i];
     int write_fd = -1;
     size_t index = 0;
     CADRE_RETURN_IF_ERROR(mux_.AddStream(
@@ -212,6 +217,7 @@ Status LocalJob::StartSlots() {
     spawn.hosts_file = layout_.hosts_file;
     spawn.network = network_.get();
     spawn.network_host = slot.learner_id - 1;
+    if (i < layout_.slot_cpus.size()) spawn.cpus = layout_.slot_cpus[i];
     Status st = SpawnSlot(spawn, &slot.pid);
     close(write_fd);
     if (!st.ok()) return st.WithContext("starting learner-" + std::to_string(slot.learner_id));

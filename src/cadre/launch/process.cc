@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "cadre/launch/cpu_binding.h"
+
 namespace cadre::launch {
 namespace {
 
@@ -25,6 +27,7 @@ struct ChildPlan {
   HostsMethod method = HostsMethod::kCadreHosts;
   const netem::NetworkEmulator* network = nullptr;
   int network_host = -1;
+  std::vector<int> cpus;
   int output_fd = -1;
   pid_t parent = 0;
 
@@ -36,6 +39,7 @@ struct ChildPlan {
         method(o.hosts_method),
         network(o.network),
         network_host(o.network_host),
+        cpus(o.cpus),
         output_fd(o.output_fd),
         parent(getpid()) {
     for (auto& s : argv_storage) argv.push_back(s.data());
@@ -150,6 +154,10 @@ sigset_t KeeperSignals() {
   const char* step = "";
   if (!InstallHosts(plan, &step)) ChildFail(STDERR_FILENO, step);
   if (!plan.cwd.empty() && chdir(plan.cwd.c_str()) != 0) ChildFail(STDERR_FILENO, "chdir");
+  if (!plan.cpus.empty()) {
+    errno = BindToCpus(plan.cpus);
+    if (errno != 0) ChildFail(STDERR_FILENO, "bind to its CPUs (sched_setaffinity)");
+  }
 
   pid_t command = fork();
   if (command < 0) ChildFail(STDERR_FILENO, "fork");

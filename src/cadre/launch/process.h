@@ -42,6 +42,8 @@ struct SpawnOptions {
   // host name; see netem::NetworkEmulator::EnterHost). The emulator must outlive the call.
   const netem::NetworkEmulator* network = nullptr;
   int network_host = -1;
+  // When not empty, the slot's processes run on these CPUs only (cpu_binding.h).
+  std::vector<int> cpus;
 };
 
 // Starts the slot; *pid is its keeper's pid, which is also the slot's process-group id. A failure
