@@ -205,7 +205,9 @@ class LinkRelayTest : public ::testing::Test {
       relay_fds.push_back(sv[0]);
       ends_.push_back(sv[1]);
     }
-    ASSERT_TRUE(LinkRelay::Start(relay_fds, ParseLinkSpecOrThrow(link), 1, &relay_).ok());
+    ASSERT_TRUE(
+        LinkRelay::Start(relay_fds, ParseLinkSpecOrThrow(link), 1, /*packet_prefix=*/0, &relay_)
+            .ok());
   }
   void TearDown() override {
     relay_.reset();

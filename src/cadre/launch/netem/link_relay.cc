@@ -17,7 +17,8 @@ namespace cadre::netem {
 namespace {
 
 constexpr uint32_t kStopToken = UINT32_MAX;
-constexpr size_t kBufferBytes = 65536;  // an IPv4 packet is at most 65535 bytes
+// An IPv4 packet is at most 65535 bytes; its device header (packet_prefix_) comes before it.
+constexpr size_t kBufferBytes = 65536 + 64;
 constexpr int kReadBatch = 64;
 constexpr size_t kMaxSpareBuffers = 256;
 // How much a sender's uplink may have queued in the relay before it stops reading from that
@@ -37,18 +38,20 @@ Status Errno(const std::string& what, int err) {
 
 }  // namespace
 
-LinkRelay::LinkRelay(std::vector<int> fds, const LinkSpec& link, uint64_t seed)
+LinkRelay::LinkRelay(std::vector<int> fds, const LinkSpec& link, uint64_t seed,
+                     size_t packet_prefix)
     : fds_(std::move(fds)),
+      packet_prefix_(packet_prefix),
       model_(static_cast<int>(fds_.size()) - 1, link, seed),
       resume_at_(fds_.size(), 0) {}
 
 Status LinkRelay::Start(std::vector<int> tun_fds, const LinkSpec& link, uint64_t seed,
-                        std::unique_ptr<LinkRelay>* out) {
+                        size_t packet_prefix, std::unique_ptr<LinkRelay>* out) {
   if (tun_fds.size() < 2) {
     for (int fd : tun_fds) close(fd);
     return InvalidArgument("netem relay: needs the switch and at least one host");
   }
-  std::unique_ptr<LinkRelay> relay(new LinkRelay(std::move(tun_fds), link, seed));
+  std::unique_ptr<LinkRelay> relay(new LinkRelay(std::move(tun_fds), link, seed, packet_prefix));
   relay->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (relay->epoll_fd_ < 0) return Errno("epoll_create1", errno);
   relay->stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -250,7 +253,14 @@ bool LinkRelay::ReadFrom(int src) {
       return false;
     }
     const size_t len = static_cast<size_t>(got);
-    const int dst = RouteEndpoint(buffer.data(), len, hosts);
+    if (len < packet_prefix_) {
+      ++unroutable_;
+      Recycle(std::move(buffer));
+      continue;
+    }
+    const uint8_t* ip = buffer.data() + packet_prefix_;
+    const size_t ip_len = len - packet_prefix_;
+    const int dst = RouteEndpoint(ip, ip_len, hosts);
     if (dst < 0 || dst == src) {
       ++unroutable_;
       Recycle(std::move(buffer));
@@ -260,7 +270,7 @@ bool LinkRelay::ReadFrom(int src) {
     p.src = src;
     p.dst = dst;
     p.len = len;
-    p.wire = WireBytes(buffer.data(), len);
+    p.wire = WireBytes(ip, ip_len);
     Fate fate;
     {
       std::lock_guard<std::mutex> lock(model_mutex_);

@@ -7,9 +7,9 @@
 //
 // Backpressure: the relay reads from a sender only while the sender's uplink has less than
 // kReadAheadNs of data queued; otherwise the packets wait in the sender's TUN queue (1000 packets,
-// like a NIC's, drop-tail beyond). So a TCP sender is held back by its window, not by losses that
-// would cost it a retransmission timeout with 64 KB segments, and the relay holds little. The
-// thread sleeps in epoll between packets (nanosecond timeouts, 1 us timer slack), so an idle
+// like a NIC's, drop-tail beyond). So a TCP sender is held back by its window, not by losses of
+// whole 64 KB GSO packets that would cost it a retransmission timeout, and the relay holds little.
+// The thread sleeps in epoll between packets (nanosecond timeouts, 1 us timer slack), so an idle
 // network costs no CPU and a busy one a few thousand wake-ups a second per Gbit/s.
 //
 // Failure: a read or epoll error the relay cannot survive stops it; health() then returns that
@@ -45,10 +45,11 @@ struct RelayStats {
 class LinkRelay {
  public:
   // Takes ownership of the TUN descriptors (non-blocking; [0] the switch's, [1 + i] host i's)
-  // and starts relaying with every host on `link`; `seed` drives the loss decisions. On failure
-  // the descriptors are closed.
+  // and starts relaying with every host on `link`; `seed` drives the loss decisions. Each read
+  // and write is `packet_prefix` bytes of device header (kTunPacketPrefix for the emulator's
+  // TUNs), passed on unchanged, then one IP packet. On failure the descriptors are closed.
   static Status Start(std::vector<int> tun_fds, const LinkSpec& link, uint64_t seed,
-                      std::unique_ptr<LinkRelay>* out);
+                      size_t packet_prefix, std::unique_ptr<LinkRelay>* out);
   ~LinkRelay();
   LinkRelay(const LinkRelay&) = delete;
   LinkRelay& operator=(const LinkRelay&) = delete;
@@ -81,7 +82,7 @@ class LinkRelay {
     }
   };
 
-  LinkRelay(std::vector<int> fds, const LinkSpec& link, uint64_t seed);
+  LinkRelay(std::vector<int> fds, const LinkSpec& link, uint64_t seed, size_t packet_prefix);
   void Run();
   // Reads what endpoint `src` has sent (a bounded batch, so no sender starves the others).
   // Returns false on a fatal error (recorded).
@@ -100,6 +101,7 @@ class LinkRelay {
   void Fail(Status status);
 
   std::vector<int> fds_;
+  const size_t packet_prefix_;
   int epoll_fd_ = -1;
   int stop_fd_ = -1;
   std::thread thread_;

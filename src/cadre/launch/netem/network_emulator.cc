@@ -228,7 +228,7 @@ Status NetworkEmulator::BuildRelayNetwork(const EmulatorOptions& options, Deadli
     return built;
   }
   delay_loss_emulated_ = true;
-  return LinkRelay::Start(std::move(fds), link_, options.loss_seed, &relay_);
+  return LinkRelay::Start(std::move(fds), link_, options.loss_seed, kTunPacketPrefix, &relay_);
 }
 
 Status NetworkEmulator::AddTun(int netns_fd, const std::string& netns, const std::string& device,
