@@ -77,6 +77,10 @@ AllreduceAlgorithm ChooseAllreduceAlgorithm(AllreduceAlgorithm requested, const 
   if (s.size == 2 && s.one_rank_per_host) return AllreduceAlgorithm::kRecursiveDoubling;
   if (s.bytes <= kRecursiveDoublingMaxBytes) return AllreduceAlgorithm::kRecursiveDoubling;
   if (s.bytes <= kHalvingDoublingMaxBytes) return AllreduceAlgorithm::kHalvingDoubling;
+  if (s.one_rank_per_host && (s.size & (s.size - 1)) == 0 &&
+      s.bytes <= kHalvingDoublingAcrossHostsMaxBytes) {
+    return AllreduceAlgorithm::kHalvingDoubling;
+  }
   return AllreduceAlgorithm::kRing;
 }
 

@@ -317,13 +317,19 @@ TEST(ChooseAllreduceAlgorithmTest, ByTopologyAndSize) {
   EXPECT_EQ(choose(A::kAuto, 2, 64 << 20, false, true), A::kRecursiveDoubling);
   // Otherwise by size.
   for (bool spread : {false, true}) {
-    EXPECT_EQ(choose(A::kAuto, 4, kRecursiveDoublingMaxBytes, false, spread),
+    EXPECT_EQ(choose(A::kAuto, 3, kRecursiveDoublingMaxBytes, false, spread),
               A::kRecursiveDoubling);
-    EXPECT_EQ(choose(A::kAuto, 4, kRecursiveDoublingMaxBytes + 1, false, spread),
+    EXPECT_EQ(choose(A::kAuto, 3, kRecursiveDoublingMaxBytes + 1, false, spread),
               A::kHalvingDoubling);
-    EXPECT_EQ(choose(A::kAuto, 4, kHalvingDoublingMaxBytes + 1, false, spread), A::kRing);
+    EXPECT_EQ(choose(A::kAuto, 3, kHalvingDoublingMaxBytes + 1, false, spread), A::kRing);
   }
   EXPECT_EQ(choose(A::kAuto, 2, 1 << 20, false, false), A::kRing);  // two ranks on one host
+  // A power-of-two number of hosts: halving-doubling up to 1 MiB, the ring above.
+  EXPECT_EQ(choose(A::kAuto, 4, kHalvingDoublingAcrossHostsMaxBytes, false, true),
+            A::kHalvingDoubling);
+  EXPECT_EQ(choose(A::kAuto, 4, kHalvingDoublingAcrossHostsMaxBytes + 1, false, true), A::kRing);
+  EXPECT_EQ(choose(A::kAuto, 3, 1 << 20, false, true), A::kRing);
+  EXPECT_EQ(choose(A::kAuto, 4, 1 << 20, false, false), A::kRing);  // four ranks on one host
   // Asked for: kept, except hierarchical where it cannot run.
   EXPECT_EQ(choose(A::kHalvingDoubling, 4, 64 << 20, true, false), A::kHalvingDoubling);
   EXPECT_EQ(choose(A::kHierarchical, 4, 4, false, true), A::kRing);
