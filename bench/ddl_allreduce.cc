@@ -114,11 +114,27 @@ struct Algo {
   std::function<void(const comm::AllreduceOptions&)> run;
 };
 
-// The slowest rank's time of `run` on this rank, agreed by every rank.
-double SlowestSeconds(comm::Communicator& comm, const std::function<void()>& run) {
-  const auto t0 = Clock::now();
+// Runs `run` on every rank from one instant and returns the time until the last rank finished,
+// agreed by every rank. The emulated hosts are namespaces of one machine, so they share
+// CLOCK_MONOTONIC (steady_clock): rank 0 names a start a few milliseconds ahead and every rank
+// waits for it. A barrier alone would not do: with link delay its ranks leave up to a one-way
+// delay apart, and an exchange-based allreduce carries that skew from one call to the next.
+double SynchronizedSeconds(comm::Communicator& comm, const std::function<void()>& run) {
+  comm::Barrier(comm);
+  int64_t start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         (Clock::now() + std::chrono::milliseconds(10)).time_since_epoch())
+                         .count();
+  comm::BroadcastOptions b;
+  b.buffer = &start_ns;
+  b.count = 1;
+  b.dtype = comm::DataType::kInt64;
+  comm::Broadcast(comm, b);
+  const Clock::time_point start{std::chrono::nanoseconds(start_ns)};
+  std::this_thread::sleep_until(start - std::chrono::microseconds(200));
+  while (Clock::now() < start) {
+  }
   run();
-  double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  double dt = std::chrono::duration<double>(Clock::now() - start).count();
   comm::AllreduceOptions m;
   m.input = m.output = &dt;
   m.count = 1;
@@ -130,10 +146,9 @@ double SlowestSeconds(comm::Communicator& comm, const std::function<void()>& run
 }
 
 // Seconds per allreduce, as training sees it: allreduces back to back. A repetition starts
-// with a barrier and runs a batch of allreduces (as many as take ~kBatchSeconds, from a timed
-// warm-up, 1 to kMaxBatch), timed on every rank, maxed over ranks and divided by the batch; the
-// result is the median over repetitions. Batching matters with link delay: ranks leave a barrier
-// up to a one-way delay apart, which a single timed allreduce would count in full.
+// every rank at one instant (SynchronizedSeconds) and runs a batch of allreduces (as many as
+// take ~kBatchSeconds, from a timed warm-up, 1 to kMaxBatch) until the last rank is done,
+// divided by the batch; the result is the median over repetitions.
 constexpr double kBatchSeconds = 0.03;
 constexpr int kMaxBatch = 64;
 double Measure(comm::Communicator& comm, const Algo& algo, std::vector<float>& buf,
@@ -142,8 +157,7 @@ double Measure(comm::Communicator& comm, const Algo& algo, std::vector<float>& b
   o.input = o.output = buf.data();
   o.count = buf.size();
   algo.run(o);  // warm-up: connections, subgroups, page faults
-  comm::Barrier(comm);
-  const double once = SlowestSeconds(comm, [&] { algo.run(o); });  // the same on every rank
+  const double once = SynchronizedSeconds(comm, [&] { algo.run(o); });  // same on every rank
   const int batch = static_cast<int>(
       std::clamp(kBatchSeconds / std::max(once, 1e-9), 1.0, static_cast<double>(kMaxBatch)));
   std::vector<double> times;
@@ -151,11 +165,10 @@ double Measure(comm::Communicator& comm, const Algo& algo, std::vector<float>& b
   int reps = 0;
   // Every rank must run the same number of repetitions: rank 0 decides, by broadcast.
   for (int more = 1; more; ++reps) {
-    comm::Barrier(comm);
     auto run_batch = [&] {
       for (int i = 0; i < batch; ++i) algo.run(o);
     };
-    times.push_back(SlowestSeconds(comm, run_batch) / batch);
+    times.push_back(SynchronizedSeconds(comm, run_batch) / batch);
     int32_t go = reps + 1 < 3 || (Clock::now() < until && reps + 1 < args.max_reps);
     comm::BroadcastOptions b;
     b.buffer = &go;
