@@ -76,9 +76,13 @@ AllreduceAlgorithm ChooseAllreduceAlgorithm(AllreduceAlgorithm requested, const 
   if (s.hierarchical_possible) return AllreduceAlgorithm::kHierarchical;
   if (s.size == 2 && s.one_rank_per_host) return AllreduceAlgorithm::kRecursiveDoubling;
   if (s.bytes <= kRecursiveDoublingMaxBytes) return AllreduceAlgorithm::kRecursiveDoubling;
+  // Halving-doubling moves the ring's bytes in 2 log2(p) steps for a power of two; otherwise
+  // its fold adds two steps and a whole vector each way, which at p = 3 is as many steps as the
+  // ring's 2(p - 1) and more bytes.
+  const bool power_of_two = (s.size & (s.size - 1)) == 0;
+  if (!power_of_two && s.size < 5) return AllreduceAlgorithm::kRing;
   if (s.bytes <= kHalvingDoublingMaxBytes) return AllreduceAlgorithm::kHalvingDoubling;
-  if (s.one_rank_per_host && (s.size & (s.size - 1)) == 0 &&
-      s.bytes <= kHalvingDoublingAcrossHostsMaxBytes) {
+  if (s.one_rank_per_host && power_of_two && s.bytes <= kHalvingDoublingAcrossHostsMaxBytes) {
     return AllreduceAlgorithm::kHalvingDoubling;
   }
   return AllreduceAlgorithm::kRing;

@@ -316,12 +316,18 @@ TEST(ChooseAllreduceAlgorithmTest, ByTopologyAndSize) {
   EXPECT_EQ(choose(A::kAuto, 2, 4, false, true), A::kRecursiveDoubling);
   EXPECT_EQ(choose(A::kAuto, 2, 64 << 20, false, true), A::kRecursiveDoubling);
   // Otherwise by size.
+  for (int size : {4, 7}) {
+    EXPECT_EQ(choose(A::kAuto, size, kRecursiveDoublingMaxBytes, false, false),
+              A::kRecursiveDoubling);
+    EXPECT_EQ(choose(A::kAuto, size, kRecursiveDoublingMaxBytes + 1, false, false),
+              A::kHalvingDoubling);
+    EXPECT_EQ(choose(A::kAuto, size, kHalvingDoublingMaxBytes + 1, false, false), A::kRing);
+  }
+  // Three ranks: halving-doubling's fold costs as many steps as the ring, and more bytes.
   for (bool spread : {false, true}) {
     EXPECT_EQ(choose(A::kAuto, 3, kRecursiveDoublingMaxBytes, false, spread),
               A::kRecursiveDoubling);
-    EXPECT_EQ(choose(A::kAuto, 3, kRecursiveDoublingMaxBytes + 1, false, spread),
-              A::kHalvingDoubling);
-    EXPECT_EQ(choose(A::kAuto, 3, kHalvingDoublingMaxBytes + 1, false, spread), A::kRing);
+    EXPECT_EQ(choose(A::kAuto, 3, kRecursiveDoublingMaxBytes + 1, false, spread), A::kRing);
   }
   EXPECT_EQ(choose(A::kAuto, 2, 1 << 20, false, false), A::kRing);  // two ranks on one host
   // A power-of-two number of hosts: halving-doubling up to 1 MiB, the ring above.
