@@ -3,7 +3,8 @@
 
 Runs, at 2 and 4 ranks on this machine, the Fashion-MNIST CNN for a fixed number of steps with
 cadre.torch.DistributedOptimizer and with DistributedDataParallel (gloo), and prints samples/s
-and the ratio; then allreduces a synthetic ResNet-50 gradient set (161 tensors, ~100 MB) per
+and the ratio, next to the same steps with no communication at all (the ceiling any
+distributed optimizer could reach here, and its ratio to DDP); then allreduces a synthetic ResNet-50 gradient set (161 tensors, ~100 MB) per
 step with cadre's fusion, without fusion (threshold 0), and with gloo one tensor at a time; and
 the latency of a 4-byte allreduce through the Python API next to the raw C++ collective
 (`cadre bench allreduce`), on one host (shared memory) and across two learners (TCP).
@@ -62,16 +63,19 @@ def main():
     print("cadre engine backend: %s; %d CPUs" % (backend, os.cpu_count()))
     print()
     print("Fashion-MNIST CNN, batch 64 per rank, %d steps" % args.steps)
-    print("%-6s %16s %16s %8s" % ("ranks", "cadre samples/s", "DDP samples/s", "ratio"))
+    print("%-6s %16s %16s %8s %18s" % ("ranks", "cadre samples/s", "DDP samples/s", "ratio",
+                                       "no comm. (ceiling)"))
     for n in args.sizes:
-        cs, ds = [], []
+        cs, ds, ls = [], [], []
         for _ in range(args.repeats):
             cs.append(run("cadre", n, args.steps)["samples_per_s"])
             ds.append(run("ddp", n, args.steps)["samples_per_s"])
-        c, d = statistics.median(cs), statistics.median(ds)
-        print("%-6d %16.0f %16.0f %7.2fx   (runs: cadre %s; DDP %s)"
-              % (n, c, d, c / d, " ".join("%.0f" % x for x in cs),
-                 " ".join("%.0f" % x for x in ds)), flush=True)
+            ls.append(run("local", n, args.steps)["samples_per_s"])
+        c, d, lo = statistics.median(cs), statistics.median(ds), statistics.median(ls)
+        print("%-6d %16.0f %16.0f %7.2fx %11.0f (%.2fx)   (runs: cadre %s; DDP %s; no comm. %s)"
+              % (n, c, d, c / d, lo, lo / d, " ".join("%.0f" % x for x in cs),
+                 " ".join("%.0f" % x for x in ds), " ".join("%.0f" % x for x in ls)),
+              flush=True)
     print()
     if not _core.COMM_BUILT:
         print("(skipping the ResNet-50 gradient set: the store backend moves every byte "
@@ -90,7 +94,7 @@ def main():
     print("%-30s %12s %12s %8s" % ("placement", "cadre.torch", "raw C++", "ratio"))
     for label, hosts, transport in (("1 learner x 2 slots (shm)", 1, "shm"),
                                     ("2 learners x 1 slot (TCP)", 2, "tcp")):
-        lat = run("latency", 2, 400, hosts=hosts)["median_us"]
+        lat = run("latency", 2, 2000, hosts=hosts)["median_us"]
         raw = raw_latency_us(transport)
         print("%-30s %12.1f %12.1f %7.2fx" % (label, lat, raw, lat / raw), flush=True)
 

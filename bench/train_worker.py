@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 p = argparse.ArgumentParser()
-p.add_argument("mode", choices=["cadre", "ddp", "grads", "gloo", "latency"])
+p.add_argument("mode", choices=["cadre", "ddp", "local", "grads", "gloo", "latency"])
 p.add_argument("--steps", type=int, default=40)
 p.add_argument("--warmup", type=int, default=5)
 p.add_argument("--batch-size", type=int, default=64)
@@ -97,6 +97,19 @@ if args.mode == "cadre":
     secs = timed_steps(step)
     report({"samples_per_s": args.steps * args.batch_size * size / secs})
     hvd.shutdown()
+elif args.mode == "local":
+    # The same steps with no communication at all: what any distributed optimizer could reach
+    # here at best (the ranks still share the machine's cores).
+    model, data, target = train_setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        opt.zero_grad()
+        F.nll_loss(model(data), target).backward()
+        opt.step()
+
+    secs = timed_steps(step)
+    report({"samples_per_s": args.steps * args.batch_size * size / secs})
 elif args.mode == "ddp":
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["BENCH_PORT"],
