@@ -330,7 +330,7 @@ TEST(ChooseAllreduceAlgorithmTest, ByTopologyAndSize) {
     EXPECT_EQ(choose(A::kAuto, 3, kRecursiveDoublingMaxBytes + 1, false, spread), A::kRing);
   }
   EXPECT_EQ(choose(A::kAuto, 2, 1 << 20, false, false), A::kRing);  // two ranks on one host
-  // A power-of-two number of hosts: halving-doubling up to 1 MiB, the ring above.
+  // A power-of-two number of hosts: halving-doubling up to 256 KiB, the ring above.
   EXPECT_EQ(choose(A::kAuto, 4, kHalvingDoublingAcrossHostsMaxBytes, false, true),
             A::kHalvingDoubling);
   EXPECT_EQ(choose(A::kAuto, 4, kHalvingDoublingAcrossHostsMaxBytes + 1, false, true), A::kRing);

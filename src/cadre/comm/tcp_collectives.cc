@@ -34,36 +34,6 @@ std::vector<size_t> EvenCounts(size_t count, int n) {
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
-// After this, block `rank` of `buf` holds the reduction of that block over all ranks.
-Status RingReduceScatterInPlace(Device& d, uint8_t* buf, const std::vector<Block>& blocks,
-                                DataType dtype, ReduceOp op, size_t segment_bytes,
-                                Deadline deadline) {
-  const int n = d.size(), r = d.rank();
-  const size_t elem = ElementSize(dtype);
-  const size_t seg = std::max(elem, segment_bytes / elem * elem);
-  const int right = Mod(r + 1, n), left = Mod(r - 1, n);
-  std::vector<uint8_t> tmp(seg);
-  size_t largest = 0;
-  for (const Block& b : blocks) largest = std::max(largest, b.bytes);
-  // Every rank cuts every step into the same number of pieces (from the largest block), so the
-  // sender's piece i is the receiver's piece i.
-  const size_t pieces = std::max<size_t>(1, (largest + seg - 1) / seg);
-  for (int s = 0; s < n - 1; ++s) {
-    const Block& out = blocks[Mod(r - s - 1, n)];
-    const Block& in = blocks[Mod(r - s - 2, n)];
-    for (size_t i = 0; i < pieces; ++i) {
-      size_t so = std::min(out.bytes, i * seg), sl = std::min(seg, out.bytes - so);
-      size_t ro = std::min(in.bytes, i * seg), rl = std::min(seg, in.bytes - ro);
-      Transfer t[2] = {Transfer::Send(right, buf + out.offset + so, sl),
-                       Transfer::Recv(left, tmp.data(), rl)};
-      CADRE_RETURN_IF_ERROR(d.Run(t, deadline));
-      uint8_t* acc = buf + in.offset + ro;
-      Reduce(acc, acc, tmp.data(), rl / elem, dtype, op);
-    }
-  }
-  return Status::Ok();
-}
-
 // Block `rank` of `buf` is complete on entry; on return every block is.
 Status RingAllgatherInPlace(Device& d, uint8_t* buf, const std::vector<Block>& blocks,
                             Deadline deadline) {
@@ -80,16 +50,80 @@ Status RingAllgatherInPlace(Device& d, uint8_t* buf, const std::vector<Block>& b
 
 }  // namespace
 
+// The ring allreduce (reduce-scatter, then allgather, around the ring), pipelined across its
+// steps: every block is cut into pieces, and a piece moves on to its next step as soon as it
+// has arrived (and, while reducing, been added in), while later pieces of the earlier step are
+// still on the wire. The whole allreduce is one RunStreaming, so a link with latency stays busy
+// instead of idling for a round of the ring at every step, as a ring run step by step does.
+//
+// Piece i of stage t (t < n-1: reduce-scatter step t; then allgather step t-(n-1)) is receive
+// number t * pieces + i: the first `pieces` receives are posted up front, and the completion of
+// each posts the same piece's receive of the next stage, so every rank queues its receives in
+// the order its left neighbour sends them. A piece's reduce-scatter partial lands in its own
+// slot of `tmp`, free again once added in.
 Status RingAllreduce(Device& d, const void* in, void* out, size_t count, DataType dtype,
                      ReduceOp op, size_t segment_bytes, Deadline deadline) {
+  const int n = d.size(), r = d.rank();
   const size_t elem = ElementSize(dtype);
   auto* buf = static_cast<uint8_t*>(out);
   if (in != out) std::memcpy(buf, in, count * elem);
-  auto blocks = Blocks(EvenCounts(count, d.size()), elem);
-  if (segment_bytes == 0) segment_bytes = kDefaultSegmentBytes;
-  CADRE_RETURN_IF_ERROR(
-      RingReduceScatterInPlace(d, buf, blocks, dtype, op, segment_bytes, deadline));
-  return RingAllgatherInPlace(d, buf, blocks, deadline);
+  if (n == 1) return Status::Ok();
+  const auto blocks = Blocks(EvenCounts(count, n), elem);
+  size_t largest = 0;
+  for (const Block& b : blocks) largest = std::max(largest, b.bytes);
+  if (segment_bytes == 0) {
+    // At least kRingPieces pieces per block keep the pipeline full; pieces of at least
+    // kRingMinPieceBytes keep the per-message cost small; at most kDefaultSegmentBytes.
+    segment_bytes =
+        std::min(kDefaultSegmentBytes, std::max(kRingMinPieceBytes, largest / kRingPieces));
+  }
+  const size_t seg = std::max(elem, segment_bytes / elem * elem);
+  // Every rank cuts every block into the same number of pieces (from the largest block), so the
+  // sender's piece i is the receiver's piece i; pieces past a block's end are empty messages.
+  const size_t pieces = std::max<size_t>(1, (largest + seg - 1) / seg);
+  const int right = Mod(r + 1, n), left = Mod(r - 1, n);
+  const size_t steps = static_cast<size_t>(n - 1);
+  auto piece = [&](int block, size_t i) {
+    const Block& b = blocks[static_cast<size_t>(Mod(block, n))];
+    const size_t off = std::min(b.bytes, i * seg);
+    return std::pair<uint8_t*, size_t>(buf + b.offset + off, std::min(seg, b.bytes - off));
+  };
+  std::vector<uint8_t> tmp(pieces * seg);
+  auto partial = [&](size_t i) { return tmp.data() + i * seg; };
+
+  std::vector<Transfer> initial;
+  for (size_t i = 0; i < pieces; ++i) {
+    auto [data, len] = piece(r - 1, i);
+    initial.push_back(Transfer::Send(right, data, len));
+  }
+  for (size_t i = 0; i < pieces; ++i) {
+    initial.push_back(Transfer::Recv(left, partial(i), piece(r - 2, i).second));
+  }
+  auto on_received = [&](size_t number, std::vector<Transfer>* more) {
+    const size_t stage = number / pieces, i = number % pieces;
+    const int s = static_cast<int>(stage);
+    if (stage < steps) {  // reduce-scatter step s: the partial of block r-s-2 arrived
+      auto [acc, len] = piece(r - s - 2, i);
+      Reduce(acc, acc, partial(i), len / elem, dtype, op);
+      if (stage + 1 < steps) {
+        more->push_back(Transfer::Send(right, acc, len));
+        more->push_back(Transfer::Recv(left, partial(i), piece(r - s - 3, i).second));
+      } else {  // block r - (n - 1) - 1 = r is complete: the allgather starts with it
+        more->push_back(Transfer::Send(right, acc, len));
+        auto [next, next_len] = piece(r - 1, i);
+        more->push_back(Transfer::Recv(left, next, next_len));
+      }
+      return;
+    }
+    const int a = static_cast<int>(stage - steps);  // allgather step a: block r-a-1 arrived
+    if (stage + 1 < 2 * steps) {
+      auto [data, len] = piece(r - a - 1, i);
+      more->push_back(Transfer::Send(right, data, len));
+      auto [next, next_len] = piece(r - a - 2, i);
+      more->push_back(Transfer::Recv(left, next, next_len));
+    }
+  };
+  return d.RunStreaming(initial, deadline, on_received);
 }
 
 Status HalvingDoublingAllreduce(Device& d, const void* in, void* out, size_t count, DataType dtype,

@@ -1,7 +1,8 @@
 // Collectives over point-to-point transfers (transport/device.h), used between hosts and when
 // shared memory is off. Algorithms follow Gloo and MPICH:
-// - RingAllreduce: reduce-scatter then allgather around the ring, each step moved in segments of
-//   at most `segment_bytes` so that sends and receives overlap: bandwidth-optimal.
+// - RingAllreduce: reduce-scatter then allgather around the ring, bandwidth-optimal; blocks are
+//   cut into pieces of `segment_bytes` that flow through the steps independently (a piece is
+//   forwarded as soon as it has arrived), so the steps overlap and latency is paid about once.
 // - HalvingDoublingAllreduce: recursive vector halving (reduce-scatter) then doubling (allgather)
 //   among the largest power of two of ranks; the extra ranks first fold their data into a partner
 //   and get the result back at the end: 2 log2(p) steps, for latency-bound sizes.
@@ -24,6 +25,10 @@ namespace cadre::comm::tcp_algo {
 using transport::Device;
 
 inline constexpr size_t kDefaultSegmentBytes = 1 << 20;
+// RingAllreduce's pieces when segment_bytes is 0: a block in at least kRingPieces pieces, each
+// of at least kRingMinPieceBytes, at most kDefaultSegmentBytes.
+inline constexpr size_t kRingPieces = 4;
+inline constexpr size_t kRingMinPieceBytes = 64 << 10;
 
 // `out` holds `in` (copied when they differ) and is reduced in place.
 Status RingAllreduce(Device& d, const void* in, void* out, size_t count, DataType dtype,

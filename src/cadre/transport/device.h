@@ -11,7 +11,9 @@
 // Thread-safety: one thread calls Run at a time.
 #pragma once
 
+#include <functional>
 #include <span>
+#include <vector>
 
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
@@ -26,6 +28,15 @@ class Device {
   virtual int size() const = 0;
   virtual Pair& pair(int peer) = 0;
   virtual Status Run(std::span<const Transfer> transfers, Deadline deadline) = 0;
+  // Run, where the end of a receive may start more transfers (a pipeline: forward a piece as
+  // soon as it has arrived, while later pieces are still on their way). Receives are numbered
+  // in the order they join the batch (the given ones first); once receive k has completed,
+  // on_received(k, &more) is called, and the transfers it appends to `more` join the batch.
+  // Receives from one peer complete in the order they were queued. Returns when every
+  // transfer, added ones included, has completed; failures as Run.
+  using OnReceived = std::function<void(size_t, std::vector<Transfer>*)>;
+  virtual Status RunStreaming(std::span<const Transfer> transfers, Deadline deadline,
+                              const OnReceived& on_received) = 0;
   // Breaks the device (see above) without a failure of its own, e.g. when another transport of
   // the same communicator failed.
   virtual void Shutdown() = 0;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <deque>
 
 #include "cadre/base/logging.h"
 #include "cadre/net/handshake.h"
@@ -120,33 +121,76 @@ Status TcpDevice::Fail(Status status) {
 }
 
 Status TcpDevice::Run(std::span<const Transfer> transfers, Deadline deadline) {
+  return RunStreaming(transfers, deadline, nullptr);
+}
+
+Status TcpDevice::RunStreaming(std::span<const Transfer> transfers, Deadline deadline,
+                               const OnReceived& on_received) {
   if (!broken_.ok())
     return AbortedError("transport is broken by an earlier error: " + broken_.message());
-  std::vector<TcpPair*> active;
   for (const Transfer& t : transfers) {
     if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
       return InternalError("transfer to invalid peer " + std::to_string(t.peer));
     }
+  }
+  // Per peer in this batch: the batch numbers of its queued receives, in order, and the pair's
+  // completed-receive count when the batch started.
+  struct Track {
+    std::deque<size_t> recv_numbers;
+    uint64_t done_before = 0;
+    uint64_t reported = 0;
+  };
+  std::vector<TcpPair*> active;
+  std::vector<Track> track(static_cast<size_t>(size_));
+  size_t next_recv = 0;
+  auto queue = [&](const Transfer& t) {
     TcpPair* p = pairs_[t.peer].get();
+    if (std::find(active.begin(), active.end(), p) == active.end()) {
+      active.push_back(p);
+      track[t.peer].done_before = p->recvs_done();
+    }
     if (t.kind == Transfer::kSend) {
       p->QueueSend(t.data, t.bytes);
     } else {
       p->QueueRecv(t.data, t.bytes);
+      track[t.peer].recv_numbers.push_back(next_recv++);
     }
-    if (std::find(active.begin(), active.end(), p) == active.end()) active.push_back(p);
-  }
+  };
+  for (const Transfer& t : transfers) queue(t);
+  std::vector<Transfer> more;
   std::vector<pollfd> fds;
   std::vector<TcpPair*> polled;
   while (true) {
-    fds.clear();
-    polled.clear();
-    for (TcpPair* p : active) {
+    bool added = false;
+    for (size_t a = 0; a < active.size(); ++a) {  // the callback may add pairs
+      TcpPair* p = active[a];
       if (p->send_pending()) {
         if (Status s = p->ProgressSend(); !s.ok()) return Fail(s);
       }
       if (p->recv_pending()) {
         if (Status s = p->ProgressRecv(); !s.ok()) return Fail(s);
       }
+      if (!on_received) continue;
+      Track& tr = track[p->peer()];
+      while (p->recvs_done() - tr.done_before > tr.reported) {
+        const size_t number = tr.recv_numbers.front();
+        tr.recv_numbers.pop_front();
+        ++tr.reported;
+        more.clear();
+        on_received(number, &more);
+        for (const Transfer& t : more) {
+          if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
+            return Fail(InternalError("transfer to invalid peer " + std::to_string(t.peer)));
+          }
+          queue(t);
+          added = true;
+        }
+      }
+    }
+    if (added) continue;  // move the new transfers before sleeping
+    fds.clear();
+    polled.clear();
+    for (TcpPair* p : active) {
       short events = (p->send_pending() ? POLLOUT : 0) | (p->recv_pending() ? POLLIN : 0);
       if (events != 0) {
         fds.push_back({p->fd(), events, 0});

@@ -38,6 +38,8 @@ class TcpDevice final : public Device {
   int size() const override { return size_; }
   Pair& pair(int peer) override { return *pairs_[peer]; }
   Status Run(std::span<const Transfer> transfers, Deadline deadline) override;
+  Status RunStreaming(std::span<const Transfer> transfers, Deadline deadline,
+                      const OnReceived& on_received) override;
   void Shutdown() override;
 
  private:

@@ -109,7 +109,10 @@ Status TcpPair::ProgressRecv() {
     bool had_header = op.done >= kH;
     op.done += got;
     if (!had_header && op.done >= kH) CADRE_RETURN_IF_ERROR(HeaderReceived(op));
-    if (op.done == kH + op.bytes) recvs_.pop_front();
+    if (op.done == kH + op.bytes) {
+      recvs_.pop_front();
+      ++recvs_done_;
+    }
   }
   return Status::Ok();
 }

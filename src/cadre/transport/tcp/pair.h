@@ -34,6 +34,8 @@ class TcpPair final : public Pair {
   void QueueRecv(void* data, size_t bytes);
   bool send_pending() const { return !sends_.empty(); }
   bool recv_pending() const { return !recvs_.empty(); }
+  // Receives completed since the pair was made (they complete in queue order).
+  uint64_t recvs_done() const { return recvs_done_; }
   // Bytes still owed in each direction, for timeout messages.
   size_t send_left() const;
   size_t recv_left() const;
@@ -63,6 +65,7 @@ class TcpPair final : public Pair {
   std::deque<Op> recvs_;
   uint64_t send_seq_ = 0;
   uint64_t recv_seq_ = 0;
+  uint64_t recvs_done_ = 0;
 };
 
 }  // namespace cadre::transport::tcp
