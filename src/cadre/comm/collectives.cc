@@ -82,9 +82,6 @@ AllreduceAlgorithm ChooseAllreduceAlgorithm(AllreduceAlgorithm requested, const 
   const bool power_of_two = (s.size & (s.size - 1)) == 0;
   if (!power_of_two && s.size < 5) return AllreduceAlgorithm::kRing;
   if (s.bytes <= kHalvingDoublingMaxBytes) return AllreduceAlgorithm::kHalvingDoubling;
-  if (s.one_rank_per_host && power_of_two && s.bytes <= kHalvingDoublingAcrossHostsMaxBytes) {
-    return AllreduceAlgorithm::kHalvingDoubling;
-  }
   return AllreduceAlgorithm::kRing;
 }
 

@@ -34,18 +34,14 @@ enum class AllreduceAlgorithm {
 //   half) costs far less than a link's latency;
 // - otherwise by size: kRecursiveDoubling up to kRecursiveDoublingMaxBytes (log p steps),
 //   kHalvingDoubling up to kHalvingDoublingMaxBytes (2 log p steps, ring's bytes; not at p = 3,
-//   where its fold makes it as many steps as the ring with more bytes), kRing above;
-//   except that a power-of-two number of hosts (one rank each) keeps kHalvingDoubling up to
-//   kHalvingDoublingAcrossHostsMaxBytes: every step pays the network's latency, and 2 log p
-//   steps instead of 2(p - 1) measured 8.0 ms against the ring's 9.2 for the 128 KiB shards of
-//   a 256 KiB hierarchical allreduce at 4 hosts x 2 slots on 1 Gbit/s, 1 ms links; from 512 KiB
-//   shards on, the ring, which pipelines its steps, was as fast or faster (19.7 against 20.3 ms
-//   at 1 MiB).
+//   where its fold makes it as many steps as the ring with more bytes), kRing above. (Across
+//   hosts with link delay the ring, which pipelines its steps, measured as fast as
+//   halving-doubling from 512 KiB per host and more predictable below: at 4 hosts without
+//   delay halving-doubling's 128 KiB shards took 3.4-6.4 ms by run, the ring's 3.2.)
 // A requested algorithm other than kAuto is kept, except kHierarchical where it is not possible,
 // which becomes kRing (the flat ring is what it would degenerate to).
 inline constexpr size_t kRecursiveDoublingMaxBytes = 16 << 10;
 inline constexpr size_t kHalvingDoublingMaxBytes = 64 << 10;
-inline constexpr size_t kHalvingDoublingAcrossHostsMaxBytes = 256 << 10;
 struct AllreduceShape {
   int size = 1;                        // ranks
   size_t bytes = 0;                    // of the message
