@@ -81,6 +81,17 @@ def train_setup():
     return model, data, target
 
 
+def train_throughput(model, opt, data, target):
+    """Reports samples/s of SGD steps of `model` (plain, DDP-wrapped or with cadre's hooks)."""
+    def step():
+        opt.zero_grad()
+        F.nll_loss(model(data), target).backward()
+        opt.step()
+
+    secs = timed_steps(step)
+    report({"samples_per_s": args.steps * args.batch_size * size / secs})
+
+
 if args.mode == "cadre":
     import cadre.torch as hvd
     hvd.init()
@@ -88,43 +99,20 @@ if args.mode == "cadre":
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                    named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-
-    def step():
-        opt.zero_grad()
-        F.nll_loss(model(data), target).backward()
-        opt.step()
-
-    secs = timed_steps(step)
-    report({"samples_per_s": args.steps * args.batch_size * size / secs})
+    train_throughput(model, opt, data, target)
     hvd.shutdown()
 elif args.mode == "local":
     # The same steps with no communication at all: what any distributed optimizer could reach
     # here at best (the ranks still share the machine's cores).
     model, data, target = train_setup()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def step():
-        opt.zero_grad()
-        F.nll_loss(model(data), target).backward()
-        opt.step()
-
-    secs = timed_steps(step)
-    report({"samples_per_s": args.steps * args.batch_size * size / secs})
+    train_throughput(model, torch.optim.SGD(model.parameters(), lr=0.01), data, target)
 elif args.mode == "ddp":
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["BENCH_PORT"],
                             rank=rank, world_size=size)
     model, data, target = train_setup()
     ddp = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-
-    def step():
-        opt.zero_grad()
-        F.nll_loss(ddp(data), target).backward()
-        opt.step()
-
-    secs = timed_steps(step)
-    report({"samples_per_s": args.steps * args.batch_size * size / secs})
+    train_throughput(ddp, torch.optim.SGD(ddp.parameters(), lr=0.01), data, target)
     dist.destroy_process_group()
 elif args.mode in ("grads", "gloo"):
     grads = [torch.randn(s) for s in resnet50_shapes()]
