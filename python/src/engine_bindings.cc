@@ -61,6 +61,37 @@ void Check(const Handle& h) {
   if (!s.ok()) throw Error(s);
 }
 
+// A submission's request from the codes Python passes; InvalidArgument for codes out of range.
+Request MakeRequest(int op, const std::string& name, std::vector<int64_t> shape, int dtype,
+                    int reduce_op) {
+  if (op < 0 || op > static_cast<int>(OpType::kBarrier)) {
+    throw Error(InvalidArgument("unknown operation " + std::to_string(op)));
+  }
+  if (dtype < 0 || dtype >= comm::kNumDataTypes) {
+    throw Error(InvalidArgument("unknown dtype " + std::to_string(dtype)));
+  }
+  if (reduce_op < 0 || reduce_op >= comm::kNumReduceOps) {
+    throw Error(InvalidArgument("unknown reduce op " + std::to_string(reduce_op)));
+  }
+  Request r;
+  r.op = static_cast<OpType>(op);
+  r.name = name;
+  r.shape = std::move(shape);
+  r.dtype = static_cast<comm::DataType>(dtype);
+  r.reduce_op = static_cast<comm::ReduceOp>(reduce_op);
+  return r;
+}
+
+// Engine::Enqueue, with a duplicate pending name raised as ValueError (Horovod's users catch it).
+std::shared_ptr<Handle> Submit(Engine& e, Request r, uintptr_t ptr, bool batchable) {
+  try {
+    return e.Enqueue(std::move(r), reinterpret_cast<void*>(ptr), batchable);
+  } catch (const Error& err) {
+    if (err.code() == Code::kAlreadyExists) throw py::value_error(err.what());
+    throw;
+  }
+}
+
 // Waits for `h` with the GIL released, taking it back every 200 ms to let Ctrl-C through.
 void WaitInterruptibly(const Handle& h) {
   while (true) {
@@ -131,32 +162,12 @@ void BindEngine(py::module_& m) {
           [](Engine& e, int op, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape,
              int dtype, int reduce_op, int root, std::vector<int64_t> splits, double prescale,
              double postscale, bool batchable) {
-            if (op < 0 || op > static_cast<int>(OpType::kBarrier)) {
-              throw Error(InvalidArgument("unknown operation " + std::to_string(op)));
-            }
-            if (dtype < 0 || dtype >= comm::kNumDataTypes) {
-              throw Error(InvalidArgument("unknown dtype " + std::to_string(dtype)));
-            }
-            if (reduce_op < 0 || reduce_op >= comm::kNumReduceOps) {
-              throw Error(InvalidArgument("unknown reduce op " + std::to_string(reduce_op)));
-            }
-            Request r;
-            r.op = static_cast<OpType>(op);
-            r.name = name;
-            r.shape = std::move(shape);
-            r.dtype = static_cast<comm::DataType>(dtype);
-            r.reduce_op = static_cast<comm::ReduceOp>(reduce_op);
+            Request r = MakeRequest(op, name, std::move(shape), dtype, reduce_op);
             r.root = root;
             r.splits = std::move(splits);
             r.prescale = prescale;
             r.postscale = postscale;
-            try {
-              return e.Enqueue(std::move(r), reinterpret_cast<void*>(ptr), batchable);
-            } catch (const Error& err) {
-              // Horovod's users catch ValueError for a duplicate name.
-              if (err.code() == Code::kAlreadyExists) throw py::value_error(err.what());
-              throw;
-            }
+            return Submit(e, std::move(r), ptr, batchable);
           },
           py::arg("op"), py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"),
           py::arg("reduce_op") = 0, py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{},
@@ -168,26 +179,15 @@ void BindEngine(py::module_& m) {
             // The common synchronous case (allreduce_ of a contiguous floating-point tensor) in
             // one call: submit, wait, raise. Submission errors raise ValueError, the
             // operation's own errors the module's CadreError.
-            if (dtype < 0 || dtype >= comm::kNumDataTypes) {
-              throw py::value_error("unknown dtype " + std::to_string(dtype));
-            }
-            if (reduce_op < 0 || reduce_op >= comm::kNumReduceOps) {
-              throw py::value_error("unknown reduce op " + std::to_string(reduce_op));
-            }
-            Request r;
-            r.name = name;
-            r.shape = std::move(shape);
-            r.dtype = static_cast<comm::DataType>(dtype);
-            r.reduce_op = static_cast<comm::ReduceOp>(reduce_op);
-            r.prescale = prescale;
-            r.postscale = postscale;
             std::shared_ptr<Handle> h;
             try {
-              h = e.Enqueue(std::move(r), reinterpret_cast<void*>(ptr), /*batchable=*/false);
+              Request r = MakeRequest(static_cast<int>(OpType::kAllreduce), name, std::move(shape),
+                                      dtype, reduce_op);
+              r.prescale = prescale;
+              r.postscale = postscale;
+              h = Submit(e, std::move(r), ptr, /*batchable=*/false);
             } catch (const Error& err) {
-              if (err.code() == Code::kAlreadyExists || err.code() == Code::kInvalidArgument) {
-                throw py::value_error(err.what());
-              }
+              if (err.code() == Code::kInvalidArgument) throw py::value_error(err.what());
               throw;
             }
             WaitInterruptibly(*h);

@@ -2,8 +2,8 @@
 experiments. It does what `cadre run` does for one learner: starts a TcpStoreServer, gives every
 rank the learner contract (CADRE_RANK/SIZE/LOCAL_*/CROSS_*, CADRE_STORE, CADRE_JOB_TOKEN, the
 HOROVOD_* aliases, PYTHONPATH), binds the ranks to CPUs as `cadre run` binds slots, and waits
-for all of them, killing the rest when the deadline
-passes so that a hung collective cannot hang the caller.
+for all of them, killing the rest when the deadline passes so that a hung collective cannot hang
+the caller.
 """
 import os
 import secrets

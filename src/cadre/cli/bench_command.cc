@@ -155,9 +155,8 @@ int RunAllreduceBench(const AllreduceBenchArgs& args) {
 
   // The ranks are bound to CPUs as `cadre run` binds slots (CADRE_CPU_BIND), so that the raw
   // collective and jobs are timed alike.
-  launch::CpuBind bind = launch::CpuBind::kAuto;
-  if (Status s = launch::CpuBindFromEnv(&bind); !s.ok()) throw Error(s);
-  const auto cpus = launch::PlanCpuBinding(args.ranks, launch::UsableCpus(), bind);
+  std::vector<std::vector<int>> cpus;
+  if (Status s = launch::PlanCpuBindingFromEnv(args.ranks, &cpus); !s.ok()) throw Error(s);
   std::vector<pid_t> children;
   for (int rank = 0; rank < args.ranks; ++rank) {
     pid_t pid = fork();

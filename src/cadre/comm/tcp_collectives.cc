@@ -105,11 +105,12 @@ Status RingAllreduce(Device& d, const void* in, void* out, size_t count, DataTyp
     if (stage < steps) {  // reduce-scatter step s: the partial of block r-s-2 arrived
       auto [acc, len] = piece(r - s - 2, i);
       Reduce(acc, acc, partial(i), len / elem, dtype, op);
+      // Forward the sum: a partial for the next step, or at the last step block
+      // r - (n - 1) - 1 = r, complete, which starts the allgather (received straight into buf).
+      more->push_back(Transfer::Send(right, acc, len));
       if (stage + 1 < steps) {
-        more->push_back(Transfer::Send(right, acc, len));
         more->push_back(Transfer::Recv(left, partial(i), piece(r - s - 3, i).second));
-      } else {  // block r - (n - 1) - 1 = r is complete: the allgather starts with it
-        more->push_back(Transfer::Send(right, acc, len));
+      } else {
         auto [next, next_len] = piece(r - 1, i);
         more->push_back(Transfer::Recv(left, next, next_len));
       }
@@ -248,10 +249,11 @@ Status Allgatherv(Device& d, const void* in, void* out, const std::vector<size_t
   return RingAllgatherInPlace(d, buf, blocks, deadline);
 }
 
-// The ring of RingReduceScatterInPlace, out of place: at step s this rank sends its partial sum of
-// block r-s-1 (its input at step 0) and adds its input of block r-s-2 to the partial it receives.
-// The partial lives in `acc` (one block), so the input is never copied whole; the last step's
-// sum is block r itself, written straight to `out`. Same operand order as the in-place ring.
+// The reduce-scatter half of the ring, step by step and out of place: at step s this rank sends
+// its partial sum of block r-s-1 (its input at step 0) and adds its input of block r-s-2 to the
+// partial it receives. The partial lives in `acc` (one block), so the input is never copied
+// whole; the last step's sum is block r itself, written straight to `out`. Same operand order
+// as RingAllreduce.
 Status ReduceScatter(Device& d, const void* in, void* out, const std::vector<size_t>& counts,
                      DataType dtype, ReduceOp op, Deadline deadline) {
   const int n = d.size(), r = d.rank();

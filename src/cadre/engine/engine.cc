@@ -1,7 +1,5 @@
 #include "cadre/engine/engine.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -62,6 +60,11 @@ EngineOptions EngineOptions::FromEnv() {
   }
   o.inline_bytes = static_cast<size_t>(inline_bytes);
   o.inline_message_bytes = std::max(o.inline_message_bytes, o.inline_bytes);
+  const int64_t batch_wait = EnvInt("CADRE_BATCH_WAIT_MS", o.batch_wait.count());
+  if (batch_wait < 0 || batch_wait > 1000) {
+    throw Error(InvalidArgument("CADRE_BATCH_WAIT_MS must be between 0 and 1000"));
+  }
+  o.batch_wait = Duration(batch_wait);
   const int64_t spin = EnvInt("CADRE_SPIN_US", o.spin.count());
   if (spin < 0 || spin > 1'000'000) {
     throw Error(InvalidArgument("CADRE_SPIN_US must be between 0 and 1000000"));
@@ -101,8 +104,7 @@ Engine::~Engine() {
 void Engine::Shutdown() {
   std::lock_guard<std::mutex> lock(mu_);
   shutdown_requested_ = true;
-  wake_.store(true, std::memory_order_release);
-  cv_.notify_all();
+  Wake();
 }
 
 std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batchable) {
@@ -168,18 +170,16 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
     fresh_.push_back(std::move(request));
     fresh_payloads_.push_back(std::move(payload));
     if (!batchable) ++fresh_urgent_;
-    wake_.store(true, std::memory_order_release);
   }
   timeline_.Begin(name, "NEGOTIATE");
-  cv_.notify_all();
+  Wake();
   return handle;
 }
 
 void Engine::Flush() {
   std::lock_guard<std::mutex> lock(mu_);
   flush_requested_ = true;
-  wake_.store(true, std::memory_order_release);
-  cv_.notify_all();
+  Wake();
 }
 
 std::shared_ptr<Handle> Engine::Join() {
@@ -188,8 +188,7 @@ std::shared_ptr<Handle> Engine::Join() {
   if (shutdown_requested_) throw Error(AbortedError("the engine is shut down"));
   if (join_handle_) throw Error(Code::kAlreadyExists, "join() is already pending on this rank");
   join_handle_ = std::make_shared<Handle>(options_.spin);
-  wake_.store(true, std::memory_order_release);
-  cv_.notify_all();
+  Wake();
   return join_handle_;
 }
 
@@ -224,7 +223,7 @@ bool Engine::RunCycle() {
   std::vector<Request> fresh;
   std::vector<std::vector<uint8_t>> payloads;
   bool shutdown, joined;
-  if (idle_wait_ == options_.cycle_time) PollForWork();  // the last cycle had work
+  if (idle_wait_ == options_.cycle_time) PollFlag(wake_, options_.spin);  // the last had work
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, idle_wait_, [&] { return !fresh_.empty() || shutdown_requested_; });
@@ -281,10 +280,9 @@ bool Engine::RunCycle() {
   return true;
 }
 
-void Engine::PollForWork() const {
-  if (options_.spin.count() <= 0) return;
-  const auto until = Clock::now() + options_.spin;
-  while (!wake_.load(std::memory_order_acquire) && Clock::now() < until) sched_yield();
+void Engine::Wake() {
+  wake_.store(true, std::memory_order_release);
+  cv_.notify_all();
 }
 
 std::vector<Message> Engine::Exchange(const Message& mine) {

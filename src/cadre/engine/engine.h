@@ -71,8 +71,8 @@ struct EngineOptions {
   std::string timeline_path;
 
   // HOROVOD_* / CADRE_* variables: CYCLE_TIME (ms), FUSION_THRESHOLD (bytes), CACHE_CAPACITY,
-  // (CADRE_SPIN_US, CADRE_INLINE_BYTES: cadre only)
-  // STALL_CHECK_TIME_SECONDS, STALL_SHUTDOWN_TIME_SECONDS, TIMELINE (path). CADRE_ wins.
+  // STALL_CHECK_TIME_SECONDS, STALL_SHUTDOWN_TIME_SECONDS, TIMELINE (path). CADRE_ wins. CADRE_
+  // only: INLINE_BYTES, SPIN_US, BATCH_WAIT_MS, FUSION_TENSOR_LIMIT.
   static EngineOptions FromEnv();
 };
 
@@ -114,8 +114,9 @@ class Engine {
   void Loop();
   // One negotiation cycle; throws cadre::Error when the backend fails. False after shutdown.
   bool RunCycle();
-  // Returns when wake_ is set or the spin time has passed, yielding the core meanwhile.
-  void PollForWork() const;
+  // Tells the engine thread that something it waits for has changed: sets wake_ (its polling)
+  // and notifies cv_ (its sleep).
+  void Wake();
   std::vector<Message> Exchange(const Message& mine);
   void Execute(const Response& response);
   void FailAll(const Status& status);

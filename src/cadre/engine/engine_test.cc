@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <thread>
@@ -23,6 +24,38 @@ EngineOptions FastOptions() {
   o.fusion_threshold_bytes = 64;  // small, so tests exercise both fused and unfused paths
   o.fusion_segment_bytes = 12;    // fused buffers reduced in pieces that split tensors
   return o;
+}
+
+// Sets an environment variable for the life of the object.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+TEST(EngineOptionsTest, ReadsCadreOnlyVariablesAndRefusesBadValues) {
+  {
+    ScopedEnv wait("CADRE_BATCH_WAIT_MS", "0");
+    ScopedEnv spin("CADRE_SPIN_US", "7");
+    const EngineOptions o = EngineOptions::FromEnv();
+    EXPECT_EQ(o.batch_wait, Duration::zero());
+    EXPECT_EQ(o.spin, std::chrono::microseconds(7));
+  }
+  for (const char* name : {"CADRE_BATCH_WAIT_MS", "CADRE_SPIN_US", "CADRE_INLINE_BYTES"}) {
+    ScopedEnv bad(name, "-1");
+    try {
+      EngineOptions::FromEnv();
+      ADD_FAILURE() << name << "=-1 accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
 }
 
 std::vector<std::unique_ptr<Engine>> MakeEngines(int size, EngineOptions options = FastOptions(),

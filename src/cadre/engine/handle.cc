@@ -9,17 +9,20 @@ bool Handle::done() const {
   return done_;
 }
 
-bool Handle::Wait(Duration timeout) const {
-  if (spin_.count() > 0) {
-    const auto start = std::chrono::steady_clock::now();
-    const auto until = start + std::min<std::chrono::microseconds>(
-                                   spin_, std::chrono::duration_cast<std::chrono::microseconds>(
-                                              std::min(timeout, Duration(1000))));
-    while (!done_flag_.load(std::memory_order_acquire)) {
-      if (std::chrono::steady_clock::now() >= until) break;
-      sched_yield();  // hands the core to a runnable thread (the engine's, say), if any
-    }
+bool PollFlag(const std::atomic<bool>& flag, std::chrono::microseconds budget) {
+  const auto until = std::chrono::steady_clock::now() + budget;
+  while (!flag.load(std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    sched_yield();
   }
+  return true;
+}
+
+bool Handle::Wait(Duration timeout) const {
+  // Never poll longer than the caller would wait (the cap keeps Duration::max() in range).
+  const auto limit =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::min(timeout, Duration(1000)));
+  if (PollFlag(done_flag_, std::min(spin_, limit))) return true;
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout == Duration::max()) {
     cv_.wait(lock, [&] { return done_; });

@@ -19,6 +19,11 @@
 
 namespace cadre::engine {
 
+// Polls `flag` for up to `budget`, yielding the core at every check (to the thread that will set
+// it, when they share a core); true once it is set. The engine's waits poll like this before
+// they sleep (EngineOptions::spin).
+bool PollFlag(const std::atomic<bool>& flag, std::chrono::microseconds budget);
+
 class Handle {
  public:
   // `spin`: how long Wait() polls before it sleeps (EngineOptions::spin).

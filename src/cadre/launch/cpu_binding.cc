@@ -20,10 +20,6 @@ Status ParseCpuBind(std::string_view text, CpuBind* bind) {
   return Status::Ok();
 }
 
-Status CpuBindFromEnv(CpuBind* bind) {
-  return ParseCpuBind(GetEnv("CADRE_CPU_BIND").value_or(""), bind);
-}
-
 std::vector<std::vector<int>> PlanCpuBinding(int slots, const std::vector<int>& usable,
                                              CpuBind bind) {
   const int cpus = static_cast<int>(usable.size());
@@ -47,6 +43,13 @@ std::vector<int> UsableCpus() {
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
   }
   return cpus;
+}
+
+Status PlanCpuBindingFromEnv(int slots, std::vector<std::vector<int>>* plan) {
+  CpuBind bind = CpuBind::kAuto;
+  CADRE_RETURN_IF_ERROR(ParseCpuBind(GetEnv("CADRE_CPU_BIND").value_or(""), &bind));
+  *plan = PlanCpuBinding(slots, UsableCpus(), bind);
+  return Status::Ok();
 }
 
 int BindToCpus(const std::vector<int>& cpus) {

@@ -22,15 +22,17 @@ enum class CpuBind { kAuto, kNone };
 
 // Parses CADRE_CPU_BIND's value; the error names the variable and the accepted values.
 Status ParseCpuBind(std::string_view text, CpuBind* bind);
-// CADRE_CPU_BIND from the environment (unset or empty: kAuto).
-Status CpuBindFromEnv(CpuBind* bind);
 
 // The CPUs of each slot, in slot order; empty when the slots are not bound.
 std::vector<std::vector<int>> PlanCpuBinding(int slots, const std::vector<int>& usable,
                                              CpuBind bind);
 
-// The CPUs this process may run on (sched_getaffinity), ascending.
+// The CPUs this process may run on (sched_getaffinity), ascending; empty if that fails.
 std::vector<int> UsableCpus();
+
+// The plan for `slots` slots on this machine, by CADRE_CPU_BIND (unset or empty: auto) and this
+// process's CPUs; InvalidArgument naming the variable for a bad value.
+Status PlanCpuBindingFromEnv(int slots, std::vector<std::vector<int>>* plan);
 
 // Restricts the calling thread (and the threads and processes it starts later) to `cpus`.
 // Uses only a system call, so it may run between fork and exec. Returns errno, 0 on success.

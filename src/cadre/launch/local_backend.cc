@@ -1,6 +1,5 @@
 #include "cadre/launch/local_backend.h"
 
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -22,10 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 
 int UsableCores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
+  if (const size_t n = UsableCpus().size(); n > 0) return static_cast<int>(n);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
 }
 
 std::string ReadSmallFile(const fs::path& path) {
@@ -93,9 +91,8 @@ Status LocalJob::Prepare() {
   layout_.data_dir = spec_.data_dir.empty() ? layout_.job_dir / "data" : spec_.data_dir;
   layout_.job_token = NewJobToken();
   layout_.machine_cores = UsableCores();
-  CpuBind bind = CpuBind::kAuto;
-  CADRE_RETURN_IF_ERROR(CpuBindFromEnv(&bind));
-  layout_.slot_cpus = PlanCpuBinding(spec_.nodes * spec_.slots_per_learner, UsableCpus(), bind);
+  CADRE_RETURN_IF_ERROR(
+      PlanCpuBindingFromEnv(spec_.nodes * spec_.slots_per_learner, &layout_.slot_cpus));
   layout_.machine_gpus = CountMachineGpus();
   layout_.python_path = CadrePythonPath();
   if (options_.emulate_network) {

@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <deque>
 
 #include "cadre/base/logging.h"
 #include "cadre/net/handshake.h"
@@ -128,32 +127,33 @@ Status TcpDevice::RunStreaming(std::span<const Transfer> transfers, Deadline dea
                                const OnReceived& on_received) {
   if (!broken_.ok())
     return AbortedError("transport is broken by an earlier error: " + broken_.message());
-  for (const Transfer& t : transfers) {
-    if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
-      return InternalError("transfer to invalid peer " + std::to_string(t.peer));
-    }
-  }
-  // Per peer in this batch: the batch numbers of its queued receives, in order, and the pair's
-  // completed-receive count when the batch started.
+  auto invalid = [&](const Transfer& t) {
+    return t.peer < 0 || t.peer >= size_ || t.peer == rank_
+               ? InternalError("transfer to invalid peer " + std::to_string(t.peer))
+               : Status::Ok();
+  };
+  for (const Transfer& t : transfers) CADRE_RETURN_IF_ERROR(invalid(t));
+  // With a callback, per peer: the batch numbers of its queued receives in order, how many of
+  // them have been reported, and the pair's completed-receive count when the batch started.
   struct Track {
-    std::deque<size_t> recv_numbers;
+    std::vector<size_t> recv_numbers;
+    size_t reported = 0;
     uint64_t done_before = 0;
-    uint64_t reported = 0;
   };
   std::vector<TcpPair*> active;
-  std::vector<Track> track(static_cast<size_t>(size_));
+  std::vector<Track> track(on_received ? static_cast<size_t>(size_) : 0);
   size_t next_recv = 0;
   auto queue = [&](const Transfer& t) {
     TcpPair* p = pairs_[t.peer].get();
     if (std::find(active.begin(), active.end(), p) == active.end()) {
       active.push_back(p);
-      track[t.peer].done_before = p->recvs_done();
+      if (on_received) track[t.peer].done_before = p->recvs_done();
     }
     if (t.kind == Transfer::kSend) {
       p->QueueSend(t.data, t.bytes);
     } else {
       p->QueueRecv(t.data, t.bytes);
-      track[t.peer].recv_numbers.push_back(next_recv++);
+      if (on_received) track[t.peer].recv_numbers.push_back(next_recv++);
     }
   };
   for (const Transfer& t : transfers) queue(t);
@@ -173,15 +173,10 @@ Status TcpDevice::RunStreaming(std::span<const Transfer> transfers, Deadline dea
       if (!on_received) continue;
       Track& tr = track[p->peer()];
       while (p->recvs_done() - tr.done_before > tr.reported) {
-        const size_t number = tr.recv_numbers.front();
-        tr.recv_numbers.pop_front();
-        ++tr.reported;
         more.clear();
-        on_received(number, &more);
+        on_received(tr.recv_numbers[tr.reported++], &more);
         for (const Transfer& t : more) {
-          if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
-            return Fail(InternalError("transfer to invalid peer " + std::to_string(t.peer)));
-          }
+          if (Status s = invalid(t); !s.ok()) return Fail(s);
           queue(t);
           added = true;
         }
