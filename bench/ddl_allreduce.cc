@@ -42,17 +42,20 @@ struct Args {
   int max_reps = 20;
   size_t pipeline_bytes = comm::kDefaultPipelineBytes;  // HierarchyOptions; 0 = no pipelining
   size_t pipeline_chunks = comm::kDefaultPipelineChunks;
+  size_t streamed_bytes = comm::kDefaultStreamedPipelineBytes;  // between two hosts
+  size_t streamed_chunks = comm::kDefaultStreamedPipelineChunks;
   std::vector<int> host_grid;  // HierarchyOptions; empty = chosen from the topology
 };
 
 [[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr,
-               "ddl_allreduce_bench: %s\nusage: ddl_allreduce_bench [--slots N] [--port P] "
-               "[--min-bytes B] [--max-bytes B] [--seconds S] [--max-reps R] [--pipeline-bytes B] "
-               "[--pipeline-chunks K] [--host-grid AxB]\n"
-               "(run it under "
-               "`cadre netem exec`)\n",
-               why.c_str());
+  std::fprintf(
+      stderr,
+      "ddl_allreduce_bench: %s\nusage: ddl_allreduce_bench [--slots N] [--port P] "
+      "[--min-bytes B] [--max-bytes B] [--seconds S] [--max-reps R] [--pipeline-bytes B] "
+      "[--pipeline-chunks K] [--streamed-bytes B] [--streamed-chunks K] [--host-grid AxB]\n"
+      "(run it under "
+      "`cadre netem exec`)\n",
+      why.c_str());
   std::exit(2);
 }
 
@@ -68,7 +71,8 @@ Args ParseArgs(int argc, char** argv) {
     }
     char* end = nullptr;
     const double x = std::strtod(v, &end);
-    if (*v == '\0' || *end != '\0' || x < 0 || (x == 0 && flag.rfind("--pipeline-", 0) != 0)) {
+    if (*v == '\0' || *end != '\0' || x < 0 ||
+        (x == 0 && flag.rfind("--pipeline-", 0) != 0 && flag.rfind("--streamed-", 0) != 0)) {
       Usage(flag + " " + v + ": not a positive number");
     }
     if (flag == "--slots")
@@ -87,6 +91,10 @@ Args ParseArgs(int argc, char** argv) {
       a.pipeline_bytes = static_cast<size_t>(x);
     else if (flag == "--pipeline-chunks")
       a.pipeline_chunks = static_cast<size_t>(x);
+    else if (flag == "--streamed-bytes")
+      a.streamed_bytes = static_cast<size_t>(x);
+    else if (flag == "--streamed-chunks")
+      a.streamed_chunks = static_cast<size_t>(x);
     else
       Usage("unknown flag " + flag);
   }
@@ -203,6 +211,8 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
   comm::HierarchyOptions ho;
   ho.pipeline_bytes = args.pipeline_bytes;
   ho.pipeline_chunks = args.pipeline_chunks;
+  ho.streamed_pipeline_bytes = args.streamed_bytes;
+  ho.streamed_pipeline_chunks = args.streamed_chunks;
   ho.host_grid = args.host_grid;
   auto hier = comm::Hierarchy::Create(*c, ho);
 
@@ -220,10 +230,9 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
     std::lock_guard lock(*print_mu);
     std::printf(
         "# %d hosts x %d slots, link %s; hierarchical levels %s, pipeline chunks >= %zu bytes x "
-        "hosts, <= "
-        "%zu\n",
+        "hosts, <= %zu (streamed between two hosts: >= %zu bytes, <= %zu)\n",
         hosts, args.slots, link.c_str(), comm::GridToString(hier->levels()).c_str(),
-        args.pipeline_bytes, args.pipeline_chunks);
+        args.pipeline_bytes, args.pipeline_chunks, args.streamed_bytes, args.streamed_chunks);
     std::printf("# bound = 2(N-1)/N x S / rate, N = hosts; busbw = 2(N-1)/N x S / time\n");
     std::printf("%10s  %-13s %10s %12s %10s %9s\n", "bytes", "algorithm", "time ms", "busbw Mbit/s",
                 "bound ms", "of bound");

@@ -120,6 +120,49 @@ void Allreduce(Communicator& comm, const AllreduceOptions& o) {
   }
 }
 
+bool StreamsPieces(Communicator& comm) { return comm.size() == 2 && Impl(comm).shm() == nullptr; }
+
+void StreamedAllreduce(Communicator& comm, const StreamedAllreduceOptions& o) {
+  CommunicatorImpl& c = Impl(comm);
+  c.CheckUsable();
+  CheckType("streamed allreduce", o.dtype);
+  CheckOp("streamed allreduce", o.op);
+  const PieceStream& s = o.stream;
+  const size_t pieces = s.size();
+  Check(s.inputs.size() == pieces && s.outputs.size() == pieces, "streamed allreduce",
+        "inputs, outputs and counts must have one entry per piece");
+  Check(s.ready != nullptr && s.done != nullptr, "streamed allreduce",
+        "ready and done must be set");
+  const size_t elem = ElementSize(o.dtype);
+  for (size_t k = 0; k < pieces; ++k) {
+    const size_t bytes = s.counts[k] * elem;
+    Check(bytes == 0 || (s.inputs[k] != nullptr && s.outputs[k] != nullptr), "streamed allreduce",
+          "piece " + std::to_string(k) + " has no input or output");
+    Check(!Overlap(s.inputs[k], bytes, s.outputs[k], bytes), "streamed allreduce",
+          "piece " + std::to_string(k) + "'s output overlaps its input");
+  }
+  if (StreamsPieces(comm)) {
+    return Finish(
+        c, tcp_algo::StreamedPairAllreduce(*c.tcp(), s, o.dtype, o.op, c.MakeDeadline(o.timeout)));
+  }
+  for (size_t k = 0; k < pieces; ++k) {
+    if (!s.ready(k, /*wait=*/true)) {
+      c.Fail(AbortedError("streamed allreduce stopped: piece " + std::to_string(k) + " of " +
+                          std::to_string(pieces) + " was never produced"));
+    }
+    const size_t bytes = s.counts[k] * elem;
+    if (bytes > 0) std::memcpy(s.outputs[k], s.inputs[k], bytes);
+    AllreduceOptions a;
+    a.input = a.output = s.outputs[k];
+    a.count = s.counts[k];
+    a.dtype = o.dtype;
+    a.op = o.op;
+    a.timeout = o.timeout;
+    Allreduce(comm, a);
+    s.done(k);
+  }
+}
+
 void Broadcast(Communicator& comm, const BroadcastOptions& o) {
   CommunicatorImpl& c = Impl(comm);
   c.CheckUsable();

@@ -13,6 +13,7 @@
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
 #include "cadre/comm/communicator.h"
+#include "cadre/comm/piece_stream.h"
 #include "cadre/comm/types.h"
 
 namespace cadre::comm {
@@ -66,6 +67,22 @@ struct AllreduceOptions {
   std::optional<Duration> timeout;  // default: the communicator's
 };
 void Allreduce(Communicator& comm, const AllreduceOptions& options);
+
+// The allreduce of a message handed over piece by piece (piece_stream.h). Between two ranks
+// over TCP each piece's exchange starts as soon as the piece is ready, while the earlier ones
+// are still on the wire, and a piece is done as soon as it is back (StreamsPieces() is true);
+// otherwise the pieces are allreduced one after another, each as Allreduce would. Throws as
+// Allreduce, and kAborted when the producer gives up; that breaks the communicator, so that the
+// peers fail fast instead of waiting for the rest.
+struct StreamedAllreduceOptions {
+  PieceStream stream;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  // Default: the communicator's; for the whole stream when streaming, else for each piece.
+  std::optional<Duration> timeout;
+};
+void StreamedAllreduce(Communicator& comm, const StreamedAllreduceOptions& options);
+bool StreamsPieces(Communicator& comm);
 
 struct BroadcastOptions {
   void* buffer = nullptr;  // input on root, output elsewhere

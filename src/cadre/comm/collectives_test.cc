@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "cadre/comm/comm_test_util.h"
 #include "cadre/comm/typed_values.h"
@@ -117,6 +121,131 @@ TEST_P(CollectivesTest, AllreduceTinySegmentsForceChunking) {
       extra.segment_bytes = 1;  // below one element: still one element per piece
       CheckAllreduce(comm, DataType::kInt8, ReduceOp::kMax, 33, true, extra);
     }
+  });
+}
+
+// A producer thread hands the pieces over one by one, as a pipeline's reduce-scatters do.
+class Producer {
+ public:
+  explicit Producer(size_t pieces, size_t give_up_at = SIZE_MAX)
+      : pieces_(pieces), give_up_at_(give_up_at), thread_([this] { Run(); }) {}
+  ~Producer() { thread_.join(); }
+  bool Ready(size_t k, bool wait) {
+    std::unique_lock lock(mu_);
+    if (wait) cv_.wait(lock, [&] { return ready_ > k || stopped_; });
+    return ready_ > k;
+  }
+
+ private:
+  void Run() {
+    for (size_t k = 0; k < pieces_; ++k) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      std::lock_guard lock(mu_);
+      if (k == give_up_at_) {
+        stopped_ = true;
+        cv_.notify_all();
+        return;
+      }
+      ready_ = k + 1;
+      cv_.notify_all();
+    }
+  }
+  const size_t pieces_, give_up_at_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t ready_ = 0;      // GUARDED_BY(mu_)
+  bool stopped_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+TEST_P(CollectivesTest, StreamedAllreduceEveryPieceInOrder) {
+  // Empty pieces, one element, odd sizes, one of 1 MiB; sums of int32 and products of float64.
+  const std::vector<size_t> counts = {0, 1, 37, 1000, 0, (1 << 20) / 4, 5};
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    EXPECT_EQ(StreamsPieces(comm), !shm() && comm.size() == 2);
+    for (DataType dt : {DataType::kInt32, DataType::kFloat64}) {
+      const ReduceOp op = dt == DataType::kInt32 ? ReduceOp::kSum : ReduceOp::kProduct;
+      std::vector<std::vector<uint8_t>> in, out;
+      StreamedAllreduceOptions o;
+      o.dtype = dt;
+      o.op = op;
+      for (size_t c : counts) {
+        in.push_back(Make(dt, c, [&](size_t i) { return Value(dt, op, comm.rank(), i); }));
+        out.emplace_back(c * ElementSize(dt), 0xA5);
+      }
+      for (size_t k = 0; k < counts.size(); ++k) {
+        o.stream.inputs.push_back(in[k].data());
+        o.stream.outputs.push_back(out[k].data());
+        o.stream.counts.push_back(counts[k]);
+      }
+      std::vector<size_t> done;
+      Producer producer(counts.size());
+      o.stream.ready = [&](size_t k, bool wait) { return producer.Ready(k, wait); };
+      o.stream.done = [&](size_t k) {
+        EXPECT_TRUE(producer.Ready(k, false)) << "piece " << k << " done before it was ready";
+        done.push_back(k);
+      };
+      StreamedAllreduce(comm, o);
+      std::vector<size_t> order(counts.size());
+      std::iota(order.begin(), order.end(), size_t{0});
+      EXPECT_EQ(done, order);
+      for (size_t k = 0; k < counts.size(); ++k) {
+        for (size_t i = 0; i < counts[k]; ++i) {
+          ASSERT_EQ(Get(dt, out[k].data(), i), Expected(dt, op, comm.size(), i))
+              << DataTypeName(dt) << " piece " << k << " element " << i;
+          ASSERT_EQ(Get(dt, in[k].data(), i), Value(dt, op, comm.rank(), i)) << "input changed";
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, StreamedAllreduceProducerGivingUpFailsEveryRankFast) {
+  if (size() < 2) GTEST_SKIP() << "needs a peer";
+  CommunicatorOptions base = Base();
+  base.timeout = std::chrono::seconds(60);  // a rank that waited for it would fail the test
+  RunRanks(size(), base, [&](Communicator& comm) {
+    std::vector<std::vector<float>> in(4, std::vector<float>(1000, 1.0f)), out = in;
+    StreamedAllreduceOptions o;
+    for (size_t k = 0; k < in.size(); ++k) {
+      o.stream.inputs.push_back(in[k].data());
+      o.stream.outputs.push_back(out[k].data());
+      o.stream.counts.push_back(in[k].size());
+    }
+    Producer producer(in.size(), comm.rank() == 0 ? 2 : SIZE_MAX);  // rank 0's stops at piece 2
+    o.stream.ready = [&](size_t k, bool wait) { return producer.Ready(k, wait); };
+    o.stream.done = [](size_t) {};
+    const auto start = Clock::now();
+    try {
+      StreamedAllreduce(comm, o);
+      ADD_FAILURE() << "rank " << comm.rank() << ": the stream completed without piece 2";
+    } catch (const Error& e) {
+      if (comm.rank() == 0) {
+        EXPECT_EQ(e.code(), Code::kAborted) << e.what();
+        EXPECT_NE(std::string(e.what()).find("piece 2 of 4"), std::string::npos) << e.what();
+      } else {
+        EXPECT_NE(e.code(), Code::kTimeout) << e.what();
+      }
+    }
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(30)) << "rank " << comm.rank();
+  });
+}
+
+TEST_P(CollectivesTest, StreamedAllreduceRejectsBadPieces) {
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    std::vector<float> a(8, 1.0f);
+    StreamedAllreduceOptions o;
+    o.stream = {{a.data()}, {a.data() + 4}, {8}, [](size_t, bool) { return true; }, [](size_t) {}};
+    try {
+      StreamedAllreduce(comm, o);
+      ADD_FAILURE() << "overlapping input and output accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("piece 0"), std::string::npos) << e.what();
+    }
+    o.stream.counts.push_back(1);  // two counts, one input and one output
+    EXPECT_THROW(StreamedAllreduce(comm, o), Error);
+    Barrier(comm);  // still usable
   });
 }
 

@@ -162,7 +162,7 @@ void CommunicatorImpl::Fail(const Status& status) {
       bool named = m.rfind(n, 0) == 0 && (m.size() == n.size() || !std::isdigit(m[n.size()]));
       if (r != topology_.rank && named) culprit = r;
     }
-    if (status.code() != Code::kAborted) shm_->Abort(culprit);
+    shm_->Abort(culprit);  // the first abort's reason stays; later ones only wake the waiters
   }
   throw Error(s);
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cadre/base/status.h"
+#include "cadre/comm/piece_stream.h"
 #include "cadre/comm/types.h"
 
 namespace cadre::comm {
@@ -45,6 +46,12 @@ class HierarchyGroup {
                          DataType dtype) = 0;
   // In place.
   virtual void Allreduce(void* buffer, size_t count, DataType dtype, ReduceOp op) = 0;
+  // The allreduce of a message handed over piece by piece (piece_stream.h), as the level above
+  // a pipelined one gets it. The default allreduces the pieces one after another (Allreduce on
+  // each output, after copying its input there); a group that keeps several pieces in flight
+  // overrides it and says so in streams(), and the pipeline then cuts its chunks finer.
+  virtual void StreamedAllreduce(const PieceStream& stream, DataType dtype, ReduceOp op);
+  virtual bool streams() const { return false; }
 };
 
 // Splits `count` elements into `parts` (>= 1) blocks as evenly as possible; the first
@@ -55,12 +62,12 @@ struct LeveledOptions {
   // Pipelining. A message of more than `pipeline_bytes` is cut into ceil(bytes / pipeline_bytes)
   // chunks, at most `max_chunks` (0: no limit); from three chunks on, the first and the last are
   // smaller than the others (hierarchical_pipeline.cc says why). The calling thread runs the
-  // innermost level's reduce-scatter and allgather, chunk after chunk, while a helper thread runs
-  // the levels above on the chunk in between: the reduce-scatter of chunk k+1 and the allgather
-  // of chunk k-1 (shared memory) overlap the inter-host transfer of chunk k, so the host links
-  // do not wait for the copies and reductions inside the host. pipeline_bytes 0: no pipelining
-  // (one pass, every level in turn). Every rank must pass the same values (they decide the
-  // chunks, hence the calls every group sees).
+  // innermost level's reduce-scatters, chunk after chunk, then its allgathers, while a helper
+  // thread runs the levels above on each chunk as soon as it is reduce-scattered: the
+  // allgathers of the first chunks (shared memory) overlap the inter-host transfers of the later
+  // ones. Where the one level above streams (HierarchyGroup::streams()) its transfers overlap
+  // one another too. pipeline_bytes 0: no pipelining (one pass, every level in turn). Every
+  // rank must pass the same values (they decide the chunks, hence the calls every group sees).
   // The groups of the levels above the innermost are then used from the helper thread (one
   // thread at a time per group, as before), concurrently with the innermost group: they must not
   // share state with it (distinct communicators do not).

@@ -1,6 +1,7 @@
 #include "cadre/comm/hierarchical_allreduce.h"
 
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "cadre/base/logging.h"
@@ -57,6 +58,15 @@ class CommLevel final : public HierarchyGroup {
     o.timeout = timeout_;
     comm::Allreduce(comm_, o);
   }
+  void StreamedAllreduce(const PieceStream& stream, DataType dtype, ReduceOp op) override {
+    StreamedAllreduceOptions o;
+    o.stream = stream;
+    o.dtype = dtype;
+    o.op = op;
+    o.timeout = timeout_;
+    comm::StreamedAllreduce(comm_, o);
+  }
+  bool streams() const override { return StreamsPieces(comm_); }
 
  private:
   Communicator& comm_;
@@ -71,15 +81,24 @@ void FlatAllreduce(Communicator& comm, const AllreduceOptions& options) {
   Allreduce(comm, flat);
 }
 
-// The pipelining of one call (see the header): chunks of at least pipeline_bytes per host; the
-// call's segment_bytes, when set, overrides.
-LeveledOptions Pipelining(const AllreduceOptions& o, size_t pipeline_bytes, size_t max_chunks,
-                          int hosts) {
+// The pipelining of one call over `levels` (see the header): chunks of at least pipeline_bytes
+// per host, or streamed_pipeline_bytes where the one level above the host streams; the call's
+// segment_bytes, when set, overrides.
+LeveledOptions Pipelining(const AllreduceOptions& o, const HierarchyOptions& h, int hosts,
+                          std::span<HierarchyGroup* const> levels) {
   LeveledOptions l;
-  if (pipeline_bytes == 0) return l;
-  l.pipeline_bytes =
-      o.segment_bytes != 0 ? o.segment_bytes : pipeline_bytes * static_cast<size_t>(hosts);
-  l.max_chunks = o.segment_bytes != 0 ? 0 : max_chunks;
+  if (h.pipeline_bytes == 0) return l;
+  if (o.segment_bytes != 0) {
+    l.pipeline_bytes = o.segment_bytes;
+    return l;
+  }
+  if (levels.size() == 2 && levels[1]->streams()) {
+    l.pipeline_bytes = h.streamed_pipeline_bytes;
+    l.max_chunks = h.streamed_pipeline_chunks;
+  } else {
+    l.pipeline_bytes = h.pipeline_bytes * static_cast<size_t>(hosts);
+    l.max_chunks = h.pipeline_chunks;
+  }
   return l;
 }
 
@@ -101,9 +120,7 @@ void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options) 
     l->set_call(options);
     levels.push_back(l.get());
   }
-  const HierarchyOptions defaults;
-  LeveledOptions leveled =
-      Pipelining(options, defaults.pipeline_bytes, defaults.pipeline_chunks, t.cross_size);
+  LeveledOptions leveled = Pipelining(options, HierarchyOptions{}, t.cross_size, levels);
   LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op,
                    leveled);
 }
@@ -112,8 +129,7 @@ Hierarchy::~Hierarchy() = default;
 
 std::unique_ptr<Hierarchy> Hierarchy::Create(Communicator& comm, HierarchyOptions options) {
   std::unique_ptr<Hierarchy> h(new Hierarchy(comm));
-  h->pipeline_bytes_ = options.pipeline_bytes;
-  h->pipeline_chunks_ = options.pipeline_chunks;
+  h->options_ = options;
   const Topology& t = comm.topology();
   if (!t.homogeneous) {
     CADRE_LOG(WARNING) << "hierarchical allreduce: hosts hold different numbers of ranks; using "
@@ -180,8 +196,7 @@ void Hierarchy::Allreduce(const AllreduceOptions& options) {
     static_cast<CommLevel*>(g.get())->set_call(options);
     levels.push_back(g.get());
   }
-  LeveledOptions leveled =
-      Pipelining(options, pipeline_bytes_, pipeline_chunks_, comm_.topology().cross_size);
+  LeveledOptions leveled = Pipelining(options, options_, comm_.topology().cross_size, levels);
   leveled.scratch = &scratch_;
   LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op,
                    leveled);

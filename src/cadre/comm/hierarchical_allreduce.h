@@ -42,16 +42,24 @@ void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options);
 // allgather, each 1/8 of the message) is under 1% of a large allreduce at 2 x 2.
 inline constexpr size_t kDefaultPipelineBytes = 1 << 20;
 inline constexpr size_t kDefaultPipelineChunks = 4;
+// Between two hosts the level across them streams (StreamsPieces): its chunks overlap on the
+// wire, a chunk adds no latency of its own, and only the work inside the host that the links
+// wait for shrinks with smaller chunks. So the chunks are cut finer there.
+inline constexpr size_t kDefaultStreamedPipelineBytes = 128 << 10;
+inline constexpr size_t kDefaultStreamedPipelineChunks = 16;
 
 struct HierarchyOptions {
   // How the hosts are arranged, innermost dimension first; the product must be the number of
   // hosts. Empty: ChooseHostGrid(hosts). {hosts} forces one ring across the hosts.
   std::vector<int> host_grid;
   // Chunks of at least pipeline_bytes x hosts (LeveledOptions::pipeline_bytes), at most
-  // pipeline_chunks (max_chunks); pipeline_bytes 0 turns pipelining off. Every rank must pass the
-  // same.
+  // pipeline_chunks (max_chunks); where the level across the hosts streams, of at least
+  // streamed_pipeline_bytes, at most streamed_pipeline_chunks. pipeline_bytes 0 turns
+  // pipelining off. Every rank must pass the same.
   size_t pipeline_bytes = kDefaultPipelineBytes;
   size_t pipeline_chunks = kDefaultPipelineChunks;
+  size_t streamed_pipeline_bytes = kDefaultStreamedPipelineBytes;
+  size_t streamed_pipeline_chunks = kDefaultStreamedPipelineChunks;
 };
 
 class Hierarchy {
@@ -77,8 +85,7 @@ class Hierarchy {
   std::vector<std::unique_ptr<Communicator>> grid_groups_;  // owned subgroups of Cross()
   // One per level of size > 1, innermost first; all are the .cc's CommLevel.
   std::vector<std::unique_ptr<HierarchyGroup>> groups_;
-  size_t pipeline_bytes_ = kDefaultPipelineBytes;
-  size_t pipeline_chunks_ = kDefaultPipelineChunks;
+  HierarchyOptions options_;
   std::vector<unsigned char> scratch_;  // shards between levels, reused across calls
 };
 

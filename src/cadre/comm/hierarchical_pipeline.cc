@@ -1,15 +1,21 @@
 // The pipelined hierarchical allreduce (see LeveledOptions::pipeline_bytes).
 //
 // Calling thread (innermost level, e.g. the host's slots over shared memory):
-//   RS(0) RS(1) | wait X(0) AG(0) RS(2) | wait X(1) AG(1) RS(3) | ... | wait X(K-1) AG(K-1)
-// Helper thread (the levels above, e.g. the ring across hosts):
-//   wait RS(0) X(0) | wait RS(1) X(1) | ...
-// The calling thread reduce-scatters one chunk ahead, so when X(k) ends the helper finds RS(k+1)
-// done and starts X(k+1) at once; the host links stay busy as long as a chunk's copies and
-// reductions inside the host (RS + AG) take less time than its transfer between hosts, which
-// they do by a wide margin on any network slower than memory. Every group still sees its calls
-// in one fixed order on every rank (the innermost RS(0), RS(1), AG(0), RS(2), ...; the outer
+//   RS(0) RS(1) ... RS(K-1) | wait X(0) AG(0) | wait X(1) AG(1) | ... | wait X(K-1) AG(K-1)
+// Helper thread (the levels above, e.g. the exchange or ring across hosts):
+//   X(0) X(1) ... X(K-1), each chunk's shard taken as soon as its RS is done
+// The reduce-scatters come first because they need nothing from the network: the shards are
+// ready long before the links could carry them, so the helper never waits on the host, and no
+// rank ever waits for a transfer while holding up its host's slots (an allgather waits on the
+// helper, the helper waits only on reduce-scatters, which wait on nothing). The host's
+// allgather of chunk k overlaps the transfers of the chunks after it. Every group still sees
+// its calls in one fixed order on every rank (the innermost RS(0..K-1), AG(0..K-1); the outer
 // X(0), X(1), ...), so the collectives' ordering contract holds.
+//
+// With one level above the host, X is that level's StreamedAllreduce over all the chunks: a
+// group that streams (two hosts over TCP) keeps several chunks on the wire at once, so the
+// link's delay is paid once per message; others reduce chunk after chunk. With several levels
+// above (a grid of hosts), each chunk runs OnePassAllreduce over them in turn.
 //
 // The links idle only while RS(0) runs, before the first transfer, and while AG(K-1) runs, after
 // the last. So with three chunks or more the first and the last are smaller (1/(2K) of the
@@ -35,13 +41,14 @@ struct Chunk {
   size_t count = 0;            // elements of the chunk
   std::vector<size_t> counts;  // how the innermost group splits the chunk
   size_t shard = 0;            // this rank's share: counts[rank]
-  size_t shard_offset = 0;     // bytes into the scratch
+  size_t shard_offset = 0;     // bytes into the scratch: the shard, reduced inside the host
+  size_t result_offset = 0;    // and the shard reduced by the levels above
 };
 
 struct Plan {
   std::vector<Chunk> chunks;
-  size_t shards_bytes = 0;  // the chunks' shards, one after the other
-  size_t outer_bytes = 0;   // the helper's own scratch for the levels above, after the shards
+  size_t shards_bytes = 0;  // the chunks' shards, then their results, one after the other
+  size_t outer_bytes = 0;   // the helper's own scratch for the levels above, after the results
 };
 
 Plan MakePlan(std::span<HierarchyGroup* const> levels, size_t count, size_t esize, size_t chunks) {
@@ -69,6 +76,8 @@ Plan MakePlan(std::span<HierarchyGroup* const> levels, size_t count, size_t esiz
     offset += c.count;
     p.chunks.push_back(std::move(c));
   }
+  for (Chunk& c : p.chunks) c.result_offset = c.shard_offset + p.shards_bytes;
+  p.shards_bytes *= 2;
   // The scratch a level's shard needs grows with the shard, so the largest shard's suffices.
   p.outer_bytes = OnePassScratchBytes(levels.subspan(1), largest, esize);
   return p;
@@ -80,7 +89,7 @@ Plan MakePlan(std::span<HierarchyGroup* const> levels, size_t count, size_t esiz
 class Handoff {
  public:
   // Caller: chunk k has been reduce-scattered.
-  void Ready(size_t k) {
+  void MarkReady(size_t k) {
     std::lock_guard lock(mu_);
     ready_ = k + 1;
     cv_.notify_all();
@@ -91,11 +100,12 @@ class Handoff {
     stop_ = true;
     cv_.notify_all();
   }
-  // Helper: false when it should stop instead of reducing chunk k.
-  bool AwaitReady(size_t k) {
+  // Helper: whether chunk k is ready (PieceStream::ready): with `wait`, blocks until it is or
+  // the caller stops, and false then means stop.
+  bool Ready(size_t k, bool wait) {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return stop_ || ready_ > k; });
-    return !stop_;
+    if (wait) cv_.wait(lock, [&] { return stop_ || ready_ > k; });
+    return !stop_ && ready_ > k;
   }
   void Done(size_t k) {
     std::lock_guard lock(mu_);
@@ -163,13 +173,26 @@ void PipelinedAllreduce(std::span<HierarchyGroup* const> levels, const void* inp
 
   Handoff handoff;
   std::thread helper;
+  auto shard = [&](const Chunk& c) { return scratch + c.shard_offset; };
+  auto result = [&](const Chunk& c) { return scratch + c.result_offset; };
   auto work = [&] {
     try {
+      if (outer.size() == 1) {
+        PieceStream stream;
+        for (const Chunk& c : plan.chunks) {
+          stream.inputs.push_back(shard(c));
+          stream.outputs.push_back(result(c));
+          stream.counts.push_back(c.shard);
+        }
+        stream.ready = [&](size_t k, bool wait) { return handoff.Ready(k, wait); };
+        stream.done = [&](size_t k) { handoff.Done(k); };
+        outer[0]->StreamedAllreduce(stream, dtype, op);
+        return;
+      }
       for (size_t k = 0; k < plan.chunks.size(); ++k) {
-        if (!handoff.AwaitReady(k)) return;
+        if (!handoff.Ready(k, /*wait=*/true)) return;
         const Chunk& c = plan.chunks[k];
-        unsigned char* shard = scratch + c.shard_offset;
-        OnePassAllreduce(outer, shard, shard, c.shard, dtype, op, outer_scratch);
+        OnePassAllreduce(outer, shard(c), result(c), c.shard, dtype, op, outer_scratch);
         handoff.Done(k);
       }
     } catch (...) {
@@ -185,17 +208,15 @@ void PipelinedAllreduce(std::span<HierarchyGroup* const> levels, const void* inp
   }
   JoinOnExit join(handoff, helper);
 
-  auto reduce_scatter = [&](size_t k) {
-    const Chunk& c = plan.chunks[k];
-    inner->ReduceScatter(in + c.offset * esize, scratch + c.shard_offset, c.counts, dtype, op);
-    handoff.Ready(k);
-  };
-  reduce_scatter(0);
   for (size_t k = 0; k < plan.chunks.size(); ++k) {
-    if (k + 1 < plan.chunks.size()) reduce_scatter(k + 1);
+    const Chunk& c = plan.chunks[k];
+    inner->ReduceScatter(in + c.offset * esize, shard(c), c.counts, dtype, op);
+    handoff.MarkReady(k);
+  }
+  for (size_t k = 0; k < plan.chunks.size(); ++k) {
     if (std::exception_ptr e = handoff.AwaitDone(k)) std::rethrow_exception(e);
     const Chunk& c = plan.chunks[k];
-    inner->Allgather(scratch + c.shard_offset, out + c.offset * esize, c.counts, dtype);
+    inner->Allgather(result(c), out + c.offset * esize, c.counts, dtype);
   }
 }
 

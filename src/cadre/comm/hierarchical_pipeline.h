@@ -4,8 +4,8 @@
 //
 // - OnePassAllreduce: reduce-scatter level by level, allreduce at the top, allgather back down.
 // - PipelinedAllreduce (at least two levels): the message cut into `chunks` pieces; the innermost
-//   level runs on the calling thread, the levels above run OnePassAllreduce on each chunk's shard
-//   on a helper thread, one chunk behind (see LeveledOptions::pipeline_bytes).
+//   level runs on the calling thread, the levels above reduce the chunks' shards on a helper
+//   thread as they become ready (see LeveledOptions::pipeline_bytes).
 #pragma once
 
 #include <cstddef>

@@ -316,11 +316,11 @@ TEST(PipelinedHierarchicalAllreduce, UnevenCountsAndChunkSizes) {
   }
 }
 
-// The calls each group sees: the host level reduce-scatters one chunk ahead of its allgathers
-// (RS 0, RS 1, AG 0, RS 2, AG 1, AG 2 for three chunks) and the level above allreduces each
-// chunk's shard in turn, so each level still carries exactly its share. From three chunks on the
-// first and last are smaller: 1/(2 x chunks) of the message.
-TEST(PipelinedHierarchicalAllreduce, HostLevelRunsOneChunkAhead) {
+// The calls each group sees: the host level reduce-scatters every chunk before its first
+// allgather (RS 0, RS 1, RS 2, AG 0, AG 1, AG 2 for three chunks), and the level above
+// allreduces each chunk's shard in turn, so each level still carries exactly its share. From
+// three chunks on the first and last are smaller: 1/(2 x chunks) of the message.
+TEST(PipelinedHierarchicalAllreduce, HostLevelReduceScattersEveryChunkFirst) {
   World world({2, 2, {}});
   std::vector<std::vector<float>> bufs(4, std::vector<float>(48, 1.0f));
   auto errors = world.Run([&](int r, std::vector<HierarchyGroup*>& levels) {
@@ -335,8 +335,8 @@ TEST(PipelinedHierarchicalAllreduce, HostLevelRunsOneChunkAhead) {
       local.push_back(c.kind + " " + std::to_string(c.count));
     }
     EXPECT_EQ(local,
-              (std::vector<std::string>{"reduce_scatter 8", "reduce_scatter 32", "allgather 4",
-                                        "reduce_scatter 8", "allgather 16", "allgather 4"}))
+              (std::vector<std::string>{"reduce_scatter 8", "reduce_scatter 32", "reduce_scatter 8",
+                                        "allgather 4", "allgather 16", "allgather 4"}))
         << "rank " << r;
     for (const auto& c : world.groups(r)[1]->calls()) {
       cross.push_back(c.kind + " " + std::to_string(c.count));

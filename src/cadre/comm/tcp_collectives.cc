@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "cadre/comm/reduce.h"
 
@@ -114,7 +115,7 @@ Status RingAllreduce(Device& d, const void* in, void* out, size_t count, DataTyp
         auto [next, next_len] = piece(r - 1, i);
         more->push_back(Transfer::Recv(left, next, next_len));
       }
-      return;
+      return Status::Ok();
     }
     const int a = static_cast<int>(stage - steps);  // allgather step a: block r-a-1 arrived
     if (stage + 1 < 2 * steps) {
@@ -123,6 +124,7 @@ Status RingAllreduce(Device& d, const void* in, void* out, size_t count, DataTyp
       auto [next, next_len] = piece(r - a - 2, i);
       more->push_back(Transfer::Recv(left, next, next_len));
     }
+    return Status::Ok();
   };
   return d.RunStreaming(initial, deadline, on_received);
 }
@@ -226,6 +228,41 @@ Status RecursiveDoublingAllreduce(Device& d, const void* in, void* out, size_t c
     CADRE_RETURN_IF_ERROR(d.Run(send, deadline));
   }
   return Status::Ok();
+}
+
+// Both ranks compute mine (op) theirs, the operands swapped, which the (commutative) ops make
+// equal bit for bit. The send reads the input and the reduction writes the output, so a piece
+// may be reduced while its own send is still on its way.
+Status StreamedPairAllreduce(Device& d, const PieceStream& s, DataType dtype, ReduceOp op,
+                             Deadline deadline) {
+  const int peer = 1 - d.rank();
+  const size_t elem = ElementSize(dtype), pieces = s.size();
+  size_t started = 0;
+  // Starts every piece that is ready, waiting for those below `need`.
+  auto start = [&](size_t need, std::vector<Transfer>* t) -> Status {
+    for (; started < pieces; ++started) {
+      const bool wait = started < need;
+      if (!s.ready(started, wait)) {
+        if (!wait) break;
+        return AbortedError("allreduce stopped: piece " + std::to_string(started) + " of " +
+                            std::to_string(pieces) + " was never produced");
+      }
+      const size_t bytes = s.counts[started] * elem;
+      t->push_back(Transfer::Send(peer, s.inputs[started], bytes));
+      t->push_back(Transfer::Recv(peer, s.outputs[started], bytes));
+    }
+    return Status::Ok();
+  };
+  if (pieces == 0) return Status::Ok();
+  std::vector<Transfer> initial;
+  CADRE_RETURN_IF_ERROR(start(std::min(pieces, kStreamPiecesAhead), &initial));
+  // One receive per piece, queued in piece order: receive k is piece k.
+  auto on_received = [&](size_t k, std::vector<Transfer>* more) {
+    Reduce(s.outputs[k], s.inputs[k], s.outputs[k], s.counts[k], dtype, op);
+    s.done(k);
+    return start(std::min(pieces, k + 1 + kStreamPiecesAhead), more);
+  };
+  return d.RunStreaming(initial, deadline, on_received);
 }
 
 Status Broadcast(Device& d, void* buffer, size_t bytes, int root, Deadline deadline) {

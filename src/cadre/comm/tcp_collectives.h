@@ -9,6 +9,8 @@
 // - RecursiveDoublingAllreduce: log2(p) steps, each exchanging the whole vector with the partner
 //   at distance 1, 2, 4, ... (same fold for the extra ranks): the fewest steps, at log2(p) x the
 //   bytes of a ring per rank. For two ranks it is one exchange, moving exactly the ring's bytes.
+// - StreamedPairAllreduce: the same exchange between two ranks for a message that arrives in
+//   pieces (the level above the host in a pipelined hierarchical allreduce).
 // Every function is called by all ranks with agreeing arguments.
 #pragma once
 
@@ -17,6 +19,7 @@
 
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
+#include "cadre/comm/piece_stream.h"
 #include "cadre/comm/types.h"
 #include "cadre/transport/device.h"
 
@@ -41,6 +44,15 @@ inline constexpr size_t kRecursiveDoublingPieceBytes = 4 << 20;
 Status RecursiveDoublingAllreduce(Device& d, const void* in, void* out, size_t count,
                                   DataType dtype, ReduceOp op, size_t piece_bytes,
                                   Deadline deadline);
+// The allreduce of a PieceStream between the two ranks of `d`: each piece is one exchange (send
+// ours, receive the peer's into the output, reduce there), started as soon as the piece is ready
+// without waiting for the earlier pieces to come back, so a link's delay is paid once per
+// message rather than once per piece. It keeps kStreamPiecesAhead pieces beyond the last one
+// received in flight, waiting for the producer when they are not ready yet, and starts any
+// further ones that are. A stream whose producer gives up ends with kAborted.
+inline constexpr size_t kStreamPiecesAhead = 2;
+Status StreamedPairAllreduce(Device& d, const PieceStream& stream, DataType dtype, ReduceOp op,
+                             Deadline deadline);
 Status Broadcast(Device& d, void* buffer, size_t bytes, int root, Deadline deadline);
 Status Allgatherv(Device& d, const void* in, void* out, const std::vector<size_t>& counts,
                   size_t elem, Deadline deadline);

@@ -33,8 +33,10 @@ class Device {
   // in the order they join the batch (the given ones first); once receive k has completed,
   // on_received(k, &more) is called, and the transfers it appends to `more` join the batch.
   // Receives from one peer complete in the order they were queued. Returns when every
-  // transfer, added ones included, has completed; failures as Run.
-  using OnReceived = std::function<void(size_t, std::vector<Transfer>*)>;
+  // transfer, added ones included, has completed; failures as Run. A callback that returns an
+  // error ends the run with that error, and breaks the device as any failure does (transfers
+  // of the batch may be left half done).
+  using OnReceived = std::function<Status(size_t, std::vector<Transfer>*)>;
   virtual Status RunStreaming(std::span<const Transfer> transfers, Deadline deadline,
                               const OnReceived& on_received) = 0;
   // Breaks the device (see above) without a failure of its own, e.g. when another transport of

@@ -174,7 +174,9 @@ Status TcpDevice::RunStreaming(std::span<const Transfer> transfers, Deadline dea
       Track& tr = track[p->peer()];
       while (p->recvs_done() - tr.done_before > tr.reported) {
         more.clear();
-        on_received(tr.recv_numbers[tr.reported++], &more);
+        if (Status s = on_received(tr.recv_numbers[tr.reported++], &more); !s.ok()) {
+          return Fail(s);
+        }
         for (const Transfer& t : more) {
           if (Status s = invalid(t); !s.ok()) return Fail(s);
           queue(t);

@@ -64,9 +64,10 @@ TEST(TcpDeviceTest, RunStreamingForwardsEachPieceAsItArrives) {
     }
     auto forward = [&](size_t k, std::vector<Transfer>* more) {
       numbers.push_back(k);
-      if (r == 0) return;
+      if (r == 0) return Status::Ok();
       out[k] = r == 1 ? 2 * in[k] : in[k] + 1;
       more->push_back(Transfer::Send(r == 1 ? 2 : 0, &out[k], 8));
+      return Status::Ok();
     };
     ASSERT_TRUE(d.RunStreaming(initial, Deadline(30s), forward).ok());
     std::vector<size_t> expect_numbers;
@@ -94,6 +95,7 @@ TEST(TcpDeviceTest, ReceivesAddedByTheCallbackAreNumberedAfterTheGivenOnes) {
       auto next = [&](size_t k, std::vector<Transfer>* more) {
         numbers.push_back(k);
         if (k + 1 < 3) more->push_back(Transfer::Recv(0, &got[k + 1], 4));
+        return Status::Ok();
       };
       ASSERT_TRUE(d.RunStreaming(first, Deadline(30s), next).ok());
       EXPECT_EQ(numbers, (std::vector<size_t>{0, 1, 2}));
@@ -113,10 +115,33 @@ TEST(TcpDeviceTest, AnInvalidPeerFromTheCallbackBreaksTheDevice) {
       Transfer t[1] = {Transfer::Recv(0, &v, 4)};
       auto bad = [&](size_t, std::vector<Transfer>* more) {
         more->push_back(Transfer::Send(kRanks, &v, 4));
+        return Status::Ok();
       };
       Status s = d.RunStreaming(t, Deadline(30s), bad);
       EXPECT_EQ(s.code(), Code::kInternal) << s.ToString();
       EXPECT_FALSE(d.Run(t, Deadline(1s)).ok());  // broken from now on
+    }
+  });
+}
+
+TEST(TcpDeviceTest, ACallbackErrorEndsTheRunAndBreaksTheDevice) {
+  // Rank 1 gives up after the first of two messages: its run fails with the callback's error,
+  // although the second receive is still queued, and the device stays broken.
+  RunRanks([](TcpDevice& d) {
+    const int r = d.rank();
+    int32_t v[2] = {1, 2};
+    if (r == 0) {
+      Transfer t[2] = {Transfer::Send(1, &v[0], 4), Transfer::Send(1, &v[1], 4)};
+      ASSERT_TRUE(d.Run(t, Deadline(30s)).ok());
+    } else if (r == 1) {
+      Transfer t[2] = {Transfer::Recv(0, &v[0], 4), Transfer::Recv(0, &v[1], 4)};
+      auto give_up = [](size_t, std::vector<Transfer>*) {
+        return AbortedError("producer stopped");
+      };
+      Status s = d.RunStreaming(t, Deadline(30s), give_up);
+      EXPECT_EQ(s.code(), Code::kAborted) << s.ToString();
+      EXPECT_NE(s.message().find("producer stopped"), std::string::npos) << s.ToString();
+      EXPECT_FALSE(d.Run(t, Deadline(1s)).ok());
     }
   });
 }
