@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -148,11 +149,16 @@ int RunAllreduceBench(const AllreduceBenchArgs& args) {
   }
   std::vector<size_t> sizes = ParseSizeList(args.sizes);
   std::string token = "bench-" + std::to_string(getpid());
-  store::TcpStoreServerOptions server_options;
-  server_options.token = token;
-  store::TcpStoreServer server(server_options);
   std::fflush(stdout);
 
+  // The ranks are forked before the store server starts its thread: a child of a process with
+  // other threads inherits whatever locks they held at that instant (OpenSSL's RNG lock, taken
+  // by the server's handshakes, hung one run in four here). So the ranks wait for the server's
+  // port on a pipe.
+  int port_pipe[2];
+  if (pipe(port_pipe) != 0) {
+    throw Error(Code::kIo, std::string("pipe failed: ") + std::strerror(errno));
+  }
   // The ranks are bound to CPUs as `cadre run` binds slots (CADRE_CPU_BIND), so that the raw
   // collective and jobs are timed alike.
   std::vector<std::vector<int>> cpus;
@@ -162,10 +168,14 @@ int RunAllreduceBench(const AllreduceBenchArgs& args) {
     pid_t pid = fork();
     if (pid < 0) throw Error(Code::kIo, std::string("fork failed: ") + std::strerror(errno));
     if (pid == 0) {
+      close(port_pipe[1]);
       if (!cpus.empty()) launch::BindToCpus(cpus[static_cast<size_t>(rank)]);
+      uint16_t port = 0;  // one write per rank, each smaller than PIPE_BUF: read whole
+      if (read(port_pipe[0], &port, sizeof(port)) != sizeof(port)) _exit(1);  // no server
+      close(port_pipe[0]);
       int code = 1;
       try {
-        code = RunRank(rank, args, sizes, server.port(), token);
+        code = RunRank(rank, args, sizes, port, token);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "cadre bench allreduce: rank %d: %s\n", rank, e.what());
       }
@@ -174,6 +184,15 @@ int RunAllreduceBench(const AllreduceBenchArgs& args) {
     }
     children.push_back(pid);
   }
+  close(port_pipe[0]);
+  store::TcpStoreServerOptions server_options;
+  server_options.token = token;
+  store::TcpStoreServer server(server_options);  // on failure, the ranks read end of file
+  const uint16_t port = server.port();
+  for (int rank = 0; rank < args.ranks; ++rank) {
+    if (write(port_pipe[1], &port, sizeof(port)) != sizeof(port)) break;
+  }
+  close(port_pipe[1]);
   // Wait for every rank; once one fails, the others fail within their timeout (or are killed
   // here when they outlive it).
   int failures = 0;
