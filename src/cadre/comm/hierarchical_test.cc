@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -344,6 +345,75 @@ TEST(PipelinedHierarchicalAllreduce, HostLevelReduceScattersEveryChunkFirst) {
     EXPECT_EQ(cross, (std::vector<std::string>{"allreduce 4", "allreduce 16", "allreduce 4"}))
         << "rank " << r;
     for (float v : bufs[static_cast<size_t>(r)]) ASSERT_EQ(v, 4.0f);
+  }
+}
+
+// A level above the host that streams and takes every piece before it reduces any: the
+// pipeline must hand all the chunks over without waiting for a result first (the host level
+// reduce-scatters every chunk before its first allgather), or this would wait forever.
+class GreedyStreamingGroup final : public HierarchyGroup {
+ public:
+  explicit GreedyStreamingGroup(HierarchyGroup* group) : group_(group) {}
+  int rank() const override { return group_->rank(); }
+  int size() const override { return group_->size(); }
+  void ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                     ReduceOp op) override {
+    group_->ReduceScatter(in, out, counts, dtype, op);
+  }
+  void Allgather(const void* in, void* out, const std::vector<size_t>& counts,
+                 DataType dtype) override {
+    group_->Allgather(in, out, counts, dtype);
+  }
+  void Allreduce(void* buffer, size_t count, DataType dtype, ReduceOp op) override {
+    group_->Allreduce(buffer, count, dtype, op);
+  }
+  void StreamedAllreduce(const PieceStream& s, DataType dtype, ReduceOp op) override {
+    // Asks rather than waits, so that a pipeline that never hands a chunk over fails the test.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (size_t k = 0; k < s.size(); ++k) {
+      while (!s.ready(k, /*wait=*/false)) {
+        if (std::chrono::steady_clock::now() > give_up) {
+          throw Error(TimeoutError("chunk " + std::to_string(k) + " was never handed over"));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    pieces_ = s.size();
+    for (size_t k = 0; k < s.size(); ++k) {
+      std::memcpy(s.outputs[k], s.inputs[k], s.counts[k] * ElementSize(dtype));
+      group_->Allreduce(s.outputs[k], s.counts[k], dtype, op);
+      s.done(k);
+    }
+  }
+  bool streams() const override { return true; }
+  size_t pieces() const { return pieces_; }
+
+ private:
+  HierarchyGroup* group_;
+  size_t pieces_ = 0;
+};
+
+TEST(PipelinedHierarchicalAllreduce, AStreamingLevelMayTakeEveryChunkFirst) {
+  World world({2, 2, {}});
+  std::vector<std::vector<double>> bufs(4);
+  for (int r = 0; r < 4; ++r) {
+    for (size_t i = 0; i < 1001; ++i) bufs[static_cast<size_t>(r)].push_back(double(r + i));
+  }
+  std::vector<size_t> pieces(4);
+  auto errors = world.Run([&](int r, std::vector<HierarchyGroup*>& levels) {
+    GreedyStreamingGroup cross(levels[1]);
+    std::vector<HierarchyGroup*> both = {levels[0], &cross};
+    double* b = bufs[static_cast<size_t>(r)].data();
+    LeveledAllreduce(both, b, b, 1001, DataType::kFloat64, ReduceOp::kSum,
+                     {.pipeline_bytes = 800});  // 8008 bytes: 11 chunks
+    pieces[static_cast<size_t>(r)] = cross.pieces();
+  });
+  ASSERT_TRUE(errors.empty()) << errors[0];
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(pieces[static_cast<size_t>(r)], 11u) << "rank " << r;
+    for (size_t i = 0; i < 1001; ++i) {
+      ASSERT_EQ(bufs[static_cast<size_t>(r)][i], double(6 + 4 * i)) << "rank " << r << " " << i;
+    }
   }
 }
 
