@@ -147,8 +147,7 @@ void StreamedAllreduce(Communicator& comm, const StreamedAllreduceOptions& o) {
   }
   for (size_t k = 0; k < pieces; ++k) {
     if (!s.ready(k, /*wait=*/true)) {
-      c.Fail(AbortedError("streamed allreduce stopped: piece " + std::to_string(k) + " of " +
-                          std::to_string(pieces) + " was never produced"));
+      c.Fail(StreamStopped(k, pieces));
     }
     const size_t bytes = s.counts[k] * elem;
     if (bytes > 0) std::memcpy(s.outputs[k], s.inputs[k], bytes);

@@ -22,8 +22,7 @@ void HierarchyGroup::StreamedAllreduce(const PieceStream& s, DataType dtype, Red
   const size_t esize = ElementSize(dtype);
   for (size_t k = 0; k < s.size(); ++k) {
     if (!s.ready(k, /*wait=*/true)) {
-      throw Error(AbortedError("streamed allreduce stopped: piece " + std::to_string(k) + " of " +
-                               std::to_string(s.size()) + " was never produced"));
+      throw Error(StreamStopped(k, s.size()));
     }
     if (s.counts[k] > 0) std::memcpy(s.outputs[k], s.inputs[k], s.counts[k] * esize);
     Allreduce(s.outputs[k], s.counts[k], dtype, op);

@@ -10,7 +10,10 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
+
+#include "cadre/base/status.h"
 
 namespace cadre::comm {
 
@@ -28,5 +31,11 @@ struct PieceStream {
 
   size_t size() const { return counts.size(); }
 };
+
+// The error of an allreduce whose producer gave up before piece k of `pieces`.
+inline Status StreamStopped(size_t k, size_t pieces) {
+  return AbortedError("streamed allreduce stopped: piece " + std::to_string(k) + " of " +
+                      std::to_string(pieces) + " was never produced");
+}
 
 }  // namespace cadre::comm

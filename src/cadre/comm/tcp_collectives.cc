@@ -244,8 +244,7 @@ Status StreamedPairAllreduce(Device& d, const PieceStream& s, DataType dtype, Re
       const bool wait = started < need;
       if (!s.ready(started, wait)) {
         if (!wait) break;
-        return AbortedError("allreduce stopped: piece " + std::to_string(started) + " of " +
-                            std::to_string(pieces) + " was never produced");
+        return StreamStopped(started, pieces);
       }
       const size_t bytes = s.counts[started] * elem;
       t->push_back(Transfer::Send(peer, s.inputs[started], bytes));
