@@ -44,7 +44,9 @@ inline constexpr size_t kDefaultPipelineBytes = 1 << 20;
 inline constexpr size_t kDefaultPipelineChunks = 4;
 // Between two hosts the level across them streams (StreamsPieces): its chunks overlap on the
 // wire, a chunk adds no latency of its own, and only the work inside the host that the links
-// wait for shrinks with smaller chunks. So the chunks are cut finer there.
+// wait for shrinks with smaller chunks. So the chunks are cut finer there: at 2 x 2 with 1 ms
+// delay, 1 MiB took 10.5 ms in chunks of 64 KiB, 10.3 in 128 KiB, 10.7 in 256 KiB and 11.2 in
+// one pass (docs/benchmarks.md).
 inline constexpr size_t kDefaultStreamedPipelineBytes = 128 << 10;
 inline constexpr size_t kDefaultStreamedPipelineChunks = 16;
 
