@@ -145,21 +145,16 @@ void StreamedAllreduce(Communicator& comm, const StreamedAllreduceOptions& o) {
     return Finish(
         c, tcp_algo::StreamedPairAllreduce(*c.tcp(), s, o.dtype, o.op, c.MakeDeadline(o.timeout)));
   }
-  for (size_t k = 0; k < pieces; ++k) {
-    if (!s.ready(k, /*wait=*/true)) {
-      c.Fail(StreamStopped(k, pieces));
-    }
-    const size_t bytes = s.counts[k] * elem;
-    if (bytes > 0) std::memcpy(s.outputs[k], s.inputs[k], bytes);
+  const Status st = AllreducePiecesInTurn(s, elem, [&](void* buffer, size_t count) {
     AllreduceOptions a;
-    a.input = a.output = s.outputs[k];
-    a.count = s.counts[k];
+    a.input = a.output = buffer;
+    a.count = count;
     a.dtype = o.dtype;
     a.op = o.op;
     a.timeout = o.timeout;
     Allreduce(comm, a);
-    s.done(k);
-  }
+  });
+  if (!st.ok()) c.Fail(st);
 }
 
 void Broadcast(Communicator& comm, const BroadcastOptions& o) {

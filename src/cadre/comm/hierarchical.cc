@@ -19,15 +19,10 @@ std::vector<size_t> SplitCounts(size_t count, int parts) {
 }
 
 void HierarchyGroup::StreamedAllreduce(const PieceStream& s, DataType dtype, ReduceOp op) {
-  const size_t esize = ElementSize(dtype);
-  for (size_t k = 0; k < s.size(); ++k) {
-    if (!s.ready(k, /*wait=*/true)) {
-      throw Error(StreamStopped(k, s.size()));
-    }
-    if (s.counts[k] > 0) std::memcpy(s.outputs[k], s.inputs[k], s.counts[k] * esize);
-    Allreduce(s.outputs[k], s.counts[k], dtype, op);
-    s.done(k);
-  }
+  const Status st = AllreducePiecesInTurn(s, ElementSize(dtype), [&](void* buffer, size_t count) {
+    Allreduce(buffer, count, dtype, op);
+  });
+  if (!st.ok()) throw Error(st);
 }
 
 namespace internal {

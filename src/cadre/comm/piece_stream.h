@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,6 +37,21 @@ struct PieceStream {
 inline Status StreamStopped(size_t k, size_t pieces) {
   return AbortedError("streamed allreduce stopped: piece " + std::to_string(k) + " of " +
                       std::to_string(pieces) + " was never produced");
+}
+
+// The pieces one after another, for an allreduce that cannot keep several in flight: waits for
+// each, copies its input to its output, runs allreduce(output, count) there in place, reports
+// it. StreamStopped when the producer gives up; what `allreduce` throws propagates.
+template <class InPlaceAllreduce>
+Status AllreducePiecesInTurn(const PieceStream& s, size_t element_size,
+                             InPlaceAllreduce&& allreduce) {
+  for (size_t k = 0; k < s.size(); ++k) {
+    if (!s.ready(k, /*wait=*/true)) return StreamStopped(k, s.size());
+    if (s.counts[k] > 0) std::memcpy(s.outputs[k], s.inputs[k], s.counts[k] * element_size);
+    allreduce(s.outputs[k], s.counts[k]);
+    s.done(k);
+  }
+  return Status::Ok();
 }
 
 }  // namespace cadre::comm

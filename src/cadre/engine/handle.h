@@ -51,12 +51,12 @@ class Handle {
   const std::chrono::microseconds spin_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  bool done_ = false;  // GUARDED_BY(mu_)
-  // Mirrors done_ for the polling in Wait(); set (release) after status_ is stored.
-  std::atomic<bool> done_flag_{false};
+  // Set once, under mu_ (so that cv_'s waiters cannot miss it), with release after status_ is
+  // stored; read without the lock by done() and Wait()'s polling.
+  std::atomic<bool> done_{false};
   Status status_;  // GUARDED_BY(mu_)
-  // Written by the engine thread before Complete(), read by others after done(): the mutex in
-  // Complete()/done() orders the accesses.
+  // Written by the engine thread before Complete(), read by others after done(): done_'s
+  // release store and acquire loads order the accesses.
   std::vector<uint8_t> output_;
   std::vector<int64_t> output_shape_;
   std::vector<int64_t> received_splits_;
