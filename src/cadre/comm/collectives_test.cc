@@ -23,6 +23,7 @@ using testing::RunRanks;
 
 // Inputs small enough that every dtype holds every result exactly.
 double Value(DataType dt, ReduceOp op, int rank, size_t i) {
+  if (dt == DataType::kBool) return double((rank + i) % 3 != 0);
   if (op == ReduceOp::kProduct) return 1.0 + double((rank + i) % 2);
   double v = double((rank * 7 + i) % 11);
   return testing::IsSigned(dt) ? v - 3 : v;
@@ -31,11 +32,7 @@ double Value(DataType dt, ReduceOp op, int rank, size_t i) {
 double Expected(DataType dt, ReduceOp op, int size, size_t i) {
   double acc = Value(dt, op, 0, i);
   for (int r = 1; r < size; ++r) {
-    double v = Value(dt, op, r, i);
-    acc = op == ReduceOp::kSum   ? acc + v
-          : op == ReduceOp::kMin ? std::min(acc, v)
-          : op == ReduceOp::kMax ? std::max(acc, v)
-                                 : acc * v;
+    acc = testing::Combine(dt, op, acc, Value(dt, op, r, i));
   }
   return acc;
 }

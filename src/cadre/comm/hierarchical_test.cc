@@ -14,6 +14,7 @@
 
 #include "cadre/comm/hierarchical_fake_group.h"
 #include "cadre/comm/reduce.h"
+#include "cadre/comm/typed_values.h"
 
 namespace cadre::comm {
 namespace {
@@ -23,7 +24,7 @@ using testing::FakeGroupState;
 
 constexpr DataType kAllTypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
                                   DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
-                                  DataType::kUInt8,    DataType::kInt8};
+                                  DataType::kUInt8,    DataType::kInt8,    DataType::kInt16};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 // Small integers, exact in every dtype; products stay below 2^6 for up to 6 ranks.
@@ -54,56 +55,9 @@ double Expected(int ranks, size_t i, ReduceOp op) {
   return acc;
 }
 
-void Store(void* p, size_t i, DataType t, double v) {
-  switch (t) {
-    case DataType::kFloat32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      static_cast<double*>(p)[i] = v;
-      break;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      static_cast<uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(v));
-      break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      break;
-    case DataType::kUInt8:
-      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
-      break;
-    case DataType::kInt8:
-      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
-      break;
-  }
-}
+void Store(void* p, size_t i, DataType t, double v) { testing::Put(t, p, i, v); }
 
-double Load(const void* p, size_t i, DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return static_cast<const float*>(p)[i];
-    case DataType::kFloat64:
-      return static_cast<const double*>(p)[i];
-    case DataType::kFloat16:
-      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DataType::kBFloat16:
-      return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DataType::kInt32:
-      return static_cast<const int32_t*>(p)[i];
-    case DataType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DataType::kUInt8:
-      return static_cast<const uint8_t*>(p)[i];
-    case DataType::kInt8:
-      return static_cast<const int8_t*>(p)[i];
-  }
-  return NAN;
-}
+double Load(const void* p, size_t i, DataType t) { return testing::Get(t, p, i); }
 
 // hosts x slots ranks; rank = host * slots + slot (the learner contract). Level 0 is the host's
 // slots; the levels above are the dimensions of `grid` (innermost first, product == hosts) among

@@ -7,15 +7,17 @@
 namespace cadre::comm {
 namespace {
 
-// Integer arithmetic goes through the unsigned type so that overflow wraps instead of being
-// undefined behaviour.
+// Integer arithmetic goes through an unsigned type so that overflow wraps instead of being
+// undefined behaviour; types narrower than int go through unsigned int, since their unsigned
+// types would be promoted to (signed) int, whose 16-bit products can overflow.
 template <typename T, bool = std::is_integral_v<T>>
 struct ArithOf {
   using type = T;
 };
 template <typename T>
 struct ArithOf<T, true> {
-  using type = std::make_unsigned_t<T>;
+  using type =
+      std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 };
 template <typename T>
 using Arith = typename ArithOf<T>::type;
@@ -52,6 +54,19 @@ void Dispatch(void* out, const void* a, const void* b, size_t count, ReduceOp op
       return Loop<T, ReduceOp::kMax>(o, x, y, count);
     case ReduceOp::kProduct:
       return Loop<T, ReduceOp::kProduct>(o, x, y, count);
+  }
+}
+
+// bool (one byte, 0 or 1): sum and max are "or", product and min are "and" — the results torch
+// gives for bool tensors, and always 0 or 1 again.
+void DispatchBool(void* out, const void* a, const void* b, size_t count, ReduceOp op) {
+  auto* o = static_cast<uint8_t*>(out);
+  auto* x = static_cast<const uint8_t*>(a);
+  auto* y = static_cast<const uint8_t*>(b);
+  if (op == ReduceOp::kSum || op == ReduceOp::kMax) {
+    for (size_t i = 0; i < count; ++i) o[i] = static_cast<uint8_t>((x[i] | y[i]) != 0);
+  } else {
+    for (size_t i = 0; i < count; ++i) o[i] = static_cast<uint8_t>(x[i] != 0 && y[i] != 0);
   }
 }
 
@@ -152,6 +167,10 @@ void Reduce(void* out, const void* a, const void* b, size_t count, DataType dtyp
       return Dispatch<uint8_t>(out, a, b, count, op);
     case DataType::kInt8:
       return Dispatch<int8_t>(out, a, b, count, op);
+    case DataType::kInt16:
+      return Dispatch<int16_t>(out, a, b, count, op);
+    case DataType::kBool:
+      return DispatchBool(out, a, b, count, op);
     case DataType::kFloat16:
       return Dispatch16<HalfToFloat, FloatToHalf>(out, a, b, count, op);
     case DataType::kBFloat16:

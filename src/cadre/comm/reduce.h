@@ -2,7 +2,8 @@
 //
 // Contract: out[i] = a[i] op b[i] for i < count. `out` may alias `a` or `b` exactly (in-place
 // accumulation); partial overlap is not allowed. Integer sums and products wrap (two's
-// complement); float16 and bfloat16 are computed in float32 and rounded to nearest even once per
+// complement); bool sums and maxima are "or", products and minima "and"; float16 and bfloat16
+// are computed in float32 and rounded to nearest even once per
 // element. The loops are plain so the compiler vectorises them (reduce.cc is built with -O3).
 // Thread-safe: pure functions.
 #pragma once

@@ -18,18 +18,21 @@ TEST(ReduceTest, EveryDtypeAndOpMatchesScalarMath) {
   for (int d = 0; d < kNumDataTypes; ++d) {
     auto dt = static_cast<DataType>(d);
     double lo = testing::IsSigned(dt) ? -4 : 0;
-    auto a = Make(dt, count, [&](size_t i) { return lo + double(i % 9); });
-    auto b = Make(dt, count, [&](size_t i) { return lo + double((i * 5) % 7); });
+    // bool holds 0 and 1 only.
+    auto x_at = [&](size_t i) {
+      return dt == DataType::kBool ? double(i % 3 == 0) : lo + double(i % 9);
+    };
+    auto y_at = [&](size_t i) {
+      return dt == DataType::kBool ? double(i % 2 == 0) : lo + double((i * 5) % 7);
+    };
+    auto a = Make(dt, count, x_at);
+    auto b = Make(dt, count, y_at);
     for (int o = 0; o < kNumReduceOps; ++o) {
       auto op = static_cast<ReduceOp>(o);
       std::vector<uint8_t> out(a.size());
       Reduce(out.data(), a.data(), b.data(), count, dt, op);
       for (size_t i = 0; i < count; ++i) {
-        double x = lo + double(i % 9), y = lo + double((i * 5) % 7);
-        double want = op == ReduceOp::kSum   ? x + y
-                      : op == ReduceOp::kMin ? std::min(x, y)
-                      : op == ReduceOp::kMax ? std::max(x, y)
-                                             : x * y;
+        double want = testing::Combine(dt, op, x_at(i), y_at(i));
         ASSERT_EQ(Get(dt, out.data(), i), want)
             << DataTypeName(dt) << " " << ReduceOpName(op) << " at " << i;
       }
@@ -54,6 +57,21 @@ TEST(ReduceTest, IntegersWrapInsteadOfOverflowing) {
   int32_t x = 1 << 30, y = 4, z = 0;
   Reduce(&z, &x, &y, 1, DataType::kInt32, ReduceOp::kProduct);
   EXPECT_EQ(z, 0);
+}
+
+TEST(ReduceTest, Int16ProductsWrapAndBoolsStayZeroOrOne) {
+  int16_t a = 300, b = 300, out = 0;  // 90000 wraps to 24464 (no int overflow on the way)
+  Reduce(&out, &a, &b, 1, DataType::kInt16, ReduceOp::kProduct);
+  EXPECT_EQ(out, static_cast<int16_t>(90000 - 65536));
+  int16_t c = -32768, d = -1;
+  Reduce(&out, &c, &d, 1, DataType::kInt16, ReduceOp::kProduct);
+  EXPECT_EQ(out, -32768);
+  // Bytes other than 0 and 1 (which torch never stores in a bool) still give 0 or 1.
+  uint8_t x[4] = {0, 1, 2, 0}, y[4] = {0, 0, 1, 5}, o[4];
+  Reduce(o, x, y, 4, DataType::kBool, ReduceOp::kSum);
+  EXPECT_EQ(std::vector<uint8_t>(o, o + 4), (std::vector<uint8_t>{0, 1, 1, 1}));
+  Reduce(o, x, y, 4, DataType::kBool, ReduceOp::kProduct);
+  EXPECT_EQ(std::vector<uint8_t>(o, o + 4), (std::vector<uint8_t>{0, 0, 1, 0}));
 }
 
 TEST(ReduceTest, HalfConversionsRoundToNearestEven) {

@@ -1,6 +1,7 @@
 // Test helpers: buffers of any DataType built from and read back as doubles.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -37,6 +38,12 @@ inline void Put(DataType dt, void* buf, size_t i, double v) {
     case DataType::kInt8:
       static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
       break;
+    case DataType::kInt16:
+      static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v);
+      break;
+    case DataType::kBool:
+      static_cast<uint8_t*>(buf)[i] = v != 0;
+      break;
   }
 }
 
@@ -58,6 +65,10 @@ inline double Get(DataType dt, const void* buf, size_t i) {
       return static_cast<const uint8_t*>(buf)[i];
     case DataType::kInt8:
       return static_cast<const int8_t*>(buf)[i];
+    case DataType::kInt16:
+      return static_cast<const int16_t*>(buf)[i];
+    case DataType::kBool:
+      return static_cast<const uint8_t*>(buf)[i];
   }
   return 0;
 }
@@ -69,6 +80,22 @@ inline std::vector<uint8_t> Make(DataType dt, size_t count,
   return b;
 }
 
-inline bool IsSigned(DataType dt) { return dt != DataType::kUInt8; }
+inline bool IsSigned(DataType dt) { return dt != DataType::kUInt8 && dt != DataType::kBool; }
+
+// a op b in plain arithmetic, as the reduce kernels compute it for small exact values (bool:
+// sum is "or", product "and").
+inline double Combine(DataType dt, ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return dt == DataType::kBool ? double(a != 0 || b != 0) : a + b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kProduct:
+      return a * b;
+  }
+  return 0;
+}
 
 }  // namespace cadre::comm::testing

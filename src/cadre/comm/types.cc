@@ -12,9 +12,11 @@ size_t ElementSize(DataType dtype) {
       return 8;
     case DataType::kFloat16:
     case DataType::kBFloat16:
+    case DataType::kInt16:
       return 2;
     case DataType::kUInt8:
     case DataType::kInt8:
+    case DataType::kBool:
       return 1;
   }
   return 0;
@@ -38,6 +40,10 @@ std::string_view DataTypeName(DataType dtype) {
       return "uint8";
     case DataType::kInt8:
       return "int8";
+    case DataType::kInt16:
+      return "int16";
+    case DataType::kBool:
+      return "bool";
   }
   return "unknown";
 }

@@ -16,8 +16,10 @@ enum class DataType : uint8_t {
   kInt64,
   kUInt8,
   kInt8,
+  kInt16,
+  kBool,  // one byte, 0 or 1; sum and max are "or", product and min are "and"
 };
-inline constexpr int kNumDataTypes = 8;
+inline constexpr int kNumDataTypes = 10;
 
 size_t ElementSize(DataType dtype);
 std::string_view DataTypeName(DataType dtype);  // "float32", "bfloat16", ...
