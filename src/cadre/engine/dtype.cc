@@ -1,6 +1,8 @@
 #include "cadre/engine/dtype.h"
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "cadre/comm/reduce.h"
 
@@ -8,41 +10,69 @@ namespace cadre::engine {
 
 using comm::DataType;
 
+namespace {
+
+template <typename T>
+void ScaleFloat(void* data, size_t count, T factor) {
+  T* p = static_cast<T*>(data);
+  for (size_t i = 0; i < count; ++i) p[i] = factor * p[i];
+}
+
+template <float (*kToFloat)(uint16_t), uint16_t (*kFromFloat)(float)>
+void Scale16(void* data, size_t count, float factor) {
+  uint16_t* p = static_cast<uint16_t*>(data);
+  for (size_t i = 0; i < count; ++i) p[i] = kFromFloat(factor * kToFloat(p[i]));
+}
+
+template <typename T>
+void ScaleInt(void* data, size_t count, double factor) {
+  constexpr double kLo = static_cast<double>(std::numeric_limits<T>::min());
+  constexpr double kHi = static_cast<double>(std::numeric_limits<T>::max());
+  T* p = static_cast<T*>(data);
+  for (size_t i = 0; i < count; ++i) {
+    const double v = std::trunc(factor * static_cast<double>(p[i]));
+    // NaN (a NaN factor) becomes 0; values beyond the type saturate. 2^63 is not an int64, so
+    // the upper bound is compared with >=.
+    p[i] = v != v     ? T{0}
+           : v <= kLo ? std::numeric_limits<T>::min()
+           : v >= kHi ? std::numeric_limits<T>::max()
+                      : static_cast<T>(v);
+  }
+}
+
+}  // namespace
+
 bool IsFloating(DataType dtype) {
   return dtype == DataType::kFloat32 || dtype == DataType::kFloat64 ||
          dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
 }
 
+bool IsScalable(DataType dtype) { return dtype != DataType::kBool; }
+
 void Scale(void* data, size_t count, DataType dtype, double factor) {
   if (factor == 1.0) return;
   switch (dtype) {
-    case DataType::kFloat32: {
-      float* p = static_cast<float*>(data);
-      const float f = static_cast<float>(factor);
-      for (size_t i = 0; i < count; ++i) p[i] *= f;
-      return;
-    }
-    case DataType::kFloat64: {
-      double* p = static_cast<double*>(data);
-      for (size_t i = 0; i < count; ++i) p[i] *= factor;
-      return;
-    }
-    case DataType::kFloat16: {
-      uint16_t* p = static_cast<uint16_t*>(data);
-      for (size_t i = 0; i < count; ++i) {
-        p[i] = comm::FloatToHalf(static_cast<float>(comm::HalfToFloat(p[i]) * factor));
-      }
-      return;
-    }
-    case DataType::kBFloat16: {
-      uint16_t* p = static_cast<uint16_t*>(data);
-      for (size_t i = 0; i < count; ++i) {
-        p[i] = comm::FloatToBFloat16(static_cast<float>(comm::BFloat16ToFloat(p[i]) * factor));
-      }
-      return;
-    }
-    default:
-      return;  // integer tensors are not scaled (the engine rejects factors for them)
+    case DataType::kFloat64:
+      return ScaleFloat<double>(data, count, factor);
+    case DataType::kFloat32:
+      return ScaleFloat<float>(data, count, static_cast<float>(factor));
+    case DataType::kFloat16:
+      return Scale16<comm::HalfToFloat, comm::FloatToHalf>(data, count, static_cast<float>(factor));
+    case DataType::kBFloat16:
+      return Scale16<comm::BFloat16ToFloat, comm::FloatToBFloat16>(data, count,
+                                                                   static_cast<float>(factor));
+    case DataType::kInt64:
+      return ScaleInt<int64_t>(data, count, factor);
+    case DataType::kInt32:
+      return ScaleInt<int32_t>(data, count, factor);
+    case DataType::kInt16:
+      return ScaleInt<int16_t>(data, count, factor);
+    case DataType::kInt8:
+      return ScaleInt<int8_t>(data, count, factor);
+    case DataType::kUInt8:
+      return ScaleInt<uint8_t>(data, count, factor);
+    case DataType::kBool:
+      return;  // never scaled: the engine refuses factors for bool (IsScalable)
   }
 }
 

@@ -179,7 +179,18 @@ void Executor::Reducescatter(const Response& response, TensorEntry* local) {
   for (int64_t r : rows) counts.push_back(static_cast<size_t>(r) * row);
   auto& out = local->handle->output();
   out.resize(counts[backend_.rank()] * comm::ElementSize(me.dtype));
-  backend_.ReduceScatter(local->data, out.data(), counts, me.dtype, me.reduce_op);
+  const void* input = local->data;
+  std::vector<uint8_t> scaled;
+  if (me.prescale != 1.0) {
+    // The caller's input stays untouched: scale a copy.
+    const size_t bytes = static_cast<size_t>(me.num_elements()) * comm::ElementSize(me.dtype);
+    const auto* p = static_cast<const uint8_t*>(local->data);
+    scaled.assign(p, p + bytes);
+    Scale(scaled.data(), static_cast<size_t>(me.num_elements()), me.dtype, me.prescale);
+    input = scaled.data();
+  }
+  backend_.ReduceScatter(input, out.data(), counts, me.dtype, me.reduce_op);
+  Scale(out.data(), counts[backend_.rank()], me.dtype, me.postscale);
   local->handle->output_shape() = WithRows(me, rows[backend_.rank()]);
 }
 

@@ -63,7 +63,8 @@ std::string Request::Describe() const {
   if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
     s << " op=" << comm::ReduceOpName(reduce_op);
   }
-  if (op == OpType::kAllreduce && (prescale != 1.0 || postscale != 1.0)) {
+  if ((op == OpType::kAllreduce || op == OpType::kReducescatter) &&
+      (prescale != 1.0 || postscale != 1.0)) {
     s << " prescale=" << prescale << " postscale=" << postscale;
   }
   if (op == OpType::kBroadcast) s << " root=" << root;
@@ -99,7 +100,8 @@ std::optional<std::string> Incompatibility(const Request& a, const Request& b) {
     return "op " + std::string(comm::ReduceOpName(a.reduce_op)) + " vs " +
            std::string(comm::ReduceOpName(b.reduce_op));
   }
-  if (a.op == OpType::kAllreduce && (a.prescale != b.prescale || a.postscale != b.postscale)) {
+  if ((a.op == OpType::kAllreduce || a.op == OpType::kReducescatter) &&
+      (a.prescale != b.prescale || a.postscale != b.postscale)) {
     return "scale factors differ";
   }
   if (a.op == OpType::kBroadcast && a.root != b.root) {
