@@ -156,7 +156,7 @@ void BindEngine(py::module_& m) {
       .def_property_readonly("fusion_threshold",
                              [](Engine& e) { return e.options().fusion_threshold_bytes; })
       .def_property_readonly("cycle_time_ms",
-                             [](Engine& e) { return e.options().cycle_time.count(); })
+                             [](Engine& e) { return e.options().cycle_time.count() / 1000.0; })
       .def(
           "enqueue",
           [](Engine& e, int op, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape,
@@ -176,20 +176,14 @@ void BindEngine(py::module_& m) {
           "allreduce_sync",
           [](Engine& e, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape,
              int dtype, int reduce_op, double prescale, double postscale) {
-            // The common synchronous case (allreduce_ of a contiguous floating-point tensor) in
-            // one call: submit, wait, raise. Submission errors raise ValueError, the
-            // operation's own errors the module's CadreError.
-            std::shared_ptr<Handle> h;
-            try {
-              Request r = MakeRequest(static_cast<int>(OpType::kAllreduce), name, std::move(shape),
-                                      dtype, reduce_op);
-              r.prescale = prescale;
-              r.postscale = postscale;
-              h = Submit(e, std::move(r), ptr, /*batchable=*/false);
-            } catch (const Error& err) {
-              if (err.code() == Code::kInvalidArgument) throw py::value_error(err.what());
-              throw;
-            }
+            // The common synchronous case (allreduce_ of a contiguous tensor) in one call:
+            // submit, wait, raise. A duplicate pending name raises ValueError (Submit), every
+            // other error the module's CadreError, as enqueue and Handle.check do.
+            Request r = MakeRequest(static_cast<int>(OpType::kAllreduce), name, std::move(shape),
+                                    dtype, reduce_op);
+            r.prescale = prescale;
+            r.postscale = postscale;
+            std::shared_ptr<Handle> h = Submit(e, std::move(r), ptr, /*batchable=*/false);
             WaitInterruptibly(*h);
             Check(*h);
           },

@@ -113,6 +113,7 @@ Message Controller::MakeMessage(const std::vector<Request>& fresh, bool shutdown
 std::vector<Response> Controller::Process(const std::vector<Message>& messages) {
   const auto now = Clock::now();
   std::vector<int> shutdown_ranks;
+  arrivals_.clear();
   auto add = [&](int r, const Request& req, const std::vector<std::vector<uint8_t>>& payloads,
                  size_t index) {
     Entry& e = table_[req.name];
@@ -126,6 +127,7 @@ std::vector<Response> Controller::Process(const std::vector<Message>& messages) 
                                 "' twice while it was pending"));
     }
     e.per_rank[r] = req;
+    if (record_arrivals_) arrivals_.emplace_back(req.name, r);
     if (index < payloads.size() && !payloads[index].empty()) {
       if (e.payloads.empty()) e.payloads.resize(size_);
       e.payloads[r] = payloads[index];
@@ -225,16 +227,19 @@ Response Controller::Decide(const std::string& name, Entry& entry) {
     return resp;
   }
   if (!absent.empty()) {
+    // As in Horovod, a joined rank takes part in allreduces (contributing zeros, which only sum
+    // and average can absorb) and barriers; every other operation fails on the ranks that
+    // submitted it, and the engine carries on.
     const bool allowed =
         (first->op == OpType::kAllreduce && first->reduce_op == comm::ReduceOp::kSum) ||
-        first->op == OpType::kAllgather || first->op == OpType::kBarrier;
+        first->op == OpType::kBarrier;
     if (!allowed) {
       std::string who;
       for (int r : absent) who += (who.empty() ? "" : ", ") + std::to_string(r);
       resp.kind = Response::Kind::kError;
       resp.error =
           InvalidArgument(first->Describe() + " of '" + name + "' is not supported after rank(s) " +
-                          who + " joined (only sum/average allreduce, allgather and barrier)");
+                          who + " joined (only sum/average allreduce and barrier)");
       return resp;
     }
   } else {

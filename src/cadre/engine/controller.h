@@ -29,6 +29,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cadre/base/deadline.h"
@@ -92,6 +93,11 @@ class Controller {
   // Steps 3-5 above. `messages` holds one message per rank.
   std::vector<Response> Process(const std::vector<Message>& messages);
 
+  // While set, Process() records which rank's request for which name arrived in that cycle
+  // (arrivals(), replaced by each Process call): the timeline's per-rank marks.
+  void set_record_arrivals(bool on) { record_arrivals_ = on; }
+  const std::vector<std::pair<std::string, int>>& arrivals() const { return arrivals_; }
+
   // Names some ranks submitted and others did not, oldest first (the stall inspector's input).
   std::vector<PendingName> Pending() const;
   const ResponseCache& cache() const { return cache_; }
@@ -121,6 +127,8 @@ class Controller {
   std::vector<bool> joined_;
   int last_joined_ = -1;
   uint64_t next_sequence_ = 0;
+  bool record_arrivals_ = false;
+  std::vector<std::pair<std::string, int>> arrivals_;
 };
 
 }  // namespace cadre::engine

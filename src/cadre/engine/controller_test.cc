@@ -178,6 +178,17 @@ TEST(ControllerTest, JoinedRanksDoNotHoldBackAllreduceAndJoinCompletesWhenAllJoi
   out = Cycle(cs, {{b}, {}}, {false, true});
   EXPECT_EQ(out[0][0].kind, Response::Kind::kError);
   EXPECT_NE(out[0][0].error.message().find("rank(s) 1 joined"), std::string::npos);
+  Request g;  // allgather too, as in Horovod (a joined rank has no rows to give)
+  g.op = OpType::kAllgather;
+  g.name = "rows";
+  g.shape = {2, 1};
+  out = Cycle(cs, {{g}, {}}, {false, true});
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(out[0][0].kind, Response::Kind::kError);
+  EXPECT_NE(out[0][0].error.message().find("allgather float32[2,1] of 'rows' is not supported "
+                                           "after rank(s) 1 joined"),
+            std::string::npos)
+      << out[0][0].error.message();
   out = Cycle(cs, {{}, {}}, {true, true});
   ASSERT_EQ(out[0].size(), 1u);
   EXPECT_EQ(out[0][0].kind, Response::Kind::kJoin);

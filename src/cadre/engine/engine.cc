@@ -1,6 +1,7 @@
 #include "cadre/engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "cadre/base/env.h"
@@ -36,10 +37,11 @@ EngineOptions EngineOptions::FromEnv() {
       size_t used = 0;
       double ms = std::stod(*cycle, &used);
       if (used != cycle->size() || ms < 0) throw std::invalid_argument("bad");
-      o.cycle_time = std::chrono::milliseconds(static_cast<int64_t>(ms));
+      if (ms > 1e6) throw std::invalid_argument("too long");
+      o.cycle_time = std::chrono::microseconds(std::llround(ms * 1000));
     } catch (const std::exception&) {
       throw Error(InvalidArgument("HOROVOD_CYCLE_TIME/CADRE_CYCLE_TIME=" + *cycle +
-                                  " is not a number of milliseconds"));
+                                  " is not a number of milliseconds (0 to 1000000)"));
     }
   }
   const int64_t fusion = EnvIntEither("CADRE_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD",
@@ -79,6 +81,8 @@ EngineOptions EngineOptions::FromEnv() {
   } else if (auto h = GetEnv("HOROVOD_TIMELINE")) {
     o.timeline_path = *h;
   }
+  o.timeline_mark_cycles =
+      EnvIntEither("CADRE_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", 0) != 0;
   return o;
 }
 
@@ -91,7 +95,9 @@ Engine::Engine(std::unique_ptr<CollectiveBackend> backend, EngineOptions options
                   options_.fusion_tensor_limit_bytes),
       executor_(*backend_, options_.fusion_segment_bytes),
       idle_wait_(options_.cycle_time) {
-  if (!options_.timeline_path.empty() && rank_ == 0) timeline_.Start(options_.timeline_path, false);
+  if (!options_.timeline_path.empty() && rank_ == 0) {
+    timeline_.Start(options_.timeline_path, options_.timeline_mark_cycles);
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -115,9 +121,16 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
   if (request.op != OpType::kBarrier && request.num_elements() > 0 && data == nullptr) {
     throw Error(InvalidArgument(what + ": null data"));
   }
-  if ((request.prescale != 1.0 || request.postscale != 1.0) &&
-      (request.op != OpType::kAllreduce || !IsFloating(request.dtype))) {
-    throw Error(InvalidArgument(what + ": scale factors apply to floating-point allreduce only"));
+  if (request.prescale != 1.0 || request.postscale != 1.0) {
+    if (request.op != OpType::kAllreduce && request.op != OpType::kReducescatter) {
+      throw Error(InvalidArgument(what + ": scale factors apply to allreduce and reducescatter"));
+    }
+    if (!IsScalable(request.dtype)) {
+      throw Error(InvalidArgument(what + ": " + std::string(comm::DataTypeName(request.dtype)) +
+                                  " tensors cannot be scaled (prescale " +
+                                  std::to_string(request.prescale) + ", postscale " +
+                                  std::to_string(request.postscale) + ")"));
+    }
   }
   if (request.op == OpType::kBroadcast && (request.root < 0 || request.root >= size_)) {
     throw Error(InvalidArgument(what + ": root " + std::to_string(request.root) +
@@ -148,6 +161,7 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
   }
   auto handle = std::make_shared<Handle>(options_.spin);
   const std::string name = request.name;
+  const OpType op = request.op;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) throw Error(broken_);
@@ -165,13 +179,14 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
       const auto* p = static_cast<const uint8_t*>(data);
       payload.assign(p, p + bytes);
     }
+    // Before the engine thread can see the request, so that its negotiation ends after it starts.
+    timeline_.NegotiateStart(name, op);
     TensorEntry entry{request, data, handle};
     pending_.emplace(request.name, std::move(entry));
     fresh_.push_back(std::move(request));
     fresh_payloads_.push_back(std::move(payload));
     if (!batchable) ++fresh_urgent_;
   }
-  timeline_.Begin(name, "NEGOTIATE");
   Wake();
   return handle;
 }
@@ -193,6 +208,7 @@ std::shared_ptr<Handle> Engine::Join() {
 }
 
 void Engine::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (rank_ != 0) return;
   if (path.empty()) {
     timeline_.Stop();
   } else {
@@ -253,7 +269,11 @@ bool Engine::RunCycle() {
   }
   const Message mine =
       controller_.MakeMessage(fresh, shutdown, joined, abort_, std::move(payloads));
+  controller_.set_record_arrivals(timeline_.active());
   const std::vector<Response> responses = controller_.Process(Exchange(mine));
+  for (const auto& [name, rank] : controller_.arrivals()) {
+    timeline_.NegotiateRankReady(name, rank);
+  }
   for (const Response& r : responses) {
     if (r.kind == Response::Kind::kShutdown) {
       FailAll(r.error);
@@ -270,10 +290,10 @@ bool Engine::RunCycle() {
   // was most of a training step's communication time).
   const bool busy = !fresh.empty() || joined || !responses.empty() || controller_.has_pending();
   if (controller_.waiting_only_for_others() || !abort_.ok()) {
-    idle_wait_ = Duration::zero();
+    idle_wait_ = std::chrono::microseconds::zero();
   } else {
     idle_wait_ = busy ? options_.cycle_time
-                      : std::min(std::max(idle_wait_ * 2, Duration(1)),
+                      : std::min(std::max(idle_wait_ * 2, std::chrono::microseconds(1000)),
                                  std::max(options_.cycle_time, options_.idle_cycle_time_max));
   }
   CheckStalls();
@@ -343,13 +363,17 @@ void Engine::Execute(const Response& response) {
     }
   }
   Status status = response.error;
-  if (response.kind == Response::Kind::kRun) {
-    for (size_t i = 0; i < local.size(); ++i) {
-      timeline_.End(response.names[i]);
-      timeline_.Begin(response.names[i], std::string(OpTypeName(response.op)));
+  const bool run = response.kind == Response::Kind::kRun;
+  const std::string op_name = run ? Timeline::Upper(OpTypeName(response.op)) : "ERROR";
+  for (const std::string& name : response.names) {
+    timeline_.NegotiateEnd(name);
+    timeline_.Start(name, op_name);
+    if (run) {
+      timeline_.ActivityStart(name,
+                              (response.inline_inputs.empty() ? "CADRE_" : "INLINE_") + op_name);
     }
-    executor_.Run(response, local);  // a backend failure propagates and breaks the engine
   }
+  if (run) executor_.Run(response, local);  // a backend failure propagates, breaking the engine
   std::vector<std::shared_ptr<Handle>> done;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -360,7 +384,10 @@ void Engine::Execute(const Response& response) {
       pending_.erase(it);
     }
   }
-  for (size_t i = 0; i < response.names.size(); ++i) timeline_.End(response.names[i]);
+  for (size_t i = 0; i < response.names.size(); ++i) {
+    const auto& mine = response.per_rank[i][rank_];
+    timeline_.End(response.names[i], mine ? &*mine : nullptr);
+  }
   for (auto& h : done) h->Complete(status);
 }
 

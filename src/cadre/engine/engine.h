@@ -38,14 +38,15 @@ namespace cadre::engine {
 
 struct EngineOptions {
   // How long the background thread sleeps between negotiation cycles when nothing is submitted;
-  // a submission wakes it at once.
-  Duration cycle_time = std::chrono::milliseconds(5);
+  // a submission wakes it at once. Microseconds: Horovod's HOROVOD_CYCLE_TIME (milliseconds)
+  // may be fractional.
+  std::chrono::microseconds cycle_time = std::chrono::milliseconds(5);
   // When only batchable submissions are queued (Enqueue's `batchable`: gradients from backward
   // hooks), wait this long for more before negotiating, so one cycle fuses them; any other
   // submission is negotiated at once (CADRE_BATCH_WAIT_MS; zero disables).
   Duration batch_wait = std::chrono::milliseconds(1);
   // Consecutive idle cycles (nothing submitted or pending anywhere) sleep longer, up to this.
-  Duration idle_cycle_time_max = std::chrono::milliseconds(50);
+  std::chrono::microseconds idle_cycle_time_max = std::chrono::milliseconds(50);
   size_t fusion_threshold_bytes = size_t{64} << 20;
   // Fused allreduces are packed, reduced and unpacked in pieces of this size (cache-sized; one
   // collective over a whole 64 MiB buffer measured several times slower on CPUs).
@@ -67,11 +68,14 @@ struct EngineOptions {
   std::chrono::microseconds spin{50};
   Duration stall_warning = std::chrono::seconds(60);
   Duration stall_shutdown = Duration::zero();  // zero: never fail stalled tensors
-  // Chrome-trace timeline written by rank 0 when non-empty (timeline.h).
+  // Horovod's timeline file, written by rank 0 when non-empty (timeline.h); with
+  // timeline_mark_cycles every negotiation cycle is marked.
   std::string timeline_path;
+  bool timeline_mark_cycles = false;
 
   // HOROVOD_* / CADRE_* variables: CYCLE_TIME (ms), FUSION_THRESHOLD (bytes), CACHE_CAPACITY,
-  // STALL_CHECK_TIME_SECONDS, STALL_SHUTDOWN_TIME_SECONDS, TIMELINE (path). CADRE_ wins. CADRE_
+  // STALL_CHECK_TIME_SECONDS, STALL_SHUTDOWN_TIME_SECONDS, TIMELINE (path),
+  // TIMELINE_MARK_CYCLES (0/1). CADRE_ wins. CADRE_
   // only: INLINE_BYTES, SPIN_US, BATCH_WAIT_MS, FUSION_TENSOR_LIMIT.
   static EngineOptions FromEnv();
 };
@@ -103,7 +107,8 @@ class Engine {
   // Stops this engine and, through the next negotiation, every rank's. Idempotent.
   void Shutdown();
 
-  // Chrome-trace timeline (rank 0's view of its own ops); empty path stops it.
+  // Horovod's timeline of rank 0's view of the operations (a no-op on other ranks, as in
+  // Horovod, whose coordinator alone writes it); an empty path stops it.
   void StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
 
@@ -145,7 +150,7 @@ class Engine {
   std::string stall_report_;              // GUARDED_BY(mu_)
   Timeline timeline_;                     // thread-safe itself
   Clock::time_point last_stall_log_{};    // engine thread only
-  Duration idle_wait_;                    // engine thread only
+  std::chrono::microseconds idle_wait_;   // engine thread only
   Status abort_;                          // engine thread only: sent to every rank, then stop
   Clock::time_point last_stall_check_{};  // engine thread only
   std::thread thread_;

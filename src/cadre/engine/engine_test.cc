@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <thread>
+
+#include <unistd.h>
 
 #include "cadre/engine/store_backend.h"
 #include "cadre/store/hash_store.h"
@@ -46,7 +50,13 @@ TEST(EngineOptionsTest, ReadsCadreOnlyVariablesAndRefusesBadValues) {
     EXPECT_EQ(o.batch_wait, Duration::zero());
     EXPECT_EQ(o.spin, std::chrono::microseconds(7));
   }
-  for (const char* name : {"CADRE_BATCH_WAIT_MS", "CADRE_SPIN_US", "CADRE_INLINE_BYTES"}) {
+  {
+    // Horovod's HOROVOD_CYCLE_TIME is in milliseconds and may be fractional.
+    ScopedEnv cycle("HOROVOD_CYCLE_TIME", "0.5");
+    EXPECT_EQ(EngineOptions::FromEnv().cycle_time, std::chrono::microseconds(500));
+  }
+  for (const char* name :
+       {"CADRE_BATCH_WAIT_MS", "CADRE_SPIN_US", "CADRE_INLINE_BYTES", "HOROVOD_CYCLE_TIME"}) {
     ScopedEnv bad(name, "-1");
     try {
       EngineOptions::FromEnv();
@@ -299,6 +309,101 @@ TEST(EngineTest, JoinLetsOtherRanksFinishUnevenWork) {
   });
 }
 
+TEST(EngineTest, ScaleFactorsFollowHorovodArithmeticForEveryType) {
+  // Integers are scaled in double and truncated toward zero, before the sum on every rank and
+  // after it; floats with the factor in their own precision. Reducescatter likewise.
+  auto engines = MakeEngines(2);
+  OnEveryRank(2, [&](int rank) {
+    Engine& e = *engines[rank];
+    std::vector<int32_t> ints = {7, -7, 3};  // * 0.5 -> 3, -3, 1; sum 6, -6, 2; * 0.75 -> 4, -4, 1
+    Request ar = Make(OpType::kAllreduce, "ints", {3}, comm::DataType::kInt32);
+    ar.prescale = 0.5;
+    ar.postscale = 0.75;
+    WaitOk(e.Enqueue(ar, ints.data()));
+    EXPECT_EQ(ints, (std::vector<int32_t>{4, -4, 1}));
+    std::vector<int16_t> rows = {5, 5, 9, 9};  // two rows of two; rank r gets row r
+    Request rs = Make(OpType::kReducescatter, "rs16", {2, 2}, comm::DataType::kInt16);
+    rs.prescale = 0.5;   // 2, 2, 4, 4 per rank
+    rs.postscale = 1.5;  // sums 4, 4, 8, 8 -> 6, 6, 12, 12
+    auto h = e.Enqueue(rs, rows.data());
+    WaitOk(h);
+    EXPECT_EQ(rows, (std::vector<int16_t>{5, 5, 9, 9})) << "the input is left alone";
+    std::vector<int16_t> mine(2);
+    std::memcpy(mine.data(), h->output().data(), 4);
+    EXPECT_EQ(mine, (std::vector<int16_t>(2, rank == 0 ? 6 : 12)));
+    std::vector<uint8_t> flags = {uint8_t(rank), 1, 0};  // bool: sum is "or"
+    WaitOk(e.Enqueue(Make(OpType::kAllreduce, "bools", {3}, comm::DataType::kBool), flags.data()));
+    EXPECT_EQ(flags, (std::vector<uint8_t>{1, 1, 0}));
+    Request scaled_bool = Make(OpType::kAllreduce, "bad", {3}, comm::DataType::kBool);
+    scaled_bool.postscale = 0.5;
+    EXPECT_THROW(e.Enqueue(scaled_bool, flags.data()), Error);
+  });
+}
+
+TEST(EngineTest, AllgatherAfterAJoinFailsTheOthersAndTheEngineCarriesOn) {
+  auto engines = MakeEngines(3);
+  OnEveryRank(3, [&](int rank) {
+    Engine& e = *engines[rank];
+    if (rank != 0) {
+      std::vector<float> rows(2, 1.0f);
+      auto h = e.Enqueue(Make(OpType::kAllgather, "rows", {2}), rows.data());
+      ASSERT_TRUE(h->Wait(30s));
+      EXPECT_EQ(h->status().code(), Code::kInvalidArgument);
+      EXPECT_NE(h->status().message().find("after rank(s) 0 joined"), std::string::npos)
+          << h->status().message();
+      std::vector<float> g(2, 1.0f);  // sums still run, the joined rank adding zeros
+      WaitOk(e.Enqueue(Make(OpType::kAllreduce, "g", {2}), g.data()));
+      EXPECT_EQ(g[0], 2.0f);
+    }
+    auto j = e.Join();
+    WaitOk(j);
+    EXPECT_NE(j->join_rank(), 0);
+  });
+}
+
+std::string ReadFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  std::string text;
+  if (!f) return text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+TEST(EngineTest, TimelineIsHorovodsFormatAndValidAfterEveryRecord) {
+  const std::string path = ::testing::TempDir() + "timeline-" + std::to_string(getpid()) + ".json";
+  auto engines = MakeEngines(2);
+  engines[0]->StartTimeline(path, /*mark_cycles=*/true);
+  engines[1]->StartTimeline(path + ".rank1", true);  // only rank 0 writes, as in Horovod
+  OnEveryRank(2, [&](int rank) {
+    std::vector<float> t(6, 1.0f);
+    WaitOk(engines[rank]->Enqueue(Make(OpType::kAllreduce, "t", {2, 3}), t.data()));
+    std::vector<float> a(2, 1.0f);  // named as Horovod names it already: not prefixed twice
+    WaitOk(engines[rank]->Enqueue(Make(OpType::kAllgather, "allgather.noname.1", {2}), a.data()));
+  });
+  const std::string during = ReadFile(path);
+  engines[0]->StopTimeline();
+  const std::string text = ReadFile(path);
+  EXPECT_EQ(during, text.substr(0, during.size()));
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.front(), '[');
+  EXPECT_EQ(text.back(), ']');
+  for (const char* want :
+       {R"({"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch)",
+        R"({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "allreduce.t"}})",
+        R"({"name": "process_sort_index", "ph": "M", "pid": 1, "args": {"sort_index": 1}})",
+        R"("args": {"name": "allgather.noname.1"})", R"({"ph": "B", "name": "NEGOTIATE_ALLREDUCE")",
+        R"({"ph": "X", "name": "1", "ts": )", R"({"ph": "B", "name": "ALLREDUCE")",
+        R"({"ph": "B", "name": "ALLGATHER")",
+        R"("args": {"dtype": "HOROVOD_FLOAT32", "shape": "[2, 3]"})",
+        R"({"ph": "i", "name": "CYCLE_START", "ts": )"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+  EXPECT_TRUE(ReadFile(path + ".rank1").empty());
+  std::remove(path.c_str());
+}
+
 TEST(EngineTest, DeadRankFailsEveryPendingHandleNamingIt) {
   auto group = InProcessGroup::Create(3, 20s);
   std::vector<std::unique_ptr<Engine>> engines;
@@ -351,9 +456,17 @@ TEST(EngineTest, StallReportNamesMissingRanksAndStallShutdownFails) {
     EXPECT_NE(m.find("'lonely'"), std::string::npos) << m;
     EXPECT_NE(m.find("missing from rank(s) 2"), std::string::npos) << m;
   }
-  // Rank 2 never submitted 'lonely', yet its engine stopped with the same error.
+  // Rank 2 never submitted 'lonely', yet its engine stopped with the same error: a submission
+  // fails with it, at once when rank 2's thread has already handled the stop, or on its handle
+  // when the thread handles it next (rank 2 processes that exchange concurrently with this).
   std::vector<float> c(1);
-  EXPECT_THROW(engines[2]->Enqueue(Make(OpType::kAllreduce, "later", {1}), c.data()), Error);
+  try {
+    auto h2 = engines[2]->Enqueue(Make(OpType::kAllreduce, "later", {1}), c.data());
+    ASSERT_TRUE(h2->Wait(30s));
+    EXPECT_EQ(h2->status().code(), Code::kTimeout) << h2->status().message();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kTimeout) << e.what();
+  }
 }
 
 TEST(EngineTest, StoreBackendCarriesTheSameProtocol) {
