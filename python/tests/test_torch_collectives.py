@@ -12,7 +12,8 @@ from hvd_jobs import HERE, PYTHON, ROOT, BUILD, check_results, run_script
 
 pytest.importorskip("torch")
 
-DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "int8"]
+DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "int8",
+          "int16"]
 OPS = ["Sum", "Average", "Min", "Max", "Product"]
 
 # What issue 4 asks for, by check name: every API x every dtype (x every op where it reduces),

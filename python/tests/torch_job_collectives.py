@@ -11,8 +11,8 @@ r, n = hvd.rank(), hvd.size()
 suite = Suite(r)
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-INTS = [torch.int32, torch.int64, torch.uint8, torch.int8]
-SIGNED = [torch.int32, torch.int64, torch.int8] + FLOATS
+INTS = [torch.int32, torch.int64, torch.uint8, torch.int8, torch.int16]
+SIGNED = [torch.int32, torch.int64, torch.int8, torch.int16] + FLOATS
 OPS = {hvd.Sum: "Sum", hvd.Average: "Average", hvd.Min: "Min", hvd.Max: "Max",
        hvd.Product: "Product"}
 
@@ -111,12 +111,20 @@ def check_average_flag(dtype):
 
 
 def check_scale_factors(dtype):
-    # Floats: scale in the engine; integers: integral factors keep the closed form exact.
+    # Horovod's arithmetic: each rank's input times prescale, the sum times postscale; integers
+    # in float64, truncated toward zero each time (so the order shows). The factors' product is
+    # not 1 and each alone gives another result, so an ignored factor fails the check.
     mine = contribution(r, dtype, hvd.Sum).to(dtype)
-    pre, post = (2.0, 0.5) if dtype.is_floating_point else (3, 2)
+    pre, post = (3.0, 0.25) if dtype.is_floating_point else (0.5, 1.5)
     got = hvd.allreduce(mine, op=hvd.Sum, prescale_factor=pre, postscale_factor=post,
                         name="scale.%s" % short(dtype))
-    same(got, (reduced(dtype, hvd.Sum) * pre * post).to(dtype), dtype, "pre/postscale")
+    if dtype.is_floating_point:
+        want = reduced(dtype, hvd.Sum).double() * pre * post
+    else:
+        scaled = [(contribution(k, dtype, hvd.Sum).double() * pre).trunc() for k in range(n)]
+        want = (torch.stack(scaled).sum(0) * post).trunc()
+        assert not torch.equal(want, reduced(dtype, hvd.Sum).double() * pre * post)
+    same(got, want.to(dtype), dtype, "pre/postscale")
 
 
 for dt in FLOATS + INTS:

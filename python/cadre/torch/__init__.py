@@ -20,5 +20,5 @@ from cadre.torch.mpi_ops import (  # noqa: F401
     grouped_reducescatter, grouped_reducescatter_async, join, poll, reducescatter,
     reducescatter_async, synchronize)
 from cadre.torch.optimizer import DistributedOptimizer  # noqa: F401
-from cadre.torch.sparse import sparse_allreduce_async  # noqa: F401
+from cadre.torch.sparse import sparse_allreduce, sparse_allreduce_async  # noqa: F401
 from cadre.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401

@@ -40,36 +40,43 @@ def _env_int(names, default=None):
 class ProcessSet:
     """A subset of the job's ranks that runs collectives among themselves (Horovod's API).
 
-    Create with the global ranks it holds, then register it with ``add_process_set`` on every
-    rank (members and non-members alike, in the same order).
+    Create with the global ranks it holds, then register it on every rank (members and
+    non-members alike, in the same order): at ``hvd.init(process_sets=[...])`` or later with
+    ``hvd.add_process_set``. Collectives on a set still name roots by global rank.
     """
 
-    def __init__(self, ranks=None):
-        self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
+    def __init__(self, ranks_or_comm=None):
+        if ranks_or_comm is not None and not hasattr(ranks_or_comm, "__iter__"):
+            raise ValueError("ProcessSet should be initialized with a list of process ranks "
+                             "(cadre has no MPI communicators)")
+        self.ranks = None if ranks_or_comm is None else sorted(int(r) for r in ranks_or_comm)
         self.process_set_id = None
         self._engine = None
 
-    def _require(self):
-        if self.process_set_id is None:
-            raise ValueError("process set %r is not registered (add_process_set)" % (self.ranks,))
-
     def size(self):
-        self._require()
+        """The number of ranks, or None while the set is not registered (as Horovod)."""
+        if self.process_set_id is None:
+            return None
         return len(self.ranks)
 
     def rank(self):
-        """This process's rank within the set, or -1 when it is not a member."""
-        self._require()
+        """This process's rank within the set (-1 when it is not a member), or None while the
+        set is not registered. Roots of collectives are global ranks, not this one."""
+        if self.process_set_id is None:
+            return None
         me = _state().rank
         return self.ranks.index(me) if me in self.ranks else -1
 
     def included(self):
-        self._require()
+        """Whether this process is a member, or None while the set is not registered."""
+        if self.process_set_id is None:
+            return None
         return _state().rank in self.ranks
 
     def engine(self):
         """The set's engine; raises ValueError on a rank that is not a member."""
-        self._require()
+        if self.process_set_id is None:
+            raise ValueError("process set %r is not registered (add_process_set)" % (self.ranks,))
         if self._engine is None:
             raise ValueError("rank %d is not a member of process set %d (ranks %s)"
                              % (_state().rank, self.process_set_id, self.ranks))
@@ -93,6 +100,7 @@ class _State:
         self.cross_rank = 0
         self.cross_size = 1
         self.process_sets = {}
+        self.global_aliases = []  # sets of every rank given to init(): the global set's engine
         self.next_set_id = 1
         self.generation = 0
 
@@ -130,7 +138,15 @@ def _make_engine(rank, size, prefix, env_timeline):
 
 def init(comm=None, process_sets=None):
     """Starts this process's engine. Idempotent. ``comm`` (an MPI communicator) is not
-    supported: cadre's ranks come from the launcher's environment."""
+    supported: cadre's ranks come from the launcher's environment.
+
+    ``process_sets``: Horovod's static process sets, a list of ProcessSet objects (or rank
+    lists) registered now, in order, with ids 1, 2, ... (a set of every rank is the global set,
+    id 0); or "dynamic" (sets added later with add_process_set, which cadre always allows)."""
+    if process_sets is not None and process_sets != "dynamic" and \
+            not isinstance(process_sets, (list, tuple)):
+        raise ValueError("process_sets must be a list of ProcessSet objects or \"dynamic\", "
+                         "not %r" % (process_sets,))
     if comm is not None:
         raise ValueError("cadre.torch.init(comm=...) is not supported: ranks come from `cadre run`")
     s = _STATE
@@ -158,8 +174,15 @@ def init(comm=None, process_sets=None):
         s.process_sets = {0: global_process_set}
         s.next_set_id = 1
         s.initialized = True
-    for ps in process_sets or []:
-        add_process_set(ps)
+    if isinstance(process_sets, (list, tuple)):
+        for ps in process_sets:
+            ps = ps if isinstance(ps, ProcessSet) else ProcessSet(ps)
+            if ps.ranks == global_process_set.ranks:
+                # Horovod maps a set of every rank to the global set.
+                ps.process_set_id, ps._engine = 0, global_process_set._engine
+                s.global_aliases.append(ps)
+            elif ps.process_set_id is None:
+                add_process_set(ps)
 
 
 def shutdown():
@@ -173,7 +196,10 @@ def shutdown():
                 ps._engine.shutdown()
                 ps._engine = None
             ps.process_set_id = None
+        for ps in s.global_aliases:
+            ps.process_set_id, ps._engine = None, None
         s.process_sets = {}
+        s.global_aliases = []
         s.initialized = False
 
 
@@ -265,7 +291,8 @@ def remove_process_set(process_set):
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Writes a Chrome-trace timeline of this rank's operations to file_path."""
+    """Writes Horovod's timeline (Chrome-trace JSON in Horovod's layout) to file_path. Call it
+    on every rank; rank 0 writes, as Horovod's coordinator does."""
     _require_init()
     global_process_set.engine().start_timeline(str(file_path), bool(mark_cycles))
 
@@ -289,13 +316,14 @@ def mpi_threads_supported():
 
 
 def gloo_built():
-    # cadre's own TCP/shared-memory core plays Gloo's role; scripts that test for "a CPU
-    # controller" get True.
-    return True
+    # The truth: cadre has no Gloo (nor MPI); its own TCP/shared-memory core does the work.
+    # Horovod scripts that branch on gloo_enabled()/mpi_enabled() take their "neither" path
+    # (see docs/horovod.md).
+    return False
 
 
 def gloo_enabled():
-    return True
+    return False
 
 
 def nccl_built():

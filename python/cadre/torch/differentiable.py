@@ -8,9 +8,12 @@ got with Horovod:
   Average, where every rank's loss depends on the one reduced tensor. Min, Max and Product have
   no such gradient: backward raises instead of returning a wrong one.
 - allgather: the gradient averaged over the ranks, then this rank's rows.
-- broadcast: the gradient averaged over the ranks on the root rank, zeros elsewhere.
+- broadcast: the gradient averaged over the ranks on the root rank (a global rank, also with
+  process sets), zeros elsewhere.
 - alltoall: the gradient travels back along the received splits.
-- reducescatter (Sum, Average): the gradient allgathered, scaled like the forward pass.
+- reducescatter (Sum, Average): the allgather of the output gradients, times the set's size for
+  Sum, times prescale and postscale (Horovod's HorovodReducescatter.backward); likewise each
+  tensor of grouped_reducescatter.
 Backward collectives get automatic names, so every rank must run backward through the same
 collectives in the same order — as with Horovod.
 """
@@ -91,7 +94,7 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         g = mpi_ops.allreduce(grad.contiguous(), op=mpi_ops.Average, process_set=ctx.process_set)
-        if ctx.process_set.rank() != ctx.root_rank:
+        if mpi_ops.rank() != ctx.root_rank:
             g = torch.zeros_like(g)
         return g, None, None, None
 
@@ -122,11 +125,30 @@ class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         op, process_set, prescale, postscale = ctx.args
-        if op not in (mpi_ops.Sum, mpi_ops.Average):
-            _no_gradient("reducescatter", op)
-        g = mpi_ops.allgather(grad.contiguous(), process_set=process_set)
-        scale = prescale * postscale / (process_set.size() if op == mpi_ops.Average else 1)
-        return (g * scale if scale != 1 else g), None, None, None, None, None
+        return _reducescatter_grad(grad, op, process_set, prescale, postscale), \
+            None, None, None, None, None
+
+
+def _reducescatter_grad(grad, op, process_set, prescale, postscale):
+    if op not in (mpi_ops.Sum, mpi_ops.Average):
+        _no_gradient("reducescatter", op)
+    scale = (process_set.size() if op == mpi_ops.Sum else 1) * prescale * postscale
+    grad = grad.contiguous()
+    return mpi_ops.allgather(grad * scale if scale != 1 else grad, process_set=process_set)
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale, postscale, *tensors):
+        ctx.args = (op, process_set, prescale, postscale)
+        return tuple(mpi_ops.synchronize(mpi_ops.grouped_reducescatter_async(
+            list(tensors), name, op, process_set, prescale, postscale)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, process_set, prescale, postscale = ctx.args
+        return (None, None, None, None, None) + tuple(
+            _reducescatter_grad(g, op, process_set, prescale, postscale) for g in grads)
 
 
 def allreduce(tensor, op, name, prescale, postscale, process_set):
@@ -151,3 +173,7 @@ def alltoall(tensor, splits, name, process_set):
 
 def reducescatter(tensor, name, op, process_set, prescale, postscale):
     return _Reducescatter.apply(tensor, name, op, process_set, prescale, postscale)
+
+
+def grouped_reducescatter(tensors, name, op, process_set, prescale, postscale):
+    return list(_GroupedReducescatter.apply(name, op, process_set, prescale, postscale, *tensors))

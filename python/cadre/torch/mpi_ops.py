@@ -3,18 +3,33 @@
 Tensors go to the engine as (data pointer, shape, dtype) of contiguous CPU memory; each handle
 keeps its tensors alive until it completes. ``*_async`` functions return an integer handle for
 ``poll``/``synchronize``, as Horovod's do. The synchronous forms are differentiable when their
-input requires grad (differentiable.py). Errors from the engine (mismatch across ranks, a dead
-peer, shutdown) are raised as HorovodInternalError from ``synchronize``; a duplicate pending
-name raises ValueError at submission.
+input requires grad (differentiable.py).
+
+Errors have Horovod 0.28's types: what Horovod's C++ side refuses (mismatches across ranks, a
+dead peer, shutdown, a joined rank, bad roots or splits, an unsupported op or dtype for an
+operation, a rank outside the process set, a collective before init) raises
+HorovodInternalError, a RuntimeError; a tensor type that is not supported, a duplicate pending
+name, and both ``average`` and ``op`` given raise ValueError; Adasum where Horovod has no
+implementation (process sets, sizes that are not powers of two) raises NotImplementedError.
+
+This module also carries the names of horovod.torch.mpi_ops that scripts import directly (init,
+rank, size, ..., ProcessSet, HorovodInternalError, handle_average_backwards_compatibility).
 """
 import itertools
 import threading
+import warnings
 import weakref
 
 import torch
 
 from cadre import _core
-from cadre.torch.basics import HorovodInternalError, _require_init, global_process_set
+from cadre.torch.basics import (  # noqa: F401  (Horovod's mpi_ops exports these names)
+    HorovodInternalError, ProcessSet, _STATE, add_process_set, ccl_built, cross_rank, cross_size,
+    cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled, init, is_homogeneous,
+    is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
+    nccl_built, rank, remove_process_set, rocm_built, shutdown, size, start_timeline,
+    stop_timeline)
+from cadre.torch.compression import Compression  # noqa: F401
 
 # Reduction ops (Horovod's constants).
 Average = "Average"
@@ -26,17 +41,21 @@ Product = "Product"
 
 _OP_ALLREDUCE, _OP_ALLGATHER, _OP_BROADCAST, _OP_ALLTOALL, _OP_REDUCESCATTER, _OP_BARRIER = range(6)
 _REDUCE = {Sum: 0, Average: 0, Min: 1, Max: 2, Product: 3}
+# The engine's element types (comm/types.h), every type Horovod's PyTorch binding takes.
 _DTYPES = {
     torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3,
-    torch.int32: 4, torch.int64: 5, torch.uint8: 6, torch.int8: 7,
+    torch.int32: 4, torch.int64: 5, torch.uint8: 6, torch.int8: 7, torch.int16: 8,
+    torch.bool: 9,
 }
-
-_FLOATING = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16))
 
 _handles = {}
 _handles_lock = threading.Lock()
 _next_handle = itertools.count(1)
 _noname = weakref.WeakKeyDictionary()  # ProcessSet -> counter of generated names
+
+
+def _internal(message):
+    return HorovodInternalError(message)
 
 
 class _Pending:
@@ -71,48 +90,92 @@ def _dtype_code(tensor):
     try:
         return _DTYPES[tensor.dtype]
     except KeyError:
-        raise ValueError("cadre.torch: dtype %s is not supported (supported: %s)"
-                         % (tensor.dtype, ", ".join(str(d) for d in _DTYPES))) from None
+        # Horovod's own words and type for a tensor type it has no operation for.
+        raise ValueError("Tensor type %s is not supported." % tensor.type()) from None
 
 
 def _check_tensor(tensor):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("expected a torch.Tensor, got %s" % type(tensor).__name__)
     if tensor.device.type != "cpu":
-        raise ValueError("cadre.torch works on CPU tensors; got one on %s" % tensor.device)
+        raise ValueError("Tensor type %s is not supported: cadre.torch works on CPU tensors"
+                         % tensor.type())
     if tensor.is_sparse:
-        raise ValueError("sparse tensors: use sparse_allreduce_async or sparse_as_dense=True")
+        raise ValueError("Tensor type %s is not supported: use sparse_allreduce_async or "
+                         "sparse_as_dense=True" % tensor.type())
 
 
 def _engine(process_set):
-    _require_init()
-    return (process_set or global_process_set).engine()
+    """The process set's engine; HorovodInternalError before init and on a rank outside the
+    set, as Horovod's C++ side refuses those."""
+    ps = process_set or global_process_set
+    if not _STATE.initialized:
+        raise _internal("Horovod has not been initialized; use hvd.init().")
+    if ps.process_set_id is None:
+        raise _internal("process set %r is not registered (hvd.add_process_set or "
+                        "hvd.init(process_sets=...))" % (ps.ranks,))
+    if ps._engine is None:
+        raise _internal("rank %d is not a member of process set %d (ranks %s)"
+                        % (_STATE.rank, ps.process_set_id, ps.ranks))
+    return ps._engine
+
+
+def _set_rank(root_rank, process_set):
+    """The rank inside `process_set` of the global rank `root_rank`: Horovod's root_rank is a
+    global rank, also with process sets."""
+    ps = process_set or global_process_set
+    root = int(root_rank)
+    if ps.process_set_id == 0:
+        return root  # the engine checks the range
+    if root not in ps.ranks:
+        raise _internal("root_rank %d is not a member of process set %d (ranks %s)"
+                        % (root, ps.process_set_id, ps.ranks))
+    return ps.ranks.index(root)
 
 
 def _enqueue(engine, op, name, buf, **kw):
-    """Submits `buf` (contiguous CPU) to the engine, translating submission errors."""
+    """Submits `buf` (contiguous CPU) to the engine. A duplicate pending name raises ValueError
+    (from the binding); every other refusal HorovodInternalError."""
+    code = _dtype_code(buf)
     try:
-        return engine.enqueue(op, name, buf.data_ptr(), list(buf.shape), _dtype_code(buf), **kw)
-    except _core.CadreInvalidArgument as e:
-        raise ValueError(str(e)) from None
+        return engine.enqueue(op, name, buf.data_ptr(), list(buf.shape), code, **kw)
     except _core.CadreError as e:
-        raise HorovodInternalError(str(e)) from e
+        raise _internal(str(e)) from e
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's resolution of the deprecated `average` flag against `op`."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of "
+                             "them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in "
+                      "v1.0", DeprecationWarning)
+        return Average if average else Sum
+    return Average
 
 
 def _resolve_op(average, op):
-    if op is None:
-        if average is None:
-            return Average
-        return Average if average else Sum
-    if average is not None:
-        raise ValueError("pass either average= or op=, not both")
+    op = handle_average_backwards_compatibility(op, average)
     if op not in (Average, Sum, Adasum, Min, Max, Product):
-        raise ValueError("unknown reduction op %r" % (op,))
+        raise _internal("unsupported reduction op %r (Average, Sum, Adasum, Min, Max, Product)"
+                        % (op,))
     return op
 
 
-def _engine_size(process_set):
-    return _engine(process_set).size
+def _scales(op, dtype, prescale_factor, postscale_factor, size):
+    """(prescale, postscale) as the engine applies them: Average is a sum whose postscale is
+    divided by the size (Horovod's arithmetic, integers included). bool has no average and no
+    scaling, as in Horovod."""
+    pre, post = float(prescale_factor), float(postscale_factor)
+    if op == Average:
+        post /= size
+    if dtype == torch.bool and (op == Average or pre != 1.0 or post != 1.0):
+        raise _internal("bool tensors cannot be averaged or scaled (op=%s, prescale_factor=%s, "
+                        "postscale_factor=%s)" % (op, prescale_factor, postscale_factor))
+    return pre, post
 
 
 # ---------------------------------------------------------------- allreduce
@@ -125,28 +188,16 @@ def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor,
     engine = _engine(process_set)
     name = _auto_name("allreduce", name, process_set)
     if op == Adasum:
-        return _adasum_async(tensor, output, name, process_set)
-    floating = tensor.is_floating_point()
-    pre, post = float(prescale_factor), float(postscale_factor)
-    if op == Average:
-        post /= engine.size
+        return _adasum_async(tensor, output, name, process_set, prescale_factor,
+                             postscale_factor)
+    pre, post = _scales(op, tensor.dtype, prescale_factor, postscale_factor, engine.size)
     buf = output if output.is_contiguous() else output.contiguous()
     if buf.data_ptr() != tensor.data_ptr():
         buf.copy_(tensor)
-    if floating:
-        core = _enqueue(engine, _OP_ALLREDUCE, name, buf, reduce_op=_REDUCE[op],
-                        prescale=pre, postscale=post, batchable=batchable)
-    else:
-        # Integer tensors: scale in torch (truncating), as the engine scales floats only.
-        if pre != 1.0:
-            buf.copy_((buf * pre).to(buf.dtype))
-        core = _enqueue(engine, _OP_ALLREDUCE, name, buf, reduce_op=_REDUCE[op],
-                        batchable=batchable)
+    core = _enqueue(engine, _OP_ALLREDUCE, name, buf, reduce_op=_REDUCE[op], prescale=pre,
+                    postscale=post, batchable=batchable)
 
     def finish(_core_handle):
-        if not floating and post != 1.0:
-            buf.copy_(torch.div(buf * postscale_factor, engine.size if op == Average else 1,
-                                rounding_mode="trunc").to(buf.dtype))
         if buf is not output:
             output.copy_(buf)
         return output
@@ -168,9 +219,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                            process_set)
 
 
-def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set):
-    from cadre.torch.compression import Compression
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     compression = compression or Compression.none
     _check_tensor(tensor)  # before compress, which expects a tensor
     compressed, ctx = compression.compress(tensor)
@@ -187,19 +237,16 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(average, op)
     if (op is not Adasum and isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
-            and not tensor.is_sparse and tensor.dtype in _FLOATING and tensor.is_contiguous()):
+            and not tensor.is_sparse and tensor.dtype in _DTYPES and tensor.is_contiguous()):
         # The common case (a small metric, a latency-bound step) in one call to the engine: no
         # handle to register and synchronize. Same results and errors as the general path.
         engine = _engine(process_set)
-        post = float(postscale_factor)
-        if op == Average:
-            post /= engine.size
+        pre, post = _scales(op, tensor.dtype, prescale_factor, postscale_factor, engine.size)
         try:
             engine.allreduce_sync(_auto_name("allreduce", name, process_set), tensor.data_ptr(),
-                                  tensor.shape, _DTYPES[tensor.dtype], _REDUCE[op],
-                                  float(prescale_factor), post)
+                                  tensor.shape, _DTYPES[tensor.dtype], _REDUCE[op], pre, post)
         except _core.CadreError as e:
-            raise HorovodInternalError(str(e)) from e
+            raise _internal(str(e)) from e
         return tensor
     return synchronize(allreduce_async_(tensor, None, name, op, prescale_factor,
                                         postscale_factor, process_set))
@@ -227,9 +274,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _group(hs)
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    from cadre.torch.compression import Compression
     compression = compression or Compression.none
     for t in tensors:
         _check_tensor(t)
@@ -275,9 +321,15 @@ def _engine_output(core, dtype):
     return out
 
 
+def _rank_zero_check(tensor, what):
+    if tensor.dim() == 0:
+        raise _internal("Rank zero tried to %s a rank-zero tensor." % what)
+
+
 def allgather_async(tensor, name=None, process_set=global_process_set):
     _check_tensor(tensor)
     engine = _engine(process_set)
+    _rank_zero_check(tensor, "allgather")
     buf = tensor.contiguous()
     core = _enqueue(engine, _OP_ALLGATHER, _auto_name("allgather", name, process_set), buf)
     return _register(_Pending(core, (buf,), lambda c: _engine_output(c, tensor.dtype)))
@@ -304,11 +356,13 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank is a global rank (a member of process_set), as in Horovod."""
     _check_tensor(tensor)
     engine = _engine(process_set)
+    root = _set_rank(root_rank, process_set)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
     core = _enqueue(engine, _OP_BROADCAST, _auto_name("broadcast", name, process_set), buf,
-                    root=int(root_rank))
+                    root=root)
 
     def finish(_):
         if buf is not tensor:
@@ -336,9 +390,8 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     _check_tensor(tensor)
     engine = _engine(process_set)
+    _rank_zero_check(tensor, "alltoall")
     buf = tensor.contiguous()
-    if buf.dim() == 0:
-        raise ValueError("alltoall needs a tensor with at least one dimension")
     split_list = [] if splits is None else [int(s) for s in
                                             (splits.tolist() if torch.is_tensor(splits)
                                              else splits)]
@@ -364,39 +417,34 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces across ranks and returns this rank's block of rows (the first rows % size ranks
+    get one more row). Sum and Average as in Horovod (scale factors with its arithmetic: the
+    engine scales each rank's input and the reduced block); Min, Max and Product as well."""
     _check_tensor(tensor)
-    if op not in (Average, Sum, Min, Max, Product):
-        raise ValueError("reducescatter supports Average, Sum, Min, Max and Product, not %r" % op)
+    op = _resolve_op(None, op)
+    if op == Adasum:
+        raise _internal("Reducescatter does not support Adasum; use Sum or Average")
     engine = _engine(process_set)
-    if tensor.dim() == 0:
-        raise ValueError("reducescatter needs a tensor with at least one dimension")
+    _rank_zero_check(tensor, "reducescatter")
+    pre, post = _scales(op, tensor.dtype, prescale_factor, postscale_factor, engine.size)
     buf = tensor.contiguous()
-    if prescale_factor != 1.0:
-        buf = (buf * prescale_factor).to(tensor.dtype)
     core = _enqueue(engine, _OP_REDUCESCATTER, _auto_name("reducescatter", name, process_set),
-                    buf, reduce_op=_REDUCE[op])
-    scale = float(postscale_factor) / (engine.size if op == Average else 1)
-
-    def finish(c):
-        out = _engine_output(c, tensor.dtype)
-        if scale != 1.0:
-            out = (out * scale).to(tensor.dtype) if out.is_floating_point() else \
-                torch.div(out * postscale_factor, engine.size if op == Average else 1,
-                          rounding_mode="trunc").to(tensor.dtype)
-        return out
-
-    return _register(_Pending(core, (buf,), finish))
+                    buf, reduce_op=_REDUCE[op], prescale=pre, postscale=post)
+    return _register(_Pending(core, (buf,), lambda c: _engine_output(c, tensor.dtype)))
 
 
-def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces across ranks and returns this rank's block of rows (the first
-    rows % size ranks get one more row)."""
-    if differentiable.wanted(tensor):
-        return differentiable.reducescatter(tensor, name, op, process_set, prescale_factor,
-                                            postscale_factor)
-    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                                           postscale_factor))
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    compression = compression or Compression.none
+    _check_tensor(tensor)
+    compressed, ctx = compression.compress(tensor)
+    if differentiable.wanted(compressed):
+        out = differentiable.reducescatter(compressed, name, op, process_set, prescale_factor,
+                                           postscale_factor)
+    else:
+        out = synchronize(reducescatter_async(compressed, name, op, process_set,
+                                              prescale_factor, postscale_factor))
+    return compression.decompress(out, ctx)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
@@ -406,14 +454,19 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                        postscale_factor) for i, t in enumerate(tensors)])
 
 
-def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_process_set,
-                          prescale_factor=1.0, postscale_factor=1.0):
-    if any(differentiable.wanted(t) for t in tensors):
-        name = _auto_name("grouped_reducescatter", name, process_set)
-        return [reducescatter(t, "%s.%d" % (name, i), op, process_set, prescale_factor,
-                              postscale_factor) for i, t in enumerate(tensors)]
-    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
-                                                   prescale_factor, postscale_factor))
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    compression = compression or Compression.none
+    pairs = [compression.compress(t) for t in tensors]
+    compressed = [c for c, _ in pairs]
+    if any(differentiable.wanted(c) for c in compressed):
+        outs = differentiable.grouped_reducescatter(compressed, name, op, process_set,
+                                                    prescale_factor, postscale_factor)
+    else:
+        outs = synchronize(grouped_reducescatter_async(compressed, name, op, process_set,
+                                                       prescale_factor, postscale_factor))
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
 def barrier(process_set=global_process_set):
@@ -422,18 +475,19 @@ def barrier(process_set=global_process_set):
     try:
         core = engine.enqueue(_OP_BARRIER, _auto_name("barrier", None, process_set), 0, [], 0)
     except _core.CadreError as e:
-        raise HorovodInternalError(str(e)) from e
+        raise _internal(str(e)) from e
     synchronize(_register(_Pending(core, (), lambda c: None)))
 
 
 def join(device=-1):
     """Tells the other ranks this rank has no more batches: until every rank has joined, its
-    engine contributes zeros to their allreduces. Returns the rank that joined last."""
+    engine contributes zeros to their sum/average allreduces (their other collectives fail).
+    Returns the rank that joined last."""
     engine = _engine(global_process_set)
     try:
         core = engine.join()
     except _core.CadreError as e:
-        raise HorovodInternalError(str(e)) from e
+        raise _internal(str(e)) from e
     return synchronize(_register(_Pending(core, (), lambda c: c.join_rank)))
 
 
@@ -441,6 +495,8 @@ def join(device=-1):
 
 def poll(handle):
     """True when the operation behind `handle` has completed (without waiting)."""
+    if callable(handle):  # sparse_allreduce_async's handle
+        return handle.poll()
     with _handles_lock:
         pending = _handles.get(handle)
     if pending is None:
@@ -452,7 +508,10 @@ def poll(handle):
 
 def synchronize(handle):
     """Waits for the operation and returns its output; raises HorovodInternalError when it
-    failed (the message names the ranks involved)."""
+    failed (the message names the ranks involved). Also takes sparse_allreduce_async's
+    callable handle (Horovod's users call it; either works)."""
+    if callable(handle):
+        return handle()
     with _handles_lock:
         pending = _handles.pop(handle, None)
     if pending is None:
@@ -465,9 +524,10 @@ def synchronize(handle):
         try:
             core.check()
         except _core.CadreError as e:
-            raise HorovodInternalError(str(e)) from e
+            raise _internal(str(e)) from e
     return pending.finish(core)
 
 
 from cadre.torch import differentiable  # noqa: E402  (uses the functions above)
 from cadre.torch.adasum import _adasum_async  # noqa: E402
+from cadre.torch.sparse import sparse_allreduce, sparse_allreduce_async  # noqa: E402,F401

@@ -1,33 +1,63 @@
-"""sparse_allreduce_async: Horovod's reduction of sparse (COO) gradients — every rank's
-indices and values are allgathered and summed (coalesced) locally, so the result is the sum, or
-the average with op=Average, of the ranks' sparse tensors."""
+"""Horovod's reduction of sparse (COO) tensors: every rank's indices and values are allgathered
+(as ``<name>.indices`` and ``<name>.values``) and form one sparse tensor holding every rank's
+entries, divided by the set's size for op=Average. Entries at the same index are not summed
+until the caller coalesces (or uses the tensor densely), as in Horovod.
+
+``sparse_allreduce_async`` returns Horovod's kind of handle: a callable that waits and returns
+the result; ``hvd.synchronize`` and ``hvd.poll`` take it too.
+"""
 import torch
 
 from cadre.torch import mpi_ops
 from cadre.torch.basics import global_process_set
 
 
+class SparseHandle:
+    """The two allgathers of one sparse allreduce; calling it waits and returns the result."""
+
+    def __init__(self, tensor, op, process_set, indices_handle, values_handle):
+        self._tensor = tensor
+        self._op = op
+        self._size = process_set.size()
+        self._handles = (indices_handle, values_handle)
+        self._result = None
+
+    def poll(self):
+        return self._result is not None or all(mpi_ops.poll(h) for h in self._handles)
+
+    def __call__(self):
+        if self._result is None:
+            indices_handle, values_handle = self._handles
+            values = mpi_ops.synchronize(values_handle)
+            indices = mpi_ops.synchronize(indices_handle)
+            if self._op == mpi_ops.Average:
+                values = values / self._size
+            t = self._tensor
+            if indices.dim() == 0 or values.dim() == 0:
+                self._result = torch.Tensor().type_as(t).resize_as_(t)
+            else:
+                self._result = torch.sparse_coo_tensor(indices.t(), values, t.shape)
+        return self._result
+
+
 def sparse_allreduce_async(tensor, name, op=mpi_ops.Average, process_set=global_process_set):
-    if not tensor.is_sparse:
-        raise ValueError("sparse_allreduce_async needs a sparse tensor")
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        # RuntimeError, as torch raises it for Horovod (a dense tensor has no _indices()).
+        raise RuntimeError("sparse_allreduce_async takes a sparse (COO) tensor, got %s"
+                           % (tensor.type() if isinstance(tensor, torch.Tensor)
+                              else type(tensor).__name__))
     if op not in (mpi_ops.Average, mpi_ops.Sum):
-        raise ValueError("sparse_allreduce_async supports Average and Sum")
-    t = tensor.coalesce()
-    indices = t.indices().t().contiguous()  # [nnz, ndim]: rows are gathered
-    values = t.values().contiguous()
-    hi = mpi_ops.allgather_async(indices, name + ".indices", process_set)
-    hv = mpi_ops.allgather_async(values, name + ".values", process_set)
-    group = mpi_ops._group([hi, hv])
-    pending = mpi_ops._handles[group]
-    inner = pending.finish
-    size = process_set.size()
+        raise mpi_ops.HorovodInternalError("sparse allreduce supports Average and Sum, not %r"
+                                           % (op,))
+    name = mpi_ops._auto_name("sparse_allreduce", name, process_set)
+    # Allgather concatenates along the first dimension: the indices travel as [nnz, ndim].
+    indices = tensor._indices().t().contiguous()
+    values = tensor._values().contiguous()
+    indices_handle = mpi_ops.allgather_async(indices, "%s.indices" % name, process_set)
+    values_handle = mpi_ops.allgather_async(values, "%s.values" % name, process_set)
+    return SparseHandle(tensor, op, process_set, indices_handle, values_handle)
 
-    def finish(core):
-        all_indices, all_values = inner(core)
-        out = torch.sparse_coo_tensor(all_indices.t(), all_values, tensor.shape).coalesce()
-        if op == mpi_ops.Average:
-            out = out / size
-        return out
 
-    pending.finish = finish
-    return group
+def sparse_allreduce(tensor, name=None, op=mpi_ops.Average, process_set=global_process_set):
+    """The synchronous form of sparse_allreduce_async."""
+    return sparse_allreduce_async(tensor, name, op, process_set)()
