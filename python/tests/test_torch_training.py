@@ -31,5 +31,7 @@ def test_distributed_optimizer_matches_single_process_training(tmp_path, learner
                      env={"HOROVOD_TIMELINE": str(timeline)})
     check_results(job, size, REQUIRED)
     events = json.loads(timeline.read_text())
-    threads = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-    assert {"0.weight", "join.identical"} <= threads, sorted(threads)
+    tensors = {e["args"]["name"] for e in events if e.get("name") == "process_name" and e["pid"]}
+    # Horovod's names: the operation, then the tensor's name (a gradient is named after its
+    # parameter).
+    assert {"allreduce.0.weight", "allgather.join.identical"} <= tensors, sorted(tensors)

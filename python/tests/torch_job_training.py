@@ -89,6 +89,15 @@ def _():
 @suite.check("optimizer.gradient_predivide_factor")
 def _():
     same(train_distributed(2, gradient_predivide_factor=2.0), reference(2), 1e-5)
+    # The factor reaches the engine as prescale 1/f and postscale f/n (the arithmetic itself,
+    # float16 kept in range by it, is torch_job_parity's check): ranks that disagree on it fail
+    # with a mismatch of scale factors, which they would not if it were dropped.
+    if n > 1:
+        try:
+            train_distributed(1, gradient_predivide_factor=2.0 if r == 0 else 4.0)
+            raise AssertionError("ranks with different predivide factors were not told apart")
+        except hvd.HorovodInternalError as e:
+            assert "scale factors differ" in str(e), e
 
 
 @suite.check("optimizer.op_sum")
@@ -253,18 +262,50 @@ def _():
     same(m, ref, 1e-6)
 
 
+def adasum_tree(vectors):
+    """Maleki et al.'s pairwise combination along the binary tree over the ranks, in float64."""
+    while len(vectors) > 1:
+        pairs = zip(vectors[0::2], vectors[1::2])
+        vectors = [(1 - (a @ b) / (2 * (a @ a))) * a + (1 - (a @ b) / (2 * (b @ b))) * b
+                   for a, b in pairs]
+    return vectors[0]
+
+
 @suite.check("optimizer.adasum")
 def _():
-    # Every rank computes the full-batch gradient; Adasum of identical vectors is that vector,
-    # so training equals the single-process run.
+    # Horovod's Adasum optimizer: every rank takes a local SGD step on its own rows, and the
+    # ranks' updates (not gradients) are combined with Adasum, parameter by parameter. Replay it
+    # in one process; the result differs from averaged training. Horovod has no Adasum at sizes
+    # that are not powers of two: NotImplementedError there, as in Horovod.
     m = model()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
                                    named_parameters=m.named_parameters(), op=hvd.Adasum)
-    for _ in range(3):
+    if n & (n - 1):
+        try:
+            opt.zero_grad()
+            mse(m(X[MINE]), Y[MINE]).backward()
+            raise AssertionError("Adasum accepted at %d ranks" % n)
+        except NotImplementedError as e:
+            assert "power of 2" in str(e), e
+        return
+    for _ in range(2):
         opt.zero_grad()
-        mse(m(X), Y).backward()
+        mse(m(X[MINE]), Y[MINE]).backward()
         opt.step()
-    same(m, reference(3), 1e-5)
+    ref = model()
+    for _ in range(2):
+        deltas = []
+        for k in range(n):
+            ref.zero_grad()
+            mse(ref(X[8 * k:8 * k + 8]), Y[8 * k:8 * k + 8]).backward()
+            deltas.append([-0.1 * p.grad.double().reshape(-1) for p in ref.parameters()])
+        with torch.no_grad():
+            for i, p in enumerate(ref.parameters()):
+                p += adasum_tree([d[i] for d in deltas]).reshape(p.shape).float()
+    same(m, ref, 1e-5)
+    averaged = reference(2)
+    assert any(not torch.allclose(a, b, atol=1e-4)
+               for a, b in zip(m.parameters(), averaged.parameters())), "Adasum averaged"
 
 
 @suite.check("optimizer.process_set")
@@ -393,11 +434,10 @@ def _():
 
 @suite.check("join.collectives_while_others_joined")
 def _():
-    # Only the last rank still works: allgather has just its rows, barrier passes, sum and
-    # average allreduce count the joined ranks as zeros; other ops fail naming the joined ranks.
+    # Only the last rank still works: barrier passes, sum and average allreduce count the
+    # joined ranks as zeros; other ops (allgather too, as in Horovod) fail naming the joined
+    # ranks, and the job carries on.
     if r == n - 1:
-        g = hvd.allgather(torch.tensor([[r, r]]), name="joined.allgather")
-        assert g.tolist() == [[r, r]], g
         hvd.barrier()
         s = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="joined.sum")
         assert s.tolist() == [1.0, 1.0], s
@@ -405,6 +445,8 @@ def _():
         assert torch.allclose(a, torch.ones(2) / n), a
         joined = ", ".join(str(k) for k in range(n - 1))
         for what, call in (("broadcast", lambda: hvd.broadcast(torch.ones(2), 0, name="j.bc")),
+                           ("allgather", lambda: hvd.allgather(torch.tensor([[r, r]]),
+                                                               name="j.allgather")),
                            ("max", lambda: hvd.allreduce(torch.ones(2), op=hvd.Max,
                                                          name="j.max"))):
             try:
