@@ -4,7 +4,6 @@
 # Horovod's error types, Adasum, grouping, and the names scripts import. Expected values are
 # Horovod's documented arithmetic, computed here independently; where a feature could be
 # ignored without changing a result, the check first shows that its inputs tell them apart.
-import math
 import os
 import warnings
 

@@ -165,13 +165,13 @@ def _resolve_op(average, op):
     return op
 
 
-def _scales(op, dtype, prescale_factor, postscale_factor, size):
+def _scales(op, dtype, prescale_factor, postscale_factor, set_size):
     """(prescale, postscale) as the engine applies them: Average is a sum whose postscale is
-    divided by the size (Horovod's arithmetic, integers included). bool has no average and no
-    scaling, as in Horovod."""
+    divided by the set's size (Horovod's arithmetic, integers included). bool has no average
+    and no scaling, as in Horovod."""
     pre, post = float(prescale_factor), float(postscale_factor)
     if op == Average:
-        post /= size
+        post /= set_size
     if dtype == torch.bool and (op == Average or pre != 1.0 or post != 1.0):
         raise _internal("bool tensors cannot be averaged or scaled (op=%s, prescale_factor=%s, "
                         "postscale_factor=%s)" % (op, prescale_factor, postscale_factor))
