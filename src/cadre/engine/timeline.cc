@@ -50,6 +50,7 @@ void Timeline::Start(const std::string& path, bool mark_cycles) {
   if (!f) throw Error(IoError("timeline: cannot open " + path + ": " + std::strerror(errno)));
   std::lock_guard<std::mutex> lock(mu_);
   file_ = f;
+  active_.store(true, std::memory_order_relaxed);
   mark_cycles_ = mark_cycles;
   first_ = true;
   start_ = Clock::now();
@@ -68,12 +69,10 @@ void Timeline::Stop() {
   if (!file_) return;
   std::fclose(file_);  // already valid JSON: every record ends the array
   file_ = nullptr;
+  active_.store(false, std::memory_order_relaxed);
 }
 
-bool Timeline::active() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return file_ != nullptr;
-}
+bool Timeline::active() const { return active_.load(std::memory_order_relaxed); }
 
 long long Timeline::NowLocked() const {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start_).count();
@@ -119,6 +118,7 @@ void Timeline::EventLocked(const Tensor& t, char phase, const std::string& name,
 }
 
 void Timeline::NegotiateStart(const std::string& tensor, OpType op) {
+  if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_) return;
   Tensor& t = TensorLocked(tensor, op);
@@ -128,6 +128,7 @@ void Timeline::NegotiateStart(const std::string& tensor, OpType op) {
 }
 
 void Timeline::NegotiateRankReady(const std::string& tensor, int rank) {
+  if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_) return;
   auto it = tensors_.find(tensor);
@@ -136,6 +137,7 @@ void Timeline::NegotiateRankReady(const std::string& tensor, int rank) {
 }
 
 void Timeline::NegotiateEnd(const std::string& tensor) {
+  if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_) return;
   auto it = tensors_.find(tensor);
@@ -145,6 +147,7 @@ void Timeline::NegotiateEnd(const std::string& tensor) {
 }
 
 void Timeline::Start(const std::string& tensor, const std::string& name) {
+  if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_) return;
   auto it = tensors_.find(tensor);
@@ -154,6 +157,7 @@ void Timeline::Start(const std::string& tensor, const std::string& name) {
 }
 
 void Timeline::ActivityStart(const std::string& tensor, const std::string& activity) {
+  if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_) return;
   auto it = tensors_.find(tensor);
@@ -163,6 +167,7 @@ void Timeline::ActivityStart(const std::string& tensor, const std::string& activ
 }
 
 void Timeline::ActivityEnd(const std::string& tensor) {
+  if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_) return;
   auto it = tensors_.find(tensor);
@@ -172,6 +177,7 @@ void Timeline::ActivityEnd(const std::string& tensor) {
 }
 
 void Timeline::End(const std::string& tensor, const Request* request) {
+  if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_) return;
   auto it = tensors_.find(tensor);
@@ -188,6 +194,7 @@ void Timeline::End(const std::string& tensor, const Request* request) {
 }
 
 void Timeline::MarkCycle() {
+  if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_ || !mark_cycles_) return;
   WriteLocked(R"({"ph": "i", "name": "CYCLE_START", "ts": )" + std::to_string(NowLocked()) +

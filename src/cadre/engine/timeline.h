@@ -18,6 +18,7 @@
 // choice, as Horovod's coordinator).
 #pragma once
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -67,6 +68,9 @@ class Timeline {
   void WriteLocked(const std::string& record);
   long long NowLocked() const;
 
+  // Whether a file is open: read without the lock so that a stopped timeline costs the
+  // engine's hot path one load per call; set and cleared under mu_.
+  std::atomic<bool> active_{false};
   mutable std::mutex mu_;
   std::FILE* file_ = nullptr;                        // GUARDED_BY(mu_)
   bool mark_cycles_ = false;                         // GUARDED_BY(mu_)
