@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "cadre/base/printable.h"
 #include "cadre/net/wire.h"
 
 namespace cadre::net {
@@ -44,23 +45,22 @@ void ComputeMac(std::string_view token, std::string_view label, const uint8_t* c
   w.PutString(client_id);
   w.PutString(server_id);
   unsigned int len = kMacSize;
-  // An empty key is valid HMAC input; OpenSSL wants a non-null pointer for it.
-  static const uint8_t kEmpty = 0;
-  const void* key = token.empty() ? static_cast<const void*>(&kEmpty) : token.data();
-  HMAC(EVP_sha256(), key, static_cast<int>(token.size()), w.data().data(), w.data().size(), mac,
-       &len);
+  // Never empty here: ValidateJobToken refused it before any MAC is computed.
+  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), w.data().data(), w.data().size(),
+       mac, &len);
 }
 
 bool MacEquals(const uint8_t* a, const uint8_t* b) { return CRYPTO_memcmp(a, b, kMacSize) == 0; }
 
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+// The peer's identity as messages show it: it arrives before the peer proved anything.
+std::string Quote(std::string_view s) { return Quoted(s); }
 
-// Reads a REJECT payload into a readable reason; garbage becomes a placeholder.
+// Reads a REJECT payload into a readable, quoted reason; garbage becomes a placeholder.
 std::string RejectReason(std::span<const uint8_t> payload) {
   WireReader r(payload);
   std::string reason;
   if (!r.GetString("reason", kMaxReasonSize, &reason).ok()) return "(unreadable reason)";
-  return reason;
+  return Quoted(reason, kMaxReasonSize);
 }
 
 Status UnexpectedFrame(uint8_t type, std::string_view expected) {
@@ -110,6 +110,16 @@ Status RunBlocking(Socket& socket, Machine& machine, std::vector<uint8_t> first_
 
 }  // namespace
 
+Status ValidateJobToken(std::string_view token) {
+  if (token.empty()) {
+    return InvalidArgument(
+        "no job token: every cadre connection is authenticated with the job's secret "
+        "(CADRE_JOB_TOKEN, set by cadre run); an empty token is refused, not taken as 'no "
+        "authentication'");
+  }
+  return Status::Ok();
+}
+
 std::vector<uint8_t> EncodeRejectFrame(std::string_view reason) {
   WireWriter w;
   w.PutString(reason.substr(0, kMaxReasonSize));
@@ -128,6 +138,9 @@ Status HandshakeServer::OnFrame(const FrameHeader& header, std::span<const uint8
   };
   switch (state_) {
     case State::kExpectHello: {
+      if (Status no_token = ValidateJobToken(token_); !no_token.ok()) {
+        return fail(no_token, "the server has no job token");
+      }
       if (header.type != frame_type::kHello) {
         Status s = UnexpectedFrame(header.type, "HELLO");
         return fail(s, s.message());
@@ -191,6 +204,7 @@ HandshakeClient::HandshakeClient(std::string token, std::string identity)
 
 Status HandshakeClient::Start(std::vector<uint8_t>* out) {
   if (state_ != State::kIdle) return InternalError("handshake started twice");
+  CADRE_RETURN_IF_ERROR(ValidateJobToken(token_));
   CADRE_RETURN_IF_ERROR(CheckIdentity(identity_));
   CADRE_RETURN_IF_ERROR(RandomNonce(client_nonce_));
   WireWriter w;
@@ -277,6 +291,7 @@ Status ClientHandshake(Socket& socket, std::string_view token, std::string_view 
 
 Status ServerHandshake(Socket& socket, std::string_view token, std::string_view my_identity,
                        Deadline deadline, std::string* peer_identity) {
+  CADRE_RETURN_IF_ERROR(ValidateJobToken(token));
   CADRE_RETURN_IF_ERROR(CheckIdentity(my_identity));
   HandshakeServer server{std::string(token), std::string(my_identity)};
   CADRE_RETURN_IF_ERROR(RunBlocking(socket, server, {}, deadline, "server"));

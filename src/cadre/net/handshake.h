@@ -17,6 +17,11 @@
 // peer when the connection opens; it does not encrypt or sign the frames that follow (jobs run
 // on a trusted network; the token keeps out strays and other jobs, not a man in the middle).
 //
+// The job token must not be empty: an empty token would be a secret everyone holds, so every
+// entry point refuses it (kInvalidArgument) instead of authenticating nobody. Identities and
+// reject reasons from the peer appear in messages only through Quoted() (base/printable.h):
+// they arrive before the peer proved anything.
+//
 // Two forms: blocking functions for a thread that owns a Socket (transport pairs, store client),
 // and state machines for an event loop (store server) fed frame by frame.
 #pragma once
@@ -46,6 +51,10 @@ inline constexpr uint8_t kProof = kHandshakeFirst + 2;
 inline constexpr uint8_t kAccept = kHandshakeFirst + 3;
 inline constexpr uint8_t kReject = kHandshakeFirst + 4;
 }  // namespace frame_type
+
+// Ok for a usable job token; kInvalidArgument (saying what to set) for an empty one. Layers that
+// take a token call it when they are configured, so a missing token fails at start-up.
+Status ValidateJobToken(std::string_view token);
 
 // Blocking handshakes. On success *peer_identity holds what the other side called itself. On
 // failure a REJECT frame has been sent when possible; the caller closes the socket. Messages

@@ -55,6 +55,47 @@ TEST(HandshakeTest, WrongTokenIsRefusedOnBothSides) {
   EXPECT_NE(o.server.message().find("'rank 3'"), std::string::npos) << o.server.message();
 }
 
+TEST(HandshakeTest, EmptyTokenIsRefusedNotTakenAsNoAuthentication) {
+  // Two processes that both lack the token must not authenticate each other.
+  Outcome o = RunBoth("", "");
+  EXPECT_EQ(o.client.code(), Code::kInvalidArgument) << o.client.ToString();
+  EXPECT_NE(o.client.message().find("no job token"), std::string::npos) << o.client.message();
+  EXPECT_EQ(o.server.code(), Code::kInvalidArgument) << o.server.ToString();
+  // A server without a token refuses a client that has one, and says why.
+  o = RunBoth("secret", "");
+  EXPECT_EQ(o.server.code(), Code::kInvalidArgument) << o.server.ToString();
+  EXPECT_EQ(o.client.code(), Code::kAuth) << o.client.ToString();
+  EXPECT_NE(o.client.message().find("no job token"), std::string::npos) << o.client.message();
+  // The event-loop form too.
+  HandshakeServer server("", "store");
+  HandshakeClient client("secret", "rank 1");
+  std::vector<uint8_t> hello, out;
+  ASSERT_TRUE(client.Start(&hello).ok());
+  FrameHeader h;
+  ASSERT_TRUE(DecodeFrameHeader(hello, kHandshakeMaxPayload, &h).ok());
+  Status s = server.OnFrame(h, std::span(hello).subspan(kFrameHeaderSize), &out);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_FALSE(server.done());
+  EXPECT_EQ(HandshakeClient("", "rank 1").Start(&out).code(), Code::kInvalidArgument);
+}
+
+TEST(HandshakeTest, APeersIdentityIsEscapedInMessages) {
+  // The identity arrives before the client proved anything: it must not be able to forge a log
+  // line or send terminal escapes through the server's error message.
+  Pair p;
+  Outcome o;
+  std::thread t([&] {
+    o.server = ServerHandshake(p.server, "secret", "store", Deadline(10s), &o.server_saw);
+  });
+  o.client = ClientHandshake(p.client, "guess", "x\nW 12:00 rank 0: all good\x1b[2J", Deadline(10s),
+                             &o.client_saw);
+  t.join();
+  ASSERT_EQ(o.server.code(), Code::kAuth) << o.server.ToString();
+  const std::string& m = o.server.message();
+  EXPECT_NE(m.find("'x\\x0aW 12:00 rank 0: all good\\x1b[2J'"), std::string::npos) << m;
+  for (char c : m) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << static_cast<int>(c);
+}
+
 TEST(HandshakeTest, ServerRefusesAClientWhoseProofIsWrong) {
   // A client that skips verifying the server and sends a forged proof.
   Pair p;
