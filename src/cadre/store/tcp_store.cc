@@ -33,6 +33,7 @@ uint64_t Millis(Duration d) { return static_cast<uint64_t>(std::max<int64_t>(d.c
 }  // namespace
 
 TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
+  ThrowIfError(net::ValidateJobToken(options_.token).WithContext("TcpStore client"));
   timeout_ = options_.timeout;
   std::lock_guard<std::mutex> lock(mu_);
   EnsureConnectedLocked();
@@ -163,9 +164,9 @@ std::shared_ptr<Store> ConnectStoreFromEnv(std::string identity, Duration timeou
         "CADRE_STORE is not set: it must hold host:port of the job's store (set by cadre run)"));
   }
   auto token = GetEnv("CADRE_JOB_TOKEN");
-  if (!token) {
-    throw Error(InvalidArgument(
-        "CADRE_JOB_TOKEN is not set: it must hold the job's secret token (set by cadre run)"));
+  if (!token || token->empty()) {
+    throw Error(InvalidArgument(std::string("CADRE_JOB_TOKEN is ") + (token ? "empty" : "not set") +
+                                ": it must hold the job's secret token (set by cadre run)"));
   }
   net::HostPort hp;
   ThrowIfError(net::ParseHostPort(*address, "CADRE_STORE", &hp));

@@ -2,10 +2,12 @@
 //
 // TcpStoreServer holds the keys. It runs its own event-loop thread, accepts any number of
 // clients, and authenticates each with the job-token handshake (net/handshake.h) before serving
-// it. get() and wait() are answered when the keys exist: the server parks the request and wakes
-// it on set()/add(), or answers kTimeout naming the missing keys when the request's timeout
-// passes. A client that sends garbage, fails the handshake, stalls in the handshake, or
-// disconnects is closed alone; the server and every other client carry on.
+// it; connections still authenticating are capped (max_unauthenticated, oldest dropped first) and
+// their refusals logged with the peer's identity quoted (base/printable.h). get() and wait() are
+// answered when the keys exist: the server parks the request and wakes it on set()/add(), or
+// answers kTimeout naming the missing keys when the request's timeout passes. A client that sends
+// garbage, fails the handshake, stalls in the handshake, or disconnects is closed alone; the server
+// and every other client carry on.
 //
 // TcpStore is the client, a store::Store. It connects (retrying until its connect timeout, since
 // the server may start later), handshakes, and then sends one request at a time over one
@@ -36,10 +38,13 @@ struct TcpStoreServerOptions {
   // Address to listen on; "" or "0.0.0.0" for every interface. Port 0 picks a free port.
   std::string host = "127.0.0.1";
   uint16_t port = 0;
-  // The job token every client must prove it holds.
+  // The job token every client must prove it holds; an empty one is refused (kInvalidArgument).
   std::string token;
   // A connection that has not finished the handshake by then is closed.
   Duration handshake_timeout = std::chrono::seconds(10);
+  // At most this many connections may be waiting to authenticate; a new one beyond it closes
+  // the oldest. Bounds what strangers can hold (descriptors, buffers) however many connect.
+  size_t max_unauthenticated = 64;
 };
 
 class TcpStoreServerImpl;
@@ -47,7 +52,7 @@ class TcpStoreServerImpl;
 class TcpStoreServer {
  public:
   // Binds, listens and starts the server thread. Throws cadre::Error (kIo naming host:port when
-  // the address cannot be bound).
+  // the address cannot be bound, kInvalidArgument for an empty token).
   explicit TcpStoreServer(TcpStoreServerOptions options);
   // Stops the thread and closes every connection; parked clients see the connection close.
   ~TcpStoreServer();
@@ -79,7 +84,8 @@ struct TcpStoreOptions {
 
 class TcpStore final : public Store {
  public:
-  // Connects and handshakes; throws cadre::Error when that fails within connect_timeout.
+  // Connects and handshakes; throws cadre::Error when that fails within connect_timeout
+  // (kInvalidArgument at once for an empty token).
   explicit TcpStore(TcpStoreOptions options);
   ~TcpStore() override;
 

@@ -8,6 +8,7 @@
 
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cadre/base/status.h"
 #include "cadre/net/frame.h"
@@ -88,6 +89,47 @@ TEST(TcpStoreHostileTest, GarbageBeforeTheHandshakeClosesOnlyThatClient) {
   ASSERT_TRUE(s.SendAll(header, sizeof(header), Deadline(5s)).ok());
   EXPECT_EQ(DrainUntilClosed(s, 10s).code(), Code::kIo);
   ExpectServes(server, "after-garbage");
+}
+
+TEST(TcpStoreHostileTest, ConnectionsWaitingToAuthenticateAreCappedOldestFirst) {
+  // Strangers hold connections open without a word. However many they open, the server keeps at
+  // most max_unauthenticated of them (the oldest go first), long before their handshake timeout,
+  // and a genuine client still gets in.
+  TcpStoreServerOptions o;
+  o.token = kToken;
+  o.handshake_timeout = 120s;  // longer than this test: only the cap can close them
+  o.max_unauthenticated = 8;
+  TcpStoreServer server(o);
+  std::vector<net::Socket> idle;
+  for (int i = 0; i < 40; ++i) idle.push_back(RawConnect(server.port()));
+  ExpectServes(server, "past-the-idle");
+  // The genuine client needed a slot too: all but the newest max_unauthenticated - 1 idle ones
+  // were closed, oldest first.
+  for (size_t i = 0; i + o.max_unauthenticated <= idle.size(); ++i) {
+    EXPECT_EQ(DrainUntilClosed(idle[i], 30s).code(), Code::kIo) << "idle connection " << i;
+  }
+  ExpectServes(server, "still-serving");
+}
+
+TEST(TcpStoreHostileTest, AnEmptyTokenIsRefusedByServerAndClient) {
+  TcpStoreServerOptions so;
+  try {
+    TcpStoreServer server(so);
+    ADD_FAILURE() << "a store server without a token started";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidArgument) << e.what();
+  }
+  so.token = kToken;
+  TcpStoreServer server(so);
+  TcpStoreOptions co;
+  co.port = server.port();
+  co.connect_timeout = 5s;
+  try {
+    TcpStore client(co);
+    ADD_FAILURE() << "a store client without a token connected";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidArgument) << e.what();
+  }
 }
 
 // An authenticated raw connection, for sending frames a real client never would.

@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "cadre/base/logging.h"
+#include "cadre/base/printable.h"
 #include "cadre/base/status.h"
 #include "cadre/net/event_loop.h"
 #include "cadre/net/frame.h"
@@ -23,6 +25,9 @@ namespace {
 constexpr size_t kReadChunk = 64 * 1024;
 // A client that stops reading while its replies pile up past this is closed.
 constexpr size_t kMaxOutbox = size_t{1} << 30;
+// Refusals of unauthenticated connections logged before the rest are only counted, so that a port
+// scanner cannot flood the runner's log.
+constexpr size_t kLoggedRefusals = 8;
 
 struct Connection {
   uint64_t id = 0;
@@ -61,6 +66,10 @@ std::string ServerHost(const std::string& host) {
 class TcpStoreServerImpl {
  public:
   explicit TcpStoreServerImpl(TcpStoreServerOptions options) : options_(std::move(options)) {
+    ThrowIfError(net::ValidateJobToken(options_.token).WithContext("TcpStore server"));
+    if (options_.max_unauthenticated < 1) {
+      throw Error(InvalidArgument("TcpStore server: max_unauthenticated must be at least 1"));
+    }
     Status s = net::Socket::Listen(options_.host, options_.port, 512, &listener_);
     if (!s.ok()) throw Error(s.WithContext("TcpStore server"));
     port_ = listener_.local_port();
@@ -95,6 +104,13 @@ class TcpStoreServerImpl {
         }
         return;
       }
+      // Connections that have not proved the token are capped: the oldest makes room (a genuine
+      // client finishes its handshake in two round trips, so the oldest is one that stalls).
+      if (unauthenticated_.size() >= options_.max_unauthenticated) {
+        Close(*unauthenticated_.begin(),
+              TimeoutError("dropped to make room: " + std::to_string(options_.max_unauthenticated) +
+                           " connections were waiting to authenticate"));
+      }
       auto c = std::make_unique<Connection>();
       c->id = next_connection_++;
       c->peer = s.peer_address();
@@ -112,6 +128,7 @@ class TcpStoreServerImpl {
                                std::to_string(options_.handshake_timeout.count()) + " ms"));
       });
       connections_.emplace(id, std::move(c));
+      unauthenticated_.insert(id);
     }
   }
 
@@ -182,8 +199,9 @@ class TcpStoreServerImpl {
     Send(c, out);
     if (!s.ok()) return s;
     if (c.handshake->done()) {
-      c.peer = "'" + c.handshake->peer_identity() + "' (" + c.peer + ")";
+      c.peer = Quoted(c.handshake->peer_identity()) + " (" + c.peer + ")";
       c.handshake.reset();
+      unauthenticated_.erase(c.id);
       loop_.Cancel(c.handshake_timer);
       c.reader.set_max_payload(wire::kMaxPayload);
       ++authenticated_;
@@ -376,13 +394,23 @@ class TcpStoreServerImpl {
     auto it = connections_.find(id);
     if (it == connections_.end()) return;
     Connection& c = *it->second;
-    // A client going away after it is done is the normal end of a connection.
-    if (c.handshake || why.code() != Code::kIo) {
+    // A client going away after it is done is the normal end of a connection. Refusals before
+    // authentication are logged up to kLoggedRefusals, then only counted.
+    if (c.handshake) {
+      if (++refused_ <= kLoggedRefusals) {
+        CADRE_LOG(WARNING) << "TcpStore server: refused client " << c.peer << ": " << why.ToString()
+                           << (refused_ == kLoggedRefusals ? " (further refusals are not logged)"
+                                                           : "");
+      }
+    } else if (why.code() != Code::kIo) {
       CADRE_LOG(WARNING) << "TcpStore server: closing client " << c.peer << ": " << why.ToString();
     } else {
       CADRE_LOG(DEBUG) << "TcpStore server: client " << c.peer << " left: " << why.ToString();
     }
-    if (c.handshake) loop_.Cancel(c.handshake_timer);
+    if (c.handshake) {
+      loop_.Cancel(c.handshake_timer);
+      unauthenticated_.erase(id);
+    }
     if (!c.handshake) --authenticated_;
     for (auto w = waiters_.begin(); w != waiters_.end();) {
       if (w->second.connection == id) {
@@ -404,6 +432,8 @@ class TcpStoreServerImpl {
   uint64_t next_connection_ = 1;
   uint64_t next_waiter_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
+  std::set<uint64_t> unauthenticated_;  // ids of connections mid-handshake, oldest first
+  size_t refused_ = 0;
   std::map<std::string, Bytes> data_;
   std::unordered_map<uint64_t, Waiter> waiters_;
   std::unordered_map<std::string, std::vector<uint64_t>> waiters_by_key_;
