@@ -40,6 +40,32 @@ bool Overlap(const void* a, size_t an, const void* b, size_t bn) {
   return an > 0 && bn > 0 && pa < pb + bn && pb < pa + an;
 }
 
+// FNV-1a over `text`, then over each count: a digest every rank computes alike.
+uint32_t Digest(std::string_view text, const std::vector<size_t>& counts = {}) {
+  uint32_t h = 2166136261u;
+  auto mix = [&h](uint8_t byte) { h = (h ^ byte) * 16777619u; };
+  for (char ch : text) mix(static_cast<uint8_t>(ch));
+  for (size_t c : counts) {
+    for (int i = 0; i < 8; ++i) mix(static_cast<uint8_t>(c >> (8 * i)));
+  }
+  return h;
+}
+
+// Names the collective the TCP frames that follow belong to (Device::BeginCollective): a rank
+// whose peer runs another one fails with kMismatch instead of mixing their data. Per-rank counts
+// (allgather, reducescatter) enter the digest but not the text.
+void Stamp(CommunicatorImpl& c, std::string description, const std::vector<size_t>& counts = {}) {
+  const uint32_t digest = Digest(description, counts);
+  c.tcp()->BeginCollective(digest, description);
+  c.set_collective(std::move(description));
+}
+
+std::string Described(const char* kind, size_t count, DataType dtype, std::string_view detail) {
+  return std::string(kind) + "(count " + std::to_string(count) + ", " +
+         std::string(DataTypeName(dtype)) + (detail.empty() ? "" : ", ") + std::string(detail) +
+         ")";
+}
+
 // Runs one algorithm; on failure breaks the communicator and throws.
 void Finish(CommunicatorImpl& c, const Status& s) {
   if (!s.ok()) c.Fail(s);
@@ -104,6 +130,9 @@ void Allreduce(Communicator& comm, const AllreduceOptions& o) {
     return;
   }
   const AllreduceAlgorithm algo = ChooseAllreduceAlgorithm(o.algorithm, ShapeOf(comm, bytes));
+  if (algo != AllreduceAlgorithm::kHierarchical) {
+    Stamp(c, Described("allreduce", o.count, o.dtype, ReduceOpName(o.op)));
+  }
   switch (algo) {
     case AllreduceAlgorithm::kHierarchical:
       return RunHierarchical(c, o);
@@ -142,6 +171,10 @@ void StreamedAllreduce(Communicator& comm, const StreamedAllreduceOptions& o) {
           "piece " + std::to_string(k) + "'s output overlaps its input");
   }
   if (StreamsPieces(comm)) {
+    Stamp(c,
+          Described("streamed allreduce", Sum(s.counts), o.dtype,
+                    std::string(ReduceOpName(o.op)) + ", " + std::to_string(pieces) + " pieces"),
+          s.counts);
     return Finish(
         c, tcp_algo::StreamedPairAllreduce(*c.tcp(), s, o.dtype, o.op, c.MakeDeadline(o.timeout)));
   }
@@ -169,6 +202,7 @@ void Broadcast(Communicator& comm, const BroadcastOptions& o) {
   if (c.shm() != nullptr) {
     return Finish(c, shm_algo::Broadcast(*c.shm(), o.buffer, o.count, o.dtype, o.root, deadline));
   }
+  Stamp(c, Described("broadcast", o.count, o.dtype, "root " + std::to_string(o.root)));
   Finish(c,
          tcp_algo::Broadcast(*c.tcp(), o.buffer, o.count * ElementSize(o.dtype), o.root, deadline));
 }
@@ -192,6 +226,7 @@ void Allgather(Communicator& comm, const AllgatherOptions& o) {
     return Finish(c,
                   shm_algo::Allgatherv(*c.shm(), o.input, o.output, o.counts, o.dtype, deadline));
   }
+  Stamp(c, Described("allgather", total, o.dtype, ""), o.counts);
   Finish(c, tcp_algo::Allgatherv(*c.tcp(), o.input, o.output, o.counts, elem, deadline));
 }
 
@@ -223,6 +258,7 @@ void ReduceScatter(Communicator& comm, const ReduceScatterOptions& o) {
     return Finish(
         c, shm_algo::ReduceScatter(*c.shm(), input, o.output, o.counts, o.dtype, o.op, deadline));
   }
+  Stamp(c, Described("reducescatter", total, o.dtype, ReduceOpName(o.op)), o.counts);
   Finish(c, tcp_algo::ReduceScatter(*c.tcp(), input, o.output, o.counts, o.dtype, o.op, deadline));
 }
 
@@ -254,6 +290,9 @@ void Alltoall(Communicator& comm, const AlltoallOptions& o) {
     return Finish(c, shm_algo::Alltoall(*c.shm(), input, o.output, o.send_counts, o.recv_counts,
                                         o.dtype, deadline));
   }
+  // Per-rank counts differ by design: only the kind and type must agree (sizes are checked per
+  // message).
+  Stamp(c, "alltoall(" + std::string(DataTypeName(o.dtype)) + ")");
   Finish(c, tcp_algo::Alltoall(*c.tcp(), input, o.output, o.send_counts, o.recv_counts, elem,
                                deadline));
 }
@@ -264,6 +303,7 @@ void Barrier(Communicator& comm, std::optional<Duration> timeout) {
   if (comm.size() == 1) return;
   Deadline deadline = c.MakeDeadline(timeout);
   if (c.shm() != nullptr) return Finish(c, shm_algo::Barrier(*c.shm(), deadline));
+  Stamp(c, "barrier");
   Finish(c, tcp_algo::Barrier(*c.tcp(), deadline));
 }
 

@@ -387,7 +387,7 @@ TEST_P(CollectivesTest, StalledRankFailsTheOthersWithinTheTimeout) {
 }
 
 TEST_P(CollectivesTest, MismatchedCallsFailInsteadOfMixingData) {
-  if (!shm() || size() < 2) GTEST_SKIP() << "shared memory compares descriptors each step";
+  if (size() < 2) GTEST_SKIP() << "a single rank has nobody to disagree with";
   std::atomic<int> mismatches{0};
   RunRanks(size(), Base(), [&](Communicator& comm) {
     std::vector<float> buf(8, 1.0f);
@@ -406,6 +406,32 @@ TEST_P(CollectivesTest, MismatchedCallsFailInsteadOfMixingData) {
     }
   });
   EXPECT_GE(mismatches.load(), 1);
+}
+
+TEST_P(CollectivesTest, DisagreeingOnTypeOrOpFailsEvenWhenTheSizesAgree) {
+  // Same number of bytes on every rank, so no message length gives it away: rank 0 reduces
+  // int32 where the others reduce float32, then max where the others sum.
+  if (size() < 2) GTEST_SKIP() << "a single rank has nobody to disagree with";
+  for (bool by_type : {true, false}) {
+    SCOPED_TRACE(by_type ? "dtype" : "op");
+    std::atomic<int> mismatches{0};
+    RunRanks(size(), Base(), [&](Communicator& comm) {
+      std::vector<float> buf(4, 1.0f);
+      AllreduceOptions o;
+      o.input = o.output = buf.data();
+      o.count = buf.size();
+      if (comm.rank() == 0 && by_type) o.dtype = DataType::kInt32;
+      if (comm.rank() == 0 && !by_type) o.op = ReduceOp::kMax;
+      try {
+        Allreduce(comm, o);
+        ADD_FAILURE() << "rank " << comm.rank() << ": a mismatched allreduce mixed the data";
+      } catch (const Error& e) {
+        EXPECT_TRUE(e.code() == Code::kMismatch || e.code() == Code::kAborted) << e.what();
+        if (e.code() == Code::kMismatch) mismatches.fetch_add(1);
+      }
+    });
+    EXPECT_GE(mismatches.load(), 1);
+  }
 }
 
 TEST_P(CollectivesTest, BadArgumentsAreRejectedBeforeAnyExchange) {

@@ -116,7 +116,9 @@ void CommunicatorImpl::Rendezvous() {
   if (topology_.cross_size == 1) {
     co.bind_address = co.advertise_address = "127.0.0.1";
   } else {
-    co.bind_address = options_.bind_address;
+    // Listen on this rank's own address, the one its peers are told to dial; every interface
+    // only when the caller asks for it ("0.0.0.0").
+    co.bind_address = options_.bind_address.empty() ? options_.host : options_.bind_address;
     co.advertise_address = options_.bind_address.empty() || options_.bind_address == "0.0.0.0"
                                ? options_.host
                                : options_.bind_address;
@@ -133,26 +135,79 @@ void CommunicatorImpl::CheckUsable() const {
   }
 }
 
+Status CommunicatorImpl::ShareFailure(Status s) {
+  // Over TCP a rank only sees its own neighbours' connections close. The first rank to fail
+  // records why in the store before it closes its connections, so every later error names the
+  // rank at the root of the failure, not only the neighbour that hung up. The record is
+  // "<code>|<message>".
+  const std::string mine = collective_.empty() ? "no collective yet" : collective_;
+  store_->set_string("failure/called/" + std::to_string(topology_.rank), mine);
+  if (store_->add("failure/count", 1) == 1) {
+    store_->set_string("failure/first",
+                       std::to_string(static_cast<int>(s.code())) + "|" + s.message());
+  } else {
+    store_->wait({"failure/first"}, std::chrono::milliseconds(200));
+    const std::string record = store_->get_string("failure/first");
+    const size_t bar = record.find('|');
+    const std::string first = bar == std::string::npos ? record : record.substr(bar + 1);
+    // When the root was a mismatch, so is this failure: the ranks that only saw a neighbour hang
+    // up fail with kMismatch too.
+    if (bar != std::string::npos &&
+        record.substr(0, bar) == std::to_string(static_cast<int>(Code::kMismatch))) {
+      s = Status(Code::kMismatch, s.message());
+    }
+    s = Status(s.code(), s.message() + "; the first failure in the group: " + first);
+  }
+  return s;
+}
+
+Status CommunicatorImpl::WithWhatEachRankCalled(const Status& s) {
+  // Every rank fails soon after the first (its connections close), and records what it called
+  // first thing: wait briefly for all of them and show the per-rank diff, ranks grouped by
+  // what they called.
+  std::vector<std::string> keys;
+  for (int r = 0; r < topology_.size; ++r) keys.push_back("failure/called/" + std::to_string(r));
+  try {
+    store_->wait(keys, std::chrono::seconds(2));
+  } catch (const Error&) {
+    // Some rank did not get there in time: show the ones that did.
+  }
+  std::vector<std::pair<std::string, std::string>> groups;  // what was called, by which ranks
+  for (int r = 0; r < topology_.size; ++r) {
+    const std::string what =
+        store_->check({keys[r]}) ? store_->get_string(keys[r]) : "(did not say)";
+    auto g =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == what; });
+    if (g == groups.end()) {
+      groups.emplace_back(what, "rank " + std::to_string(r));
+    } else {
+      g->second += ", " + std::to_string(r);
+    }
+  }
+  std::string diff;
+  for (const auto& [what, ranks] : groups) diff += (diff.empty() ? "" : "; ") + ranks + ": " + what;
+  return Status(s.code(), s.message() + "; what each rank called: " + diff);
+}
+
 void CommunicatorImpl::Fail(const Status& status) {
   Status s = status.WithContext("rank " + std::to_string(topology_.rank));
+  bool shared = false;
   if (tcp_ && status.code() != Code::kInvalidArgument) {
-    // Over TCP a rank only sees its own neighbours' connections close. The first rank to fail
-    // records why in the store before it closes its connections, so every later error names
-    // the rank at the root of the failure, not only the neighbour that hung up.
     try {
-      if (store_->add("failure/count", 1) == 1) {
-        store_->set_string("failure/first", s.message());
-      } else {
-        store_->wait({"failure/first"}, std::chrono::milliseconds(200));
-        std::string first = store_->get_string("failure/first");
-        s = Status(s.code(), s.message() + "; the first failure in the group: " + first);
-      }
+      s = ShareFailure(s);
+      shared = true;
     } catch (const Error&) {
       // The store is gone too: report what this rank saw.
     }
   }
+  if (tcp_) tcp_->Shutdown();  // before any wait: the peers fail (and record) only after this
+  if (shared && s.code() == Code::kMismatch) {
+    try {
+      s = WithWhatEachRankCalled(s);
+    } catch (const Error&) {
+    }
+  }
   if (broken_.ok()) broken_ = s;
-  if (tcp_) tcp_->Shutdown();
   if (shm_) {
     // Name the culprit when the message says which peer failed ("rank 3 ...").
     int culprit = -1;

@@ -41,7 +41,8 @@ struct CommunicatorOptions {
   // Name of this rank's host; empty means gethostname(). Ranks with equal host names share memory.
   std::string host;
   // Address to listen on for TCP peers, and to advertise to them. When every rank is on one host
-  // it is always 127.0.0.1; otherwise empty means listen everywhere and advertise `host`.
+  // it is always 127.0.0.1; otherwise empty means `host` (the address it resolves to, which
+  // must be this machine's), and "0.0.0.0" listens on every interface and advertises `host`.
   std::string bind_address;
   // How long any one collective (and the rendezvous) may wait on a peer.
   Duration timeout = std::chrono::seconds(60);

@@ -47,9 +47,17 @@ class CommunicatorImpl final : public Communicator {
     return Deadline(timeout.value_or(options_.timeout));
   }
   const std::string& name(int rank) const { return names_[rank]; }
+  // The collective this rank is running over TCP (collectives.cc), for failure messages.
+  void set_collective(std::string description) { collective_ = std::move(description); }
 
  private:
   void Rendezvous();
+  // Fail()'s exchanges through the store (TCP only; both throw cadre::Error when the store is
+  // gone). ShareFailure records this failure and what this rank called, and returns `s` with the
+  // group's first failure added (kMismatch when that was one). WithWhatEachRankCalled, after
+  // the connections are closed, adds what every rank called.
+  Status ShareFailure(Status s);
+  Status WithWhatEachRankCalled(const Status& s);
 
   CommunicatorOptions options_;
   std::shared_ptr<store::Store> store_;  // prefixed for this communicator
@@ -60,6 +68,7 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<Communicator> local_;
   std::unique_ptr<Communicator> cross_;
   Status broken_;
+  std::string collective_;
 };
 
 // The implementation behind a Communicator reference (every Communicator is one).

@@ -1,5 +1,6 @@
 // Crash semantics with real processes (Gloo keeps forking for exactly this): SIGKILL one rank in
-// the middle of allreduces; every survivor must throw an error naming it within the timeout.
+// the middle of allreduces it is taking part in; every survivor must throw an error saying that
+// rank died, well before the collective timeout would have ended the wait.
 // Also: a rank with the wrong job token is refused, and topology/subgroups over pretend hosts.
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,14 +16,27 @@
 
 #include "cadre/comm/collectives.h"
 #include "cadre/comm/comm_test_util.h"
+#include "cadre/net/socket.h"
+#include "cadre/store/hash_store.h"
 #include "cadre/store/tcp_store.h"
 
 namespace cadre::comm {
 namespace {
 
 constexpr int kVictim = 2;
+// Long, so that a survivor that only notices the death by timing out cannot pass: death must be
+// detected from the peer's side (a closed connection, an exited pid) well within it.
+constexpr auto kTimeout = std::chrono::seconds(60);
+constexpr auto kDetectWithin = kTimeout / 2;
 
-// Child body: returns the exit code. 0 = threw an Error naming the victim in time.
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Child body: returns the exit code. 0 = a survivor threw an Error saying the victim died, soon
+// after it was killed. The victim runs collectives with the others until it is killed.
 int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm) {
   store::TcpStoreOptions so;
   so.port = port;
@@ -34,7 +48,7 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm) {
   o.store = st;
   o.token = testing::kToken;
   o.use_shm = shm;
-  o.timeout = std::chrono::seconds(3);
+  o.timeout = kTimeout;
   auto comm = Communicator::Create(o);
   std::vector<float> buf(1 << 16, 1.0f);
   AllreduceOptions ar;
@@ -42,22 +56,27 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm) {
   ar.count = buf.size();
   for (int i = 0; i < 20; ++i) Allreduce(*comm, ar);
   st->add("warm", 1);
-  if (rank == kVictim) {
-    pause();  // the parent kills us here; our peers block in the next allreduce
-    return 3;
-  }
-  auto start = std::chrono::steady_clock::now();
   try {
-    for (int i = 0; i < 1000000; ++i) Allreduce(*comm, ar);
-    return 4;  // never failed
+    for (;;) Allreduce(*comm, ar);  // the victim too: it is killed inside one of these
   } catch (const Error& e) {
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::string what = e.what();
-    bool named = what.find("rank " + std::to_string(kVictim)) != std::string::npos;
-    if (!named)
-      std::fprintf(stderr, "rank %d: error does not name the victim: %s\n", rank, e.what());
-    if (s > 8) std::fprintf(stderr, "rank %d: took %.1f s to fail\n", rank, s);
-    return named && s <= 8 ? 0 : 5;
+    const int64_t failed_at = NowNs();
+    if (rank == kVictim) {
+      std::fprintf(stderr, "victim: failed before it was killed: %s\n", e.what());
+      return 3;
+    }
+    st->wait({"killed-at"}, std::chrono::seconds(30));
+    const double s = static_cast<double>(failed_at - std::stoll(st->get_string("killed-at"))) / 1e9;
+    const std::string what = e.what();
+    const bool named = what.find("rank " + std::to_string(kVictim)) != std::string::npos;
+    const bool died = what.find("died") != std::string::npos;
+    if (!named || !died)
+      std::fprintf(stderr, "rank %d: the error does not say rank %d died: %s\n", rank, kVictim,
+                   e.what());
+    const bool fast = s < std::chrono::duration<double>(kDetectWithin).count();
+    if (!fast)
+      std::fprintf(stderr, "rank %d: took %.1f s after the kill to fail (the timeout is %lld s)\n",
+                   rank, s, static_cast<long long>(kTimeout.count()));
+    return named && died && fast ? 0 : 5;
   }
 }
 
@@ -101,12 +120,15 @@ void KillOneRankMidAllreduce(bool shm) {
   co.port = server.port();
   co.token = testing::kToken;
   store::TcpStore client(co);
-  client.set_timeout(std::chrono::seconds(30));
+  client.set_timeout(std::chrono::seconds(60));
   client.wait({"warm"});
   while (client.add("warm", 0) < size) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // survivors are inside allreduce
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // every rank is in an allreduce
+  const int64_t killed_at = NowNs();
   kill(pids[kVictim], SIGKILL);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  client.set_string("killed-at", std::to_string(killed_at));
+  // Past the survivors' timeout, so that one that only times out reports it (exit code 5).
+  auto deadline = std::chrono::steady_clock::now() + kTimeout + std::chrono::seconds(30);
   for (int r = 0; r < size; ++r) {
     int status = 0;
     pid_t got = 0;
@@ -121,7 +143,8 @@ void KillOneRankMidAllreduce(bool shm) {
       continue;
     }
     if (r == kVictim) {
-      EXPECT_TRUE(WIFSIGNALED(status));
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+          << "the victim stopped taking part before it was killed (status " << status << ")";
     } else {
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
           << "rank " << r << " exit status " << status;
@@ -199,6 +222,66 @@ TEST(TopologyTest, PretendHostsSubgroupsLocalAndCross) {
         }
       },
       host);
+}
+
+TEST(TopologyTest, RanksOnSeveralHostsListenOnTheirOwnAddressOnly) {
+  // Two pretend hosts with real loopback addresses. Rank 0 must listen on its host's address,
+  // not on every interface: from another address of the machine its port is closed.
+  auto store = std::make_shared<store::HashStore>();
+  CommunicatorOptions base;
+  base.timeout = std::chrono::seconds(30);
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  std::vector<std::string> errors(2);
+  auto start = [&](int r) {
+    return std::thread([&, r] {
+      CommunicatorOptions o = testing::RankOptions(base, r, 2);
+      o.store = store;
+      o.host = r == 0 ? "127.0.0.2" : "127.0.0.3";
+      try {
+        comms[r] = Communicator::Create(o);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  };
+  // Rank 1's host name is published ahead of rank 1 itself (the key it writes first), so that
+  // rank 0 gets through the rendezvous to listening and waits there for rank 1 to connect.
+  store->set_string("cadre-comm/1/host/1", "127.0.0.3");
+  std::thread rank0 = start(0);
+  const std::string key = "cadre-comm/1/tcp-addr/0";
+  std::string published;
+  try {
+    store->wait({key}, std::chrono::seconds(30));
+    published = store->get_string(key);
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+  }
+  net::HostPort addr;
+  const bool parsed = net::ParseHostPort(published, key, &addr).ok();
+  EXPECT_TRUE(parsed) << published;
+  EXPECT_EQ(addr.host, "127.0.0.2");
+  if (parsed) {
+    net::Socket probe;
+    Status other = net::Socket::Connect("127.0.0.1", addr.port, Deadline(Duration(300)), &probe);
+    EXPECT_FALSE(other.ok()) << "rank 0's port answers on 127.0.0.1: it listens everywhere";
+  }
+  std::thread rank1 = start(1);
+  rank0.join();
+  rank1.join();
+  ASSERT_EQ(errors[0] + errors[1], "");
+  std::vector<std::thread> threads;
+  std::vector<int64_t> v = {1, 2};
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      AllreduceOptions ar;
+      ar.input = ar.output = &v[r];
+      ar.count = 1;
+      ar.dtype = DataType::kInt64;
+      Allreduce(*comms[r], ar);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(v, (std::vector<int64_t>{3, 3}));
 }
 
 }  // namespace

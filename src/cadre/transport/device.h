@@ -11,8 +11,10 @@
 // Thread-safety: one thread calls Run at a time.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cadre/base/deadline.h"
@@ -42,6 +44,16 @@ class Device {
   // Breaks the device (see above) without a failure of its own, e.g. when another transport of
   // the same communicator failed.
   virtual void Shutdown() = 0;
+  // Names the collective the following runs belong to: `digest` identifies it (the same on
+  // every rank that calls the same collective with the same arguments), `description` is how
+  // messages show it ("allreduce(count 5, float32, sum)"). A device that can carries the digest
+  // with every message and fails a receive whose digest differs with kMismatch, so ranks that
+  // disagree on a collective fail instead of mixing their data. Stays in force until the next
+  // call; the default ignores it.
+  virtual void BeginCollective(uint32_t digest, std::string description) {
+    (void)digest;
+    (void)description;
+  }
 };
 
 }  // namespace cadre::transport

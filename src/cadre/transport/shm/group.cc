@@ -182,25 +182,42 @@ void ShmGroup::Abort(int culprit) {
   }
 }
 
-Status ShmGroup::PeerFailure(int peer) {
-  if (header()->abort.value.load(std::memory_order_acquire) != 0) return AbortedStatus();
-  int pid = state(peer)->pid.load(std::memory_order_acquire);
-  if (pid == 0 || pid == getpid()) return Status::Ok();  // threads as ranks: no process to watch
+bool ShmGroup::Exited(int peer, int* pid) {
+  *pid = state(peer)->pid.load(std::memory_order_acquire);
+  if (*pid == 0 || *pid == getpid()) return false;  // threads as ranks: no process to watch
   if (pidfds_[peer] < 0) {
-    int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    int fd = static_cast<int>(syscall(SYS_pidfd_open, *pid, 0));
     if (fd >= 0) {
       pidfds_[peer] = fd;
-    } else if (errno == ESRCH) {
-      return IoError(names_[peer] + " (pid " + std::to_string(pid) + ") has exited");
-    } else if (kill(pid, 0) != 0 && errno == ESRCH) {
-      return IoError(names_[peer] + " (pid " + std::to_string(pid) + ") has exited");
+    } else if (errno == ESRCH || (kill(*pid, 0) != 0 && errno == ESRCH)) {
+      return true;
     }
   }
   if (pidfds_[peer] >= 0) {
     pollfd p{pidfds_[peer], POLLIN, 0};
-    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-      return IoError(names_[peer] + " (pid " + std::to_string(pid) + ") died during a collective");
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  }
+  return false;
+}
+
+Status ShmGroup::PeerFailure(int peer) {
+  int pid = 0;
+  const uint32_t a = header()->abort.value.load(std::memory_order_acquire);
+  if (a != 0) {
+    // Another rank stopped the group. When it blamed a rank whose process is gone, say so: that
+    // death is the cause, whoever saw it first.
+    const int culprit = static_cast<int>(a & 0xffff) - 1;
+    const int reporter = static_cast<int>(a >> 16) - 1;
+    if (culprit >= 0 && culprit < size_ && culprit != rank_ && Exited(culprit, &pid)) {
+      return IoError(
+          names_[culprit] + " (pid " + std::to_string(pid) + ") died during a collective" +
+          (reporter >= 0 && reporter < size_ ? " (seen first by " + names_[reporter] + ")"
+                                             : std::string()));
     }
+    return AbortedStatus();
+  }
+  if (Exited(peer, &pid)) {
+    return IoError(names_[peer] + " (pid " + std::to_string(pid) + ") died during a collective");
   }
   return Status::Ok();
 }

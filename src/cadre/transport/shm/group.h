@@ -81,7 +81,8 @@ class ShmGroup {
   ShmGroup() = default;
   Header* header() const;
   RankState* state(int rank) const;
-  Status PeerFailure(int peer);  // non-ok if the peer died or the group was aborted
+  Status PeerFailure(int peer);     // non-ok if the peer died or the group was aborted
+  bool Exited(int peer, int* pid);  // the peer's process has exited (*pid: its pid)
   Status AbortedStatus() const;
 
   SharedSegment segment_;

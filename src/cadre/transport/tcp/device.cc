@@ -3,12 +3,16 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <thread>
 
 #include "cadre/base/logging.h"
+#include "cadre/base/printable.h"
 #include "cadre/net/handshake.h"
+#include "cadre/transport/tcp/acceptor.h"
 
 namespace cadre::transport::tcp {
 namespace {
@@ -33,27 +37,10 @@ int RankOfIdentity(const std::string& id, int size) {
   return rank;
 }
 
-}  // namespace
-
-Status TcpDevice::Connect(store::Store& store, const ConnectOptions& o, Deadline deadline,
-                          std::unique_ptr<TcpDevice>* out) {
-  std::unique_ptr<TcpDevice> dev(new TcpDevice());
-  dev->rank_ = o.rank;
-  dev->size_ = o.size;
-  dev->pairs_.resize(o.size);
-  if (o.size == 1) {
-    *out = std::move(dev);
-    return Status::Ok();
-  }
-  net::Socket listener;
-  CADRE_RETURN_IF_ERROR(net::Socket::Listen(o.bind_address, 0, o.size + 16, &listener));
-  std::string advertise = o.advertise_address.empty() ? "127.0.0.1" : o.advertise_address;
-  net::HostPort me{advertise, listener.local_port()};
-  store.set_string("tcp-addr/" + std::to_string(o.rank), me.ToString());
-  const std::string my_id = Identity(o.rank, o.size);
-
-  // Connect to every lower rank. Lower ranks reach their accept phase without waiting for us,
-  // so this order cannot deadlock.
+// Connects to every lower rank, one after the other (each accepts concurrently, so none waits
+// for us).
+Status ConnectLowerRanks(store::Store& store, const ConnectOptions& o, const std::string& my_id,
+                         Deadline deadline, std::vector<std::unique_ptr<TcpPair>>& pairs) {
   for (int peer = 0; peer < o.rank; ++peer) {
     std::string key = "tcp-addr/" + std::to_string(peer);
     net::HostPort addr;
@@ -70,36 +57,102 @@ Status TcpDevice::Connect(store::Store& store, const ConnectOptions& o, Deadline
     s = net::ClientHandshake(sock, o.token, my_id, deadline, &peer_id);
     if (!s.ok()) return s.WithContext("handshake with " + o.names[peer]);
     if (RankOfIdentity(peer_id, o.size) != peer) {
-      return ProtocolError(o.names[peer] + " at " + addr.ToString() + " introduced itself as '" +
-                           peer_id + "'");
+      return ProtocolError(o.names[peer] + " at " + addr.ToString() + " introduced itself as " +
+                           Quoted(peer_id));
     }
-    dev->pairs_[peer] = std::make_unique<TcpPair>(peer, o.names[peer], std::move(sock));
+    pairs[peer] = std::make_unique<TcpPair>(peer, o.names[peer], std::move(sock));
   }
+  return Status::Ok();
+}
+
+// Accepts until every higher rank has connected and proved the job token.
+Status AcceptHigherRanks(Acceptor& acceptor, const ConnectOptions& o, Deadline deadline,
+                         const std::atomic<bool>& cancel,
+                         std::vector<std::unique_ptr<TcpPair>>& pairs) {
   int missing = o.size - 1 - o.rank;
   while (missing > 0) {
     net::Socket sock;
-    Status s = listener.Accept(deadline, &sock);
+    std::string peer_id;
+    Status s = acceptor.Next(deadline, &cancel, &sock, &peer_id);
     if (!s.ok()) {
       std::string who;
       for (int peer = o.rank + 1; peer < o.size; ++peer) {
-        if (!dev->pairs_[peer]) who += (who.empty() ? "" : ", ") + o.names[peer];
+        if (!pairs[peer]) who += (who.empty() ? "" : ", ") + o.names[peer];
       }
-      return Status(s.code(), "waiting for " + who + " to connect: " + s.message());
+      std::string refused;
+      if (acceptor.refused() > 0) {
+        refused = " (" + std::to_string(acceptor.refused()) +
+                  " other connection(s) to this rank's port were refused)";
+      }
+      return Status(s.code(), "waiting for " + who + " to connect: " + s.message() + refused);
     }
-    std::string peer_id;
-    s = net::ServerHandshake(sock, o.token, my_id, deadline, &peer_id);
-    int peer = s.ok() ? RankOfIdentity(peer_id, o.size) : -1;
-    if (!s.ok() || peer <= o.rank || dev->pairs_[peer]) {
-      CADRE_LOG(WARNING) << "rank " << o.rank << ": refused a connection from "
-                         << sock.peer_address() << ": "
-                         << (s.ok() ? "unexpected identity '" + peer_id + "'" : s.ToString());
+    // Authenticated: a process of this job. Only an identity out of place is refused here.
+    const int peer = RankOfIdentity(peer_id, o.size);
+    if (peer <= o.rank || pairs[peer]) {
+      CADRE_LOG(WARNING) << o.names[o.rank] << ": refused a connection from " << sock.peer_address()
+                         << ": unexpected identity " << Quoted(peer_id);
       continue;
     }
-    dev->pairs_[peer] = std::make_unique<TcpPair>(peer, o.names[peer], std::move(sock));
+    pairs[peer] = std::make_unique<TcpPair>(peer, o.names[peer], std::move(sock));
     --missing;
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status TcpDevice::Connect(store::Store& store, const ConnectOptions& o, Deadline deadline,
+                          std::unique_ptr<TcpDevice>* out) {
+  std::unique_ptr<TcpDevice> dev(new TcpDevice());
+  dev->rank_ = o.rank;
+  dev->size_ = o.size;
+  dev->pairs_.resize(o.size);
+  if (o.size == 1) {
+    *out = std::move(dev);
+    return Status::Ok();
+  }
+  CADRE_RETURN_IF_ERROR(net::ValidateJobToken(o.token));
+  net::Socket listener;
+  Status listening = net::Socket::Listen(o.bind_address, 0, o.size + 64, &listener);
+  if (!listening.ok()) return listening.WithContext(o.names[o.rank] + " listening for its peers");
+  std::string advertise = o.advertise_address.empty() ? "127.0.0.1" : o.advertise_address;
+  net::HostPort me{advertise, listener.local_port()};
+  store.set_string("tcp-addr/" + std::to_string(o.rank), me.ToString());
+  const std::string my_id = Identity(o.rank, o.size);
+
+  // Higher ranks connect to us while we connect to the lower ones, so the two run at once: the
+  // acceptor on a thread of its own, authenticating every connection concurrently (a silent or
+  // garbage connection to our port never holds up a genuine peer). Each thread fills only its
+  // own entries of pairs_ (above or below our rank).
+  std::atomic<bool> cancel{false};
+  Status accepted;
+  std::thread accept_thread;
+  if (o.rank + 1 < o.size) {
+    AcceptorOptions ao;
+    ao.token = o.token;
+    ao.identity = my_id;
+    ao.handshake_timeout = o.handshake_timeout;
+    ao.max_pending = o.max_pending;
+    ao.log_prefix = o.names[o.rank];
+    accept_thread = std::thread([&, ao = std::move(ao)]() mutable {
+      Acceptor acceptor(std::move(listener), std::move(ao));
+      accepted = AcceptHigherRanks(acceptor, o, deadline, cancel, dev->pairs_);
+    });
+  }
+  Status connected = ConnectLowerRanks(store, o, my_id, deadline, dev->pairs_);
+  if (!connected.ok()) cancel = true;
+  if (accept_thread.joinable()) accept_thread.join();
+  CADRE_RETURN_IF_ERROR(connected);
+  CADRE_RETURN_IF_ERROR(accepted);
   *out = std::move(dev);
   return Status::Ok();
+}
+
+void TcpDevice::BeginCollective(uint32_t digest, std::string description) {
+  collective_ = std::move(description);
+  for (auto& p : pairs_) {
+    if (p) p->SetCollective(digest, &collective_);
+  }
 }
 
 void TcpDevice::Shutdown() {
@@ -211,7 +264,7 @@ Status TcpDevice::RunStreaming(std::span<const Transfer> transfers, Deadline dea
       // A hang-up with nothing left to read surfaces as an error from the next ProgressRecv;
       // make sure a pair that only sends sees it too.
       if ((fds[i].revents & (POLLERR | POLLHUP)) != 0 && !polled[i]->recv_pending()) {
-        return Fail(IoError("connection to " + polled[i]->peer_name() + " was closed"));
+        return Fail(polled[i]->Broken("connection to " + polled[i]->peer_name() + " was closed"));
       }
     }
   }

@@ -1,10 +1,13 @@
 // TcpDevice: a full mesh of authenticated TCP pairs between the ranks of a group.
 //
 // Connect() rendezvouses through the store: every rank listens, publishes "tcp-addr/<rank>"
-// (host:port), connects to every lower rank and accepts every higher one. Each connection starts
-// with the job-token handshake (net/handshake.h) carrying the identity "cadre rank R of N"; a
-// connection that fails the handshake (wrong token, garbage, another version) is dropped and
-// logged, and the rank keeps accepting until its peers arrive or the deadline passes.
+// (host:port), connects to every lower rank and, at the same time, accepts every higher one.
+// Each connection starts with the job-token handshake (net/handshake.h) carrying the identity
+// "cadre rank R of N". Accepted connections are authenticated concurrently (tcp/acceptor.h),
+// each within handshake_timeout: one that fails the handshake (wrong token, garbage, another
+// version) or says nothing is dropped and logged alone, and never delays a genuine peer; the
+// rank keeps accepting until its peers arrive or the deadline passes. An empty token is refused
+// (kInvalidArgument) when there is anyone to connect to.
 #pragma once
 
 #include <memory>
@@ -27,6 +30,10 @@ struct ConnectOptions {
   std::vector<std::string> names;  // names[r] describes rank r in errors ("rank 3 (host a)")
   std::string bind_address;        // listen here; empty = every IPv4 address
   std::string advertise_address;   // what peers connect to; empty = 127.0.0.1
+  // How long one accepted connection may take to finish the handshake (from its accept), and how
+  // many may be mid-handshake at once (the oldest is dropped beyond that).
+  Duration handshake_timeout = std::chrono::seconds(10);
+  size_t max_pending = 64;
 };
 
 class TcpDevice final : public Device {
@@ -41,6 +48,7 @@ class TcpDevice final : public Device {
   Status RunStreaming(std::span<const Transfer> transfers, Deadline deadline,
                       const OnReceived& on_received) override;
   void Shutdown() override;
+  void BeginCollective(uint32_t digest, std::string description) override;
 
  private:
   TcpDevice() = default;
@@ -50,6 +58,7 @@ class TcpDevice final : public Device {
   int size_ = 1;
   std::vector<std::unique_ptr<TcpPair>> pairs_;  // null at rank_
   Status broken_;
+  std::string collective_;  // BeginCollective's description; the pairs point at it
 };
 
 }  // namespace cadre::transport::tcp

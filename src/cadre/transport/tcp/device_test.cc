@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cadre/net/socket.h"
 #include "cadre/store/hash_store.h"
 
 namespace cadre::transport::tcp {
@@ -144,6 +145,61 @@ TEST(TcpDeviceTest, ACallbackErrorEndsTheRunAndBreaksTheDevice) {
       EXPECT_FALSE(d.Run(t, Deadline(1s)).ok());
     }
   });
+}
+
+// Rank `rank` of two, connecting with `token` through `store`.
+Status ConnectRank(store::Store& store, int rank, const std::string& token,
+                   std::unique_ptr<TcpDevice>* out) {
+  ConnectOptions o;
+  o.rank = rank;
+  o.size = 2;
+  o.token = token;
+  o.bind_address = "127.0.0.1";
+  o.names = {"rank 0", "rank 1"};
+  // Longer than the rendezvous deadline: a genuine peer queued behind a stalled connection
+  // would miss the deadline instead of merely arriving late.
+  o.handshake_timeout = 60s;
+  return TcpDevice::Connect(store, o, Deadline(30s), out);
+}
+
+TEST(TcpDeviceTest, IdleAndGarbageConnectionsToARankDoNotKeepItsPeerOut) {
+  // A port scanner (or any stray process) connects to rank 0's port before rank 1 does: one
+  // connection says nothing, one sends garbage. Rank 1 must still get in, well before either
+  // the stalled connection's handshake timeout or the rendezvous deadline passes.
+  store::HashStore store;
+  std::unique_ptr<TcpDevice> d0, d1;
+  Status s0, s1;
+  std::thread rank0([&] { s0 = ConnectRank(store, 0, "device-test", &d0); });
+  net::HostPort addr;
+  store.wait({"tcp-addr/0"}, 30s);
+  ASSERT_TRUE(net::ParseHostPort(store.get_string("tcp-addr/0"), "tcp-addr/0", &addr).ok());
+  net::Socket idle, garbage;
+  ASSERT_TRUE(net::Socket::Connect(addr.host, addr.port, Deadline(10s), &idle).ok());
+  ASSERT_TRUE(net::Socket::Connect(addr.host, addr.port, Deadline(10s), &garbage).ok());
+  const char tls_hello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+  ASSERT_TRUE(garbage.SendAll(tls_hello, sizeof tls_hello - 1, Deadline(5s)).ok());
+  s1 = ConnectRank(store, 1, "device-test", &d1);
+  rank0.join();
+  ASSERT_TRUE(s1.ok()) << s1.ToString();
+  ASSERT_TRUE(s0.ok()) << s0.ToString();
+  int32_t v = 41, got = 0;
+  std::thread sender([&] {
+    Transfer t[1] = {Transfer::Send(1, &v, 4)};
+    EXPECT_TRUE(d0->Run(t, Deadline(30s)).ok());
+  });
+  Transfer t[1] = {Transfer::Recv(0, &got, 4)};
+  EXPECT_TRUE(d1->Run(t, Deadline(30s)).ok());
+  sender.join();
+  EXPECT_EQ(got, 41);
+}
+
+TEST(TcpDeviceTest, AnEmptyTokenIsRefused) {
+  store::HashStore store;
+  std::unique_ptr<TcpDevice> d;
+  Status s = ConnectRank(store, 1, "", &d);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("no job token"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(store.check({"tcp-addr/1"}));  // refused before it listened or published
 }
 
 }  // namespace

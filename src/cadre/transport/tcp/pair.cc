@@ -11,13 +11,30 @@ namespace cadre::transport::tcp {
 TcpPair::TcpPair(int peer, std::string name, net::Socket socket)
     : peer_(peer), name_(std::move(name)), socket_(std::move(socket)) {}
 
+namespace {
+
+constexpr uint64_t kSeqMask = 0xffffffffu;
+
+uint64_t Tag(uint32_t digest, uint64_t seq) { return (uint64_t{digest} << 32) | (seq & kSeqMask); }
+
+}  // namespace
+
+Status TcpPair::Broken(const std::string& what) const {
+  return IoError(what + " (" + name_ + "'s process exited or died, or the link to it broke)");
+}
+
+void TcpPair::SetCollective(uint32_t digest, const std::string* description) {
+  digest_ = digest;
+  collective_ = description;
+}
+
 void TcpPair::QueueSend(const void* data, size_t bytes) {
   Op op;
   op.data = static_cast<uint8_t*>(const_cast<void*>(data));
   op.bytes = bytes;
   net::FrameHeader h;
   h.type = frame_type::kData;
-  h.tag = ++send_seq_;
+  h.tag = Tag(digest_, ++send_seq_);
   h.length = bytes;
   net::EncodeFrameHeader(h, op.header);
   sends_.push_back(op);
@@ -27,6 +44,7 @@ void TcpPair::QueueRecv(void* data, size_t bytes) {
   Op op;
   op.data = static_cast<uint8_t*>(data);
   op.bytes = bytes;
+  op.digest = digest_;
   recvs_.push_back(op);
 }
 
@@ -63,7 +81,7 @@ Status TcpPair::ProgressSend() {
     if (sent < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
       if (errno == EINTR) continue;
-      return IoError("sending to " + name_ + " failed: " + std::strerror(errno));
+      return Broken("sending to " + name_ + " failed: " + std::strerror(errno));
     }
     op.done += static_cast<size_t>(sent);
     if (op.done == kH + op.bytes) sends_.pop_front();
@@ -79,9 +97,15 @@ Status TcpPair::HeaderReceived(Op& op) {
     return ProtocolError(name_ + " sent a frame of type " + std::to_string(h.type) +
                          ", expected transport data");
   }
-  if (h.tag != recv_seq_ + 1) {
-    return ProtocolError(name_ + " sent message #" + std::to_string(h.tag) + ", expected #" +
-                         std::to_string(recv_seq_ + 1));
+  if ((h.tag & kSeqMask) != ((recv_seq_ + 1) & kSeqMask)) {
+    return ProtocolError(name_ + " sent message #" + std::to_string(h.tag & kSeqMask) +
+                         ", expected #" + std::to_string((recv_seq_ + 1) & kSeqMask));
+  }
+  if (static_cast<uint32_t>(h.tag >> 32) != op.digest) {
+    const std::string mine = collective_ != nullptr ? *collective_ : "collective";
+    return MismatchError(name_ + " sent data of another collective than this rank's " + mine +
+                         " (every rank must call the same collectives in the same order, with "
+                         "the same counts, types, ops and roots)");
   }
   if (h.length != op.bytes) {
     return MismatchError(name_ + " sent " + std::to_string(h.length) +
@@ -104,7 +128,7 @@ Status TcpPair::ProgressRecv() {
       size_t pdone = op.done - kH;
       s = socket_.RecvSome(op.data + pdone, op.bytes - pdone, &got);
     }
-    if (!s.ok()) return IoError("receiving from " + name_ + " failed: " + s.message());
+    if (!s.ok()) return Broken("receiving from " + name_ + " failed: " + s.message());
     if (got == 0) return Status::Ok();
     bool had_header = op.done >= kH;
     op.done += got;

@@ -1,8 +1,11 @@
 // TcpPair: an authenticated TCP connection to one peer, moved by TcpDevice's poll loop.
 //
-// Each message is one frame (net/frame.h) of type kData whose tag is the message's sequence
-// number on this direction of the pair: a frame that is not the next expected one, or whose
-// length is not what the receiver expects, breaks the pair with an error naming the peer.
+// Each message is one frame (net/frame.h) of type kData whose tag carries the message's sequence
+// number on this direction of the pair (low 32 bits, wrapping) and the digest of the collective
+// it belongs to (high 32 bits, see Device::BeginCollective): a frame that is not the next
+// expected one (kProtocol), belongs to another collective than the receiver's (kMismatch, naming
+// the receiver's), or whose length is not what the receiver expects (kMismatch) breaks the pair
+// with an error naming the peer.
 // Not thread-safe: owned and driven by one TcpDevice.
 #pragma once
 
@@ -30,6 +33,8 @@ class TcpPair final : public Pair {
   const std::string& peer_name() const override { return name_; }
   int fd() const { return socket_.fd(); }
 
+  // The collective of the messages queued from now on; `description` must outlive them.
+  void SetCollective(uint32_t digest, const std::string* description);
   void QueueSend(const void* data, size_t bytes);
   void QueueRecv(void* data, size_t bytes);
   bool send_pending() const { return !sends_.empty(); }
@@ -47,12 +52,16 @@ class TcpPair final : public Pair {
   // Drops queued work (after a failure).
   void Clear();
   void Shutdown() { socket_.Shutdown(); }
+  // The kIo error for a connection that broke mid-transfer, saying what that means: the peer's
+  // process exited or died, or the link to it broke.
+  Status Broken(const std::string& what) const;
 
  private:
   struct Op {
     uint8_t* data = nullptr;
     size_t bytes = 0;
-    size_t done = 0;  // bytes of header + payload moved
+    uint32_t digest = 0;  // receives: the collective the frame must belong to
+    size_t done = 0;      // bytes of header + payload moved
     uint8_t header[net::kFrameHeaderSize] = {};
   };
 
@@ -66,6 +75,8 @@ class TcpPair final : public Pair {
   uint64_t send_seq_ = 0;
   uint64_t recv_seq_ = 0;
   uint64_t recvs_done_ = 0;
+  uint32_t digest_ = 0;
+  const std::string* collective_ = nullptr;
 };
 
 }  // namespace cadre::transport::tcp
