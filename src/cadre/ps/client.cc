@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 
+#include "cadre/ps/credentials.h"
 #include "cadre/ps/proto_util.h"
 
 namespace cadre::ps {
@@ -86,7 +87,6 @@ Status Client::Impl::Run(std::vector<std::deque<Task>> queues, Duration timeout,
     }
     ctx->set_deadline(std::chrono::system_clock::now() + timeout);
     ctx->set_wait_for_ready(wait_for_ready);
-    ctx->AddMetadata(kTokenMetadata, options.token);
     task->start(stubs[static_cast<size_t>(s)].get(), ctx,
                 [this, &st, &launch, s, task](grpc::Status g) {
                   Status status = FromGrpcStatus(g);
@@ -176,6 +176,15 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   if (options.message_bytes > (32 << 20))
     return InvalidArgument("ps client: message_bytes above 32 MiB exceeds the servers' limit");
   if (options.max_in_flight < 1) return InvalidArgument("ps client: max_in_flight must be >= 1");
+  TlsCredentials tls;
+  CADRE_RETURN_IF_ERROR(DeriveTlsCredentials(options.token, &tls).WithContext("ps client"));
+  // Mutual TLS (credentials.h): the server must prove it holds the job's credentials before
+  // this client sends anything, and proves it only with a certificate of the job's own CA.
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = tls.ca_pem;
+  ssl.pem_private_key = tls.key_pem;
+  ssl.pem_cert_chain = tls.cert_pem;
+  const auto credentials = grpc::SslCredentials(ssl);
   HoldGrpcLibrary();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
@@ -187,12 +196,12 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetSslTargetNameOverride(kTlsServerName);
   for (size_t s = 0; s < options.servers.size(); ++s) {
     // A channel of its own per server and per client, so that workers in one process do not
     // share (and serialise on) one connection.
     args.SetInt("cadre.channel", static_cast<int>(s) * 1000 + options.worker_id);
-    auto channel =
-        grpc::CreateCustomChannel(options.servers[s], grpc::InsecureChannelCredentials(), args);
+    auto channel = grpc::CreateCustomChannel(options.servers[s], credentials, args);
     impl->stubs.push_back(proto::ParameterServer::NewStub(channel));
   }
   out->reset(new Client(std::move(impl)));

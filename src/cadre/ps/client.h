@@ -25,7 +25,7 @@ namespace cadre::ps {
 struct ClientOptions {
   std::vector<std::string> servers;  // host:port of each server, in server-index order
   int worker_id = 0;                 // 0-based
-  std::string token;                 // the job token
+  std::string token;  // the job token: the TLS credentials derive from it (credentials.h)
   // Pipelining: a push-pull reply can only leave the server once its request arrived, so the
   // first reply waits one message and the last pushes' replies drain after the upload ends; both
   // scale with message_bytes, while the RPCs in flight (max_in_flight x message_bytes bytes)

@@ -11,9 +11,6 @@
 
 namespace cadre::ps {
 
-// The metadata key that carries the job token on every request.
-inline constexpr const char* kTokenMetadata = "x-cadre-job-token";
-
 grpc::StatusCode ToGrpcCode(Code code);
 Code FromGrpcCode(grpc::StatusCode code);
 grpc::Status ToGrpcStatus(const Status& status);

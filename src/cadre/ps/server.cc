@@ -1,23 +1,25 @@
 // The gRPC service over ServerState, and the Server that owns the grpc::Server.
 #include "cadre/ps/server.h"
 
-#include <openssl/crypto.h>
-
 #include <mutex>
 
-#include "cadre/base/logging.h"
+#include "cadre/ps/credentials.h"
 #include "cadre/ps/proto_util.h"
 
 namespace cadre::ps {
 namespace {
 
 // gRPC's own limit is 4 MiB by default; clients keep messages well below it (ClientOptions), and
-// the server accepts up to this much so that a larger client budget still works.
+// the server accepts up to this much so that a larger client budget still works. Only members of
+// the job get to send one: a connection without the job's credentials ends in the TLS handshake.
 constexpr int kMaxMessageBytes = 64 << 20;
+// Values one pull may ask for: what the largest client message budget (32 MiB, client.h) needs,
+// so that a reply with its framing stays under kMaxMessageBytes.
+constexpr size_t kMaxReplyPayloadBytes = size_t{32} << 20;
 
 class Service final : public proto::ParameterServer::Service {
  public:
-  Service(ServerState* state, std::string token) : state_(state), token_(std::move(token)) {}
+  explicit Service(ServerState* state) : state_(state) {}
 
   grpc::Status Declare(grpc::ServerContext* ctx, const proto::DeclareRequest* req,
                        proto::DeclareReply* rep) override {
@@ -78,17 +80,13 @@ class Service final : public proto::ParameterServer::Service {
   }
 
  private:
-  grpc::Status Authenticate(grpc::ServerContext* ctx) const {
-    if (token_.empty()) return grpc::Status::OK;
-    const auto& md = ctx->client_metadata();
-    auto it = md.find(kTokenMetadata);
-    if (it == md.end())
+  // The TLS handshake already required a certificate of the job's CA (credentials.h); this
+  // only guards against a server built with other credentials by mistake.
+  static grpc::Status Authenticate(grpc::ServerContext* ctx) {
+    auto auth = ctx->auth_context();
+    if (!auth || !auth->IsPeerAuthenticated())
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "the request carries no job token (metadata x-cadre-job-token)");
-    const grpc::string_ref& got = it->second;
-    // Constant-time comparison: the token is the job's only secret.
-    if (got.size() != token_.size() || CRYPTO_memcmp(got.data(), token_.data(), got.size()) != 0)
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong job token");
+                          "the connection did not present this job's credentials");
     return grpc::Status::OK;
   }
 
@@ -111,7 +109,6 @@ class Service final : public proto::ParameterServer::Service {
   }
 
   ServerState* state_;
-  const std::string token_;
 };
 
 }  // namespace
@@ -138,17 +135,20 @@ Status Server::Start(const ServerOptions& options, std::unique_ptr<Server>* out)
   if (options.worker_timeout <= Duration::zero() ||
       options.worker_timeout > std::chrono::hours(24 * 365))
     return InvalidArgument("ps server: worker_timeout must be positive and at most a year");
+  TlsCredentials tls;
+  CADRE_RETURN_IF_ERROR(DeriveTlsCredentials(options.token, &tls).WithContext("ps server"));
   HoldGrpcLibrary();
   auto impl = std::make_unique<Impl>();
   impl->state = std::make_unique<ServerState>(options.num_workers, options.step_timeout,
-                                              options.worker_timeout);
-  impl->service = std::make_unique<Service>(impl->state.get(), options.token);
-  if (options.token.empty()) {
-    CADRE_LOG(WARNING) << "ps server on " << options.address
-                       << ": no job token set, every request is accepted";
-  }
+                                              options.worker_timeout, kMaxReplyPayloadBytes);
+  impl->service = std::make_unique<Service>(impl->state.get());
+  // Mutual TLS: every client must present a certificate of the job's CA before gRPC reads a
+  // byte of its requests.
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = tls.ca_pem;
+  ssl.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.AddListeningPort(options.address, grpc::SslServerCredentials(ssl), &impl->port);
   builder.RegisterService(impl->service.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);

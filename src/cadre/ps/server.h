@@ -1,10 +1,11 @@
 // Server: a parameter server process's gRPC endpoint (service ParameterServer in ps.proto) over a
 // ServerState. gRPC stays behind this header: callers see only cadre types.
 //
-// Requests must carry the job token in the "x-cadre-job-token" metadata (UNAUTHENTICATED
-// otherwise); a failed Status becomes the matching gRPC status code (see ToGrpcCode in
-// service.cc): INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION (a stale step or
-// a worker that already said done), DEADLINE_EXCEEDED (a step timeout, naming missing workers).
+// The server listens with mutual TLS on credentials derived from the job token (credentials.h):
+// a client without them never completes a connection, so no request of it is read. A failed
+// Status becomes the matching gRPC status code (see ToGrpcCode in proto_util.cc): INVALID_ARGUMENT,
+// NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION (a stale step or a worker that already said done),
+// DEADLINE_EXCEEDED (a step timeout, naming missing workers).
 #pragma once
 
 #include <memory>
@@ -19,7 +20,7 @@ namespace cadre::ps {
 struct ServerOptions {
   std::string address = "0.0.0.0:2222";  // host:port; port 0 picks a free port
   int num_workers = 1;
-  std::string token;  // the job token; empty accepts every request (logged as a warning)
+  std::string token;  // the job token; the TLS credentials derive from it. Must not be empty.
   Duration step_timeout = std::chrono::seconds(300);  // how long a sync step may wait for workers
   // How long a worker that has not said done may have no request in progress before
   // WaitAllDone gives up on it (kIo naming it): workers that died without saying done.
@@ -28,7 +29,8 @@ struct ServerOptions {
 
 class Server {
  public:
-  // Binds and starts serving; fails (kIo) when the address cannot be bound.
+  // Binds and starts serving; fails (kIo) when the address cannot be bound, kInvalidArgument for
+  // an empty token.
   static Status Start(const ServerOptions& options, std::unique_ptr<Server>* out);
   ~Server();  // Shutdown()
 

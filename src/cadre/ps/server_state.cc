@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 namespace cadre::ps {
@@ -19,6 +20,19 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 std::string Describe(const PartitionRef& id) {
   return "variable '" + id.variable + "' partition " + std::to_string(id.index);
+}
+
+// The index of an entry that also appears earlier, or parts.size() when all differ. Sorts a copy:
+// a request may name millions of partitions, so no pairwise comparison.
+template <typename T>
+size_t FirstRepeat(const std::vector<T*>& parts) {
+  std::vector<std::pair<T*, size_t>> sorted;
+  sorted.reserve(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) sorted.emplace_back(parts[i], i);
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i].first == sorted[i - 1].first) return sorted[i].second;
+  return parts.size();
 }
 
 std::string Seconds(Duration d) {
@@ -53,10 +67,12 @@ struct ServerState::Part {
   }
 };
 
-ServerState::ServerState(int num_workers, Duration step_timeout, Duration worker_timeout)
+ServerState::ServerState(int num_workers, Duration step_timeout, Duration worker_timeout,
+                         size_t max_reply_bytes)
     : num_workers_(num_workers),
       step_timeout_(step_timeout),
       worker_timeout_(worker_timeout),
+      max_reply_bytes_(max_reply_bytes),
       done_(static_cast<size_t>(std::max(num_workers, 0)), false),
       live_workers_(std::max(num_workers, 0)),
       calls_in_progress_(static_cast<size_t>(std::max(num_workers, 0)), 0),
@@ -124,7 +140,7 @@ Status ServerState::Declare(int worker, const std::vector<DeclareArgs>& parts,
   Activity activity(*this, worker);
   std::lock_guard lock(mu_);
   created->assign(parts.size(), false);
-  std::vector<std::string> fresh;  // keys created by earlier entries of this same request
+  std::set<std::string> fresh;  // keys created by earlier entries of this same request
   for (size_t i = 0; i < parts.size(); ++i) {
     const DeclareArgs& a = parts[i];
     const std::string where = Describe(a.id);
@@ -137,7 +153,9 @@ Status ServerState::Declare(int worker, const std::vector<DeclareArgs>& parts,
         return InvalidArgument(where + ": shape " + ShapeString(a.shape) + " is invalid");
       total *= d;
     }
-    if (a.id.index < 0 || a.id.offset < 0 || a.id.count < 0 || a.id.offset + a.id.count > total)
+    // Written so that no sum can overflow: offset and count are the peer's, up to INT64_MAX.
+    if (a.id.index < 0 || a.id.offset < 0 || a.id.count < 0 || a.id.offset > total ||
+        a.id.count > total - a.id.offset)
       return InvalidArgument(where + ": elements [" + std::to_string(a.id.offset) + ", +" +
                              std::to_string(a.id.count) + ") are outside shape " +
                              ShapeString(a.shape));
@@ -148,9 +166,9 @@ Status ServerState::Declare(int worker, const std::vector<DeclareArgs>& parts,
     if (!valid.ok()) return valid.WithContext(where);
     std::string key = Key(a.id.variable, a.id.index);
     auto it = parts_.find(key);
-    bool repeated = std::find(fresh.begin(), fresh.end(), key) != fresh.end();
+    bool repeated = fresh.count(key) != 0;
     if (it == parts_.end() && !repeated) {
-      fresh.push_back(key);
+      fresh.insert(key);
       (*created)[i] = true;
       continue;
     }
@@ -215,10 +233,9 @@ Status ServerState::Push(int worker, int64_t step, const std::vector<ChunkArgs>&
   std::vector<Part*> targets(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
     CADRE_RETURN_IF_ERROR(Lookup(grads[i].id, grads[i].dtype, grads[i].data.size(), &targets[i]));
-    for (size_t j = 0; j < i; ++j)
-      if (targets[j] == targets[i])
-        return InvalidArgument("push: " + Describe(grads[i].id) + " appears twice in one request");
   }
+  if (size_t i = FirstRepeat(targets); i < targets.size())
+    return InvalidArgument("push: " + Describe(grads[i].id) + " appears twice in one request");
   // A worker may run ahead by pushing without pulling: wait until each sync partition is at
   // `step`. Nothing has changed yet, so giving up here leaves the state untouched.
   const Deadline deadline(step_timeout_);
@@ -269,11 +286,20 @@ Status ServerState::Pull(
   if (step < 0) return InvalidArgument("pull: step " + std::to_string(step) + " is negative");
   std::unique_lock lock(mu_);
   std::vector<Part*> targets(ids.size());
+  size_t reply_bytes = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     auto it = parts_.find(Key(ids[i].variable, ids[i].index));
     if (it == parts_.end()) return NotFound("pull: unknown " + Describe(ids[i]));
     targets[i] = it->second.get();
+    reply_bytes += targets[i]->value.size() * sizeof(float);
+    if (reply_bytes > max_reply_bytes_)
+      return InvalidArgument("pull: the " + std::to_string(ids.size()) +
+                             " partitions asked for hold more than the " +
+                             std::to_string(max_reply_bytes_) +
+                             " bytes one reply may carry; ask for fewer per request");
   }
+  if (size_t i = FirstRepeat(targets); i < targets.size())
+    return InvalidArgument("pull: " + Describe(ids[i]) + " appears twice in one request");
   const Deadline deadline(step_timeout_);
   for (Part* p : targets) {
     if (!p->sync) continue;

@@ -60,11 +60,14 @@ struct ChunkArgs {
 // How long a worker may stay silent by default (see the liveness contract above): long enough for
 // a worker's start-up, data loading or an evaluation pass between steps.
 inline constexpr Duration kDefaultWorkerTimeout = std::chrono::seconds(600);
+// The most value bytes one Pull may return by default (see Pull).
+inline constexpr size_t kDefaultMaxReplyBytes = size_t{32} << 20;
 
 class ServerState {
  public:
   ServerState(int num_workers, Duration step_timeout,
-              Duration worker_timeout = kDefaultWorkerTimeout);
+              Duration worker_timeout = kDefaultWorkerTimeout,
+              size_t max_reply_bytes = kDefaultMaxReplyBytes);
   ~ServerState();
 
   int num_workers() const { return num_workers_; }
@@ -77,7 +80,9 @@ class ServerState {
   Status Push(int worker, int64_t step, const std::vector<ChunkArgs>& grads);
 
   // Calls `emit` for each requested partition, in order, with its values once it reached `step`
-  // (sync) or at once (async). `emit` runs under the state's lock: it must only copy.
+  // (sync) or at once (async). `emit` runs under the state's lock: it must only copy. A request
+  // naming a partition twice, or asking for more than max_reply_bytes of values in all, is
+  // refused (kInvalidArgument) before anything is emitted: a reply never grows past the bound.
   Status Pull(int worker, int64_t step, const std::vector<PartitionRef>& ids,
               const std::function<void(const PartitionRef&, std::span<const float>)>& emit);
 
@@ -110,6 +115,7 @@ class ServerState {
   const int num_workers_;
   const Duration step_timeout_;
   const Duration worker_timeout_;
+  const size_t max_reply_bytes_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::unique_ptr<Part>> parts_;  // GUARDED_BY(mu_)

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <thread>
 
 namespace cadre::ps {
@@ -64,6 +65,51 @@ TEST(ServerStateTest, FirstDeclareWinsAndRedeclareMustMatch) {
   EXPECT_EQ(s.Declare(0, {bad}, &created).code(), Code::kInvalidArgument);
   EXPECT_EQ(s.Declare(7, {Decl("x", a)}, &created).code(), Code::kInvalidArgument);
   EXPECT_EQ(s.PartitionStep("x", 0), -1);
+}
+
+TEST(ServerStateTest, PartitionExtentsThatOverflowAreRefused) {
+  // offset + count past INT64_MAX: a check that adds them overflows and lets it through.
+  ServerState s(1, std::chrono::seconds(5));
+  std::vector<float> ten(10, 1.0f);
+  std::vector<bool> created;
+  DeclareArgs a = Decl("w", ten);
+  a.shape = {100};
+  a.id.offset = std::numeric_limits<int64_t>::max() - 5;
+  Status st = s.Declare(0, {a}, &created);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("outside shape [100]"), std::string::npos) << st.message();
+  EXPECT_EQ(s.PartitionStep("w", 0), -1);
+  a.id.offset = 95;  // in range, but offset + count is not
+  EXPECT_EQ(s.Declare(0, {a}, &created).code(), Code::kInvalidArgument);
+  a.id.offset = 90;
+  EXPECT_TRUE(s.Declare(0, {a}, &created).ok());
+}
+
+TEST(ServerStateTest, APullCannotGrowItsReplyPastTheBound) {
+  // One partition named many times would be copied into the reply as often; and many distinct
+  // ones may not ask for more than max_reply_bytes together. Both are refused before any copy.
+  ServerState s(1, std::chrono::seconds(5));
+  std::vector<float> w(8, 1.0f), v(8, 2.0f);
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", w), Decl("v", v)}, &created).ok());
+  size_t emitted = 0;
+  auto count = [&](const PartitionRef&, std::span<const float>) { ++emitted; };
+  std::vector<PartitionRef> repeated(100000, PartitionRef{"w", 0, 0, 8});
+  Status st = s.Pull(0, 0, repeated, count);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("appears twice"), std::string::npos) << st.message();
+  EXPECT_EQ(emitted, 0u);
+  st = s.Pull(0, 0, {{"w", 0, 0, 8}, {"w", 0, 0, 8}}, count);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("appears twice"), std::string::npos) << st.message();
+  EXPECT_EQ(emitted, 0u);
+  ServerState small(1, std::chrono::seconds(5), kDefaultWorkerTimeout, /*max_reply_bytes=*/40);
+  ASSERT_TRUE(small.Declare(0, {Decl("w", w), Decl("v", v)}, &created).ok());
+  st = small.Pull(0, 0, {{"w", 0, 0, 8}, {"v", 0, 0, 8}}, count);  // 64 bytes > 40
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(emitted, 0u);
+  ASSERT_TRUE(s.Pull(0, 0, {{"w", 0, 0, 8}, {"v", 0, 0, 8}}, count).ok());
+  EXPECT_EQ(emitted, 2u);
 }
 
 TEST(ServerStateTest, BadPushesChangeNothing) {

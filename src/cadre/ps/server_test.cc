@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "cadre/ps/client.h"
+#include "cadre/ps/credentials.h"
 #include "cadre/ps/proto_util.h"
 #include "cadre/ps/server.h"
 
@@ -61,6 +62,19 @@ Variable Var(const std::string& name, std::vector<int64_t> shape, const std::vec
 }
 
 void Check(const Status& s) { ASSERT_TRUE(s.ok()) << s.ToString(); }
+
+// A raw channel with the credentials of the job whose token is `token`.
+std::shared_ptr<grpc::Channel> JobChannel(const std::string& address, const std::string& token) {
+  TlsCredentials tls;
+  EXPECT_TRUE(DeriveTlsCredentials(token, &tls).ok());
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = tls.ca_pem;
+  o.pem_private_key = tls.key_pem;
+  o.pem_cert_chain = tls.cert_pem;
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride(kTlsServerName);
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(o), args);
+}
 
 // Sync: each step is applied once with the mean of all workers' gradients, whatever the worker
 // count, and the large variable is split over both servers and reassembled.
@@ -163,16 +177,14 @@ TEST(PsServerTest, PartitionedRoundTrip) {
 class PsBadInputTest : public ::testing::Test {
  protected:
   PsBadInputTest() : cluster_(1, 2, std::chrono::milliseconds(300)) {
-    auto channel = grpc::CreateChannel(cluster_.addresses[0], grpc::InsecureChannelCredentials());
-    stub_ = proto::ParameterServer::NewStub(channel);
+    stub_ = proto::ParameterServer::NewStub(JobChannel(cluster_.addresses[0], kToken));
     auto client = cluster_.Connect(0);
     std::vector<float> init{1, 2, 3, 4, 5, 6};
     Check(client->Declare({Var("w", {2, 3}, init, OptimizerKind::kSgd)}));
   }
 
-  grpc::Status Push(proto::PushRequest req, const char* token = kToken) {
+  grpc::Status Push(proto::PushRequest req) {
     grpc::ClientContext ctx;
-    if (token) ctx.AddMetadata(kTokenMetadata, token);
     proto::PushReply rep;
     return stub_->Push(&ctx, req, &rep);
   }
@@ -202,13 +214,24 @@ class PsBadInputTest : public ::testing::Test {
   std::unique_ptr<proto::ParameterServer::Stub> stub_;
 };
 
-TEST_F(PsBadInputTest, MissingOrWrongTokenIsUnauthenticated) {
-  EXPECT_EQ(Push(GoodPush(), nullptr).error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(Push(GoodPush(), "guess").error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  grpc::ClientContext ctx;
-  proto::DoneRequest req;
-  proto::DoneReply rep;
-  EXPECT_EQ(stub_->WorkerDone(&ctx, req, &rep).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+TEST_F(PsBadInputTest, ClientsWithoutTheJobsCredentialsAreNotServed) {
+  // Without credentials, or with another job's, the connection ends in the TLS handshake:
+  // UNAVAILABLE, not UNAUTHENTICATED (which would mean the server read the request first).
+  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> strangers;
+  strangers.push_back(proto::ParameterServer::NewStub(
+      grpc::CreateChannel(cluster_.addresses[0], grpc::InsecureChannelCredentials())));
+  strangers.push_back(proto::ParameterServer::NewStub(JobChannel(cluster_.addresses[0], "guess")));
+  for (auto& stub : strangers) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    proto::PushReply rep;
+    EXPECT_EQ(stub->Push(&ctx, GoodPush(), &rep).error_code(), grpc::StatusCode::UNAVAILABLE);
+    grpc::ClientContext done_ctx;
+    done_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    proto::DoneRequest req;
+    proto::DoneReply done;
+    EXPECT_EQ(stub->WorkerDone(&done_ctx, req, &done).error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
   ExpectUnchanged();
 }
 
@@ -235,7 +258,6 @@ TEST_F(PsBadInputTest, ShapeOrDtypeMismatchIsInvalid) {
   EXPECT_NE(st.error_message().find("float64"), std::string::npos) << st.error_message();
   // Re-declaring with another shape is refused too.
   grpc::ClientContext ctx;
-  ctx.AddMetadata(kTokenMetadata, kToken);
   proto::DeclareRequest decl;
   proto::DeclarePartition* p = decl.add_partitions();
   ToProto(PartitionRef{"w", 0, 0, 4}, p->mutable_id());
