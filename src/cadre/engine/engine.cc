@@ -98,6 +98,10 @@ Engine::Engine(std::unique_ptr<CollectiveBackend> backend, EngineOptions options
   if (!options_.timeline_path.empty() && rank_ == 0) {
     timeline_.Start(options_.timeline_path, options_.timeline_mark_cycles);
   }
+  if (options_.stall_shutdown <= Duration::zero() && rank_ == 0) {
+    CADRE_LOG(WARNING) << "stall shutdown is off (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=0): a rank "
+                          "that never submits a tensor the others wait for hangs the job";
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -412,8 +416,12 @@ void Engine::CheckStalls() {
   last_stall_check_ = now;
   std::string report;
   Duration oldest{};
+  // A shutdown time below the warning time still applies: report from the earlier of the two.
+  const Duration report_after = options_.stall_shutdown > Duration::zero()
+                                    ? std::min(options_.stall_warning, options_.stall_shutdown)
+                                    : options_.stall_warning;
   for (const PendingName& p : controller_.Pending()) {
-    if (p.age < options_.stall_warning || p.missing_ranks.empty()) continue;
+    if (p.age < report_after || p.missing_ranks.empty()) continue;
     std::string ranks;
     for (int r : p.missing_ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
     report += (report.empty() ? "" : "; ") + std::string("'") + p.name + "' (waiting " +
@@ -425,7 +433,8 @@ void Engine::CheckStalls() {
     stall_report_ = report;
   }
   if (report.empty()) return;
-  if (rank_ == 0 && now - last_stall_log_ >= options_.stall_warning) {
+  if (rank_ == 0 && oldest >= options_.stall_warning &&
+      now - last_stall_log_ >= options_.stall_warning) {
     CADRE_LOG(WARNING) << "stalled tensors: some ranks submitted them and others did not: "
                        << report;
     last_stall_log_ = now;

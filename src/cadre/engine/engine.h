@@ -11,7 +11,9 @@
 // - A failure of the backend (a dead or stalled rank) completes every pending handle with that
 //   error (naming the rank) and breaks the engine: later submissions throw it at once.
 // - A name pending on some ranks but not others for longer than stall_warning is logged (by rank
-//   0) naming the missing ranks; after stall_shutdown (if set) its handles fail with that report.
+//   0) naming the missing ranks; after stall_shutdown (30 min by default, see
+//   kDefaultStallShutdown) every rank's engine fails with that report: a rank that never submits
+//   cannot hang the job. Only an explicit zero stall_shutdown waits forever.
 // - Shutdown() (or destruction) on any rank stops every rank's engine: pending handles everywhere
 //   complete with Error(kAborted).
 #pragma once
@@ -35,6 +37,13 @@
 #include "cadre/engine/timeline.h"
 
 namespace cadre::engine {
+
+// How long a name may be pending on some ranks but not on others before every rank fails with
+// the stall report. A rank that is merely slow must not be killed: the common case is rank 0
+// evaluating a model alone while the others wait at the next allreduce. 30 minutes is
+// torch.distributed's default collective timeout, the bound PyTorch users already plan around;
+// a real hang ends then instead of never. HOROVOD_STALL_SHUTDOWN_TIME_SECONDS overrides it.
+inline constexpr Duration kDefaultStallShutdown = std::chrono::minutes(30);
 
 struct EngineOptions {
   // How long the background thread sleeps between negotiation cycles when nothing is submitted;
@@ -67,7 +76,7 @@ struct EngineOptions {
   // Polling yields the core at every check, so it only takes time no other thread wants.
   std::chrono::microseconds spin{50};
   Duration stall_warning = std::chrono::seconds(60);
-  Duration stall_shutdown = Duration::zero();  // zero: never fail stalled tensors
+  Duration stall_shutdown = kDefaultStallShutdown;  // zero: never fail stalled tensors
   // Horovod's timeline file, written by rank 0 when non-empty (timeline.h); with
   // timeline_mark_cycles every negotiation cycle is marked.
   std::string timeline_path;

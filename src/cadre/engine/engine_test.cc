@@ -469,6 +469,35 @@ TEST(EngineTest, StallReportNamesMissingRanksAndStallShutdownFails) {
   }
 }
 
+TEST(EngineTest, AStallFailsEveryRankByDefault) {
+  // "A default that cannot hang": without any setting, a name some ranks never submit fails the
+  // others after a finite time, long enough for one rank's evaluation alone.
+  const EngineOptions defaults;
+  EXPECT_EQ(defaults.stall_shutdown, kDefaultStallShutdown);
+  EXPECT_GT(kDefaultStallShutdown, std::chrono::minutes(10));
+  EXPECT_LE(kDefaultStallShutdown, std::chrono::hours(1));
+  EXPECT_EQ(EngineOptions::FromEnv().stall_shutdown, kDefaultStallShutdown);
+  {
+    ScopedEnv env("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "90");
+    EXPECT_EQ(EngineOptions::FromEnv().stall_shutdown, std::chrono::seconds(90));
+  }
+  ScopedEnv off("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0");  // Horovod's "never", explicitly
+  EXPECT_EQ(EngineOptions::FromEnv().stall_shutdown, Duration::zero());
+}
+
+TEST(EngineTest, AStallShutdownShorterThanTheWarningTimeStillApplies) {
+  // The warning keeps its default (60 s); a 1.5 s shutdown must not wait for it.
+  EngineOptions o = FastOptions();
+  o.stall_shutdown = 1500ms;
+  auto engines = MakeEngines(2, o);
+  std::vector<float> a(1);
+  auto h = engines[0]->Enqueue(Make(OpType::kAllreduce, "alone", {1}), a.data());
+  ASSERT_TRUE(h->Wait(30s)) << "the stall was not ended by the stall shutdown time";
+  EXPECT_EQ(h->status().code(), Code::kTimeout) << h->status().ToString();
+  EXPECT_NE(h->status().message().find("'alone'"), std::string::npos);
+  EXPECT_NE(h->status().message().find("missing from rank(s) 1"), std::string::npos);
+}
+
 TEST(EngineTest, StoreBackendCarriesTheSameProtocol) {
   auto store = std::make_shared<store::HashStore>();
   std::vector<std::unique_ptr<Engine>> engines;
