@@ -6,7 +6,14 @@
 
 #include <pybind11/pybind11.h>
 
+#include <optional>
+#include <string>
+
 namespace cadre::python {
+
+// The job token a binding was given: kInvalidArgument (raised in Python) when it is missing or
+// empty. An empty token never means "no authentication" (comm_bindings.cc).
+std::string RequiredToken(const std::optional<std::string>& token, const char* who);
 
 void BindBase(pybind11::module_& m);
 void BindComm(pybind11::module_& m);    // comm_bindings.cc

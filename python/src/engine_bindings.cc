@@ -46,8 +46,11 @@ std::unique_ptr<engine::CollectiveBackend> MakeBackend(const std::string& kind, 
     o.store = scoped;
     o.token = GetEnv("CADRE_JOB_TOKEN").value_or("");
     o.host = GetEnv("CADRE_HOST").value_or("");
-    // Where to listen for TCP peers; empty: the address CADRE_HOST resolves to.
+    // Where to listen for TCP peers: CADRE_BIND_ADDRESS, else this learner's own address from
+    // the contract, else (empty) the address CADRE_HOST resolves to; never every interface
+    // unless asked for with 0.0.0.0.
     o.bind_address = GetEnv("CADRE_BIND_ADDRESS").value_or("");
+    if (o.bind_address.empty()) o.bind_address = GetEnv("CADRE_LEARNER_ADDRESS").value_or("");
     o.timeout = timeout;
     return std::make_unique<engine::CommBackend>(comm::Communicator::Create(std::move(o)));
   }

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "bindings.h"
 #include "cadre/ps/client.h"
@@ -96,19 +97,20 @@ void BindPs(py::module_& m) {
         "This learner's parameter-server role from the learner contract (a dict)");
 
   py::class_<Server>(m, "PsServer")
-      .def(py::init([](const std::string& address, int num_workers, const std::string& token,
-                       double step_timeout_s, double worker_timeout_s) {
+      .def(py::init([](const std::string& address, int num_workers,
+                       const std::optional<std::string>& token, double step_timeout_s,
+                       double worker_timeout_s) {
              ps::ServerOptions o;
              o.address = address;
              o.num_workers = num_workers;
-             o.token = token;
+             o.token = RequiredToken(token, "PsServer");
              o.step_timeout = Seconds(step_timeout_s, "step_timeout");
              o.worker_timeout = Seconds(worker_timeout_s, "worker_timeout");
              std::unique_ptr<Server> s;
              ThrowIfError(Server::Start(o, &s));
              return s;
            }),
-           py::arg("address"), py::arg("num_workers"), py::arg("token") = "",
+           py::arg("address"), py::arg("num_workers"), py::arg("token") = py::none(),
            py::arg("step_timeout") = 300.0,
            py::arg("worker_timeout") =
                std::chrono::duration<double>(ps::kDefaultWorkerTimeout).count())
@@ -130,12 +132,13 @@ void BindPs(py::module_& m) {
 
   py::class_<Client>(m, "PsClient")
       .def(py::init([](const std::vector<std::string>& servers, int worker_id,
-                       const std::string& token, int64_t partition_bytes, int64_t message_bytes,
-                       int max_in_flight, double rpc_timeout_s, double connect_timeout_s) {
+                       const std::optional<std::string>& token, int64_t partition_bytes,
+                       int64_t message_bytes, int max_in_flight, double rpc_timeout_s,
+                       double connect_timeout_s) {
              ps::ClientOptions o;
              o.servers = servers;
              o.worker_id = worker_id;
-             o.token = token;
+             o.token = RequiredToken(token, "PsClient");
              o.partition_bytes = partition_bytes;
              o.message_bytes = message_bytes;
              o.max_in_flight = max_in_flight;
@@ -145,7 +148,7 @@ void BindPs(py::module_& m) {
              ThrowIfError(Client::Connect(o, &c));
              return c;
            }),
-           py::arg("servers"), py::arg("worker_id"), py::arg("token") = "",
+           py::arg("servers"), py::arg("worker_id"), py::arg("token") = py::none(),
            // Defaults are ClientOptions' (client.h), where the reasons are.
            py::arg("partition_bytes") = ps::ClientOptions{}.partition_bytes,
            py::arg("message_bytes") = ps::ClientOptions{}.message_bytes,

@@ -62,12 +62,13 @@ def test_sync_workers_share_one_trajectory():
     # end with the same parameters, equal to one model trained on the mean gradient.
     server = ps.PsServer("127.0.0.1:0", 2, "tok", 30.0)
     addr = ["127.0.0.1:%d" % server.port]
-    finals = {}
+    starts, finals = {}, {}
 
     def worker(w):
         model = make_model(10 + w)  # different initial values: the first declare wins
         opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
                                       servers=addr, worker_id=w, token="tok")
+        starts[w] = [p.detach().clone() for p in model.parameters()]  # the servers' values
         for x, y in batches(20 + w):
             opt.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
@@ -87,6 +88,28 @@ def test_sync_workers_share_one_trajectory():
     assert sorted(finals) == [0, 1]
     for a, b in zip(finals[0], finals[1]):
         assert torch.equal(a, b)
+    for a, b in zip(starts[0], starts[1]):
+        assert torch.equal(a, b)  # both started from the first declare's values
+
+    # One model, from the same start, stepped with the mean of the two workers' gradients.
+    reference = make_model(0)
+    with torch.no_grad():
+        for p, v in zip(reference.parameters(), starts[0]):
+            p.copy_(v)
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for (x0, y0), (x1, y1) in zip(batches(20), batches(21)):
+        grads = []
+        for x, y in ((x0, y0), (x1, y1)):
+            reference.zero_grad()
+            torch.nn.functional.mse_loss(reference(x), y).backward()
+            grads.append([p.grad.clone() for p in reference.parameters()])
+        for p, g0, g1 in zip(reference.parameters(), *grads):
+            p.grad = (g0 + g1) * 0.5
+        opt.step()
+    for (name, want), got in zip(reference.named_parameters(), finals[0]):
+        assert torch.allclose(got, want.detach(), rtol=1e-5, atol=1e-6), (name, got, want)
+    # A trajectory that did not move would match trivially.
+    assert not torch.allclose(finals[0][0], starts[0][0])
 
 
 def test_bad_input_is_reported_not_applied():
@@ -94,8 +117,9 @@ def test_bad_input_is_reported_not_applied():
     addr = ["127.0.0.1:%d" % server.port]
     try:
         w = torch.arange(6, dtype=torch.float32)
-        intruder = _core.PsClient(addr, 0, "wrong", connect_timeout=10)
-        with pytest.raises(_core.CadreError, match="wrong job token"):
+        # Another job's token: the TLS handshake fails both ways, before any request is read.
+        intruder = _core.PsClient(addr, 0, "wrong", connect_timeout=3)
+        with pytest.raises(_core.CadreError, match="does not hold this job's credentials"):
             intruder.declare([("w", [6], w.data_ptr(), {"kind": "sgd", "lr": 0.1}, True)])
         client = _core.PsClient(addr, 0, "tok", connect_timeout=10)
         with pytest.raises(_core.CadreInvalidArgument, match="optimizer.lr"):

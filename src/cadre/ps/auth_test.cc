@@ -187,6 +187,7 @@ TEST(PsAuthTest, AWorkerTellsNothingToAServerThatCannotProveItIsTheJobs) {
     std::vector<float> init{1.0f};
     Status st = client->Declare({OneFloat(init)});
     EXPECT_FALSE(st.ok()) << "the worker accepted a server without the job's credentials";
+    EXPECT_NE(st.message().find("this job's credentials"), std::string::npos) << st.ToString();
     EXPECT_EQ(squatter.calls.load(), 0);
     EXPECT_EQ(squatter.leaked.load(), 0);
     fake->Shutdown(std::chrono::system_clock::now() + 1s);

@@ -39,6 +39,7 @@ int64_t Product(const std::vector<int64_t>& shape) {
 
 struct Client::Impl {
   ClientOptions options;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<Stub>> stubs;
   ShardMap map;
   bool declared = false;
@@ -56,7 +57,37 @@ struct Client::Impl {
 
   Status Resolve(const std::string& what, const std::string& name, int64_t count,
                  const std::vector<Partition>** parts) const;
+
+  // After Declare found no server in time: why the first server that is not connected could not
+  // be reached, from one quick call that does not wait for the connection (gRPC then reports
+  // its last attempt: refused, unresolved, a failed TLS handshake...). `failure` otherwise.
+  Status Unreachable(const Status& failure);
 };
+
+Status Client::Impl::Unreachable(const Status& failure) {
+  for (size_t s = 0; s < channels.size(); ++s) {
+    if (channels[s]->GetState(false) == GRPC_CHANNEL_READY) continue;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    proto::PullRequest req;  // no partitions: nothing to wait for, nothing changed
+    req.set_worker_id(options.worker_id);
+    proto::PullReply rep;
+    const grpc::Status probe = stubs[s]->Pull(&ctx, req, &rep);
+    if (probe.ok()) continue;
+    const std::string& why = probe.error_message();
+    const bool tls = why.find("andshake") != std::string::npos ||
+                     why.find("certificate") != std::string::npos ||
+                     why.find("SSL") != std::string::npos;
+    return Status(failure.code(),
+                  ServerName(static_cast<int>(s)) + ": no connection within the connect timeout" +
+                      (tls ? ": the TLS handshake failed, so the server does not hold this job's "
+                             "credentials (every learner must get the same CADRE_JOB_TOKEN), or "
+                             "is not a cadre parameter server (" +
+                                 why + ")"
+                           : " (" + why + ")"));
+  }
+  return failure;
+}
 
 Status Client::Impl::Run(std::vector<std::deque<Task>> queues, Duration timeout,
                          bool wait_for_ready) {
@@ -203,6 +234,7 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
     args.SetInt("cadre.channel", static_cast<int>(s) * 1000 + options.worker_id);
     auto channel = grpc::CreateCustomChannel(options.servers[s], credentials, args);
     impl->stubs.push_back(proto::ParameterServer::NewStub(channel));
+    impl->channels.push_back(std::move(channel));
   }
   out->reset(new Client(std::move(impl)));
   return Status::Ok();
@@ -258,7 +290,10 @@ Status Client::Declare(const std::vector<Variable>& variables) {
                            [] { return Status::Ok(); }});
     }
   }
-  CADRE_RETURN_IF_ERROR(m.Run(std::move(queues), m.options.connect_timeout, true));
+  Status declared = m.Run(std::move(queues), m.options.connect_timeout, true);
+  if (declared.code() == Code::kTimeout || declared.code() == Code::kUnavailable)
+    return m.Unreachable(declared);
+  CADRE_RETURN_IF_ERROR(declared);
   m.map = std::move(map);
   m.declared = true;
   return Status::Ok();
