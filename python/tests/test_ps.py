@@ -112,6 +112,17 @@ def test_sync_workers_share_one_trajectory():
     assert not torch.allclose(finals[0][0], starts[0][0])
 
 
+def test_a_missing_or_empty_token_refuses_to_start():
+    # An empty token used to mean "accept every request"; now nothing starts without one.
+    for make in (lambda **kw: ps.PsServer("127.0.0.1:0", 1, **kw),
+                 lambda **kw: ps.PsClient(["127.0.0.1:1"], 0, **kw),
+                 lambda **kw: _core.TcpStoreServer("127.0.0.1", 0, **kw)):
+        with pytest.raises(_core.CadreInvalidArgument, match="token is required"):
+            make()
+        with pytest.raises(_core.CadreInvalidArgument, match="no job token"):
+            make(token="")
+
+
 def test_bad_input_is_reported_not_applied():
     server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
     addr = ["127.0.0.1:%d" % server.port]
