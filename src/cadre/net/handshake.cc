@@ -291,7 +291,12 @@ Status ClientHandshake(Socket& socket, std::string_view token, std::string_view 
 
 Status ServerHandshake(Socket& socket, std::string_view token, std::string_view my_identity,
                        Deadline deadline, std::string* peer_identity) {
-  CADRE_RETURN_IF_ERROR(ValidateJobToken(token));
+  if (Status no_token = ValidateJobToken(token); !no_token.ok()) {
+    // Tell the client why rather than leave it to time out; its failure to read this is not ours.
+    std::vector<uint8_t> reject = EncodeRejectFrame("the server has no job token");
+    (void)socket.SendAll(reject.data(), reject.size(), Deadline(Duration(100)));
+    return no_token;
+  }
   CADRE_RETURN_IF_ERROR(CheckIdentity(my_identity));
   HandshakeServer server{std::string(token), std::string(my_identity)};
   CADRE_RETURN_IF_ERROR(RunBlocking(socket, server, {}, deadline, "server"));
