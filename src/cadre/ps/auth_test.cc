@@ -130,6 +130,23 @@ TEST(PsAuthTest, APlaintextPeerGetsNoHttp2Answer) {
   EXPECT_FALSE(settings) << "the server speaks plaintext HTTP/2";
 }
 
+TEST(PsAuthTest, AConnectionThatSaysNothingIsClosedAfterTheHandshakeTimeout) {
+  ServerOptions o;
+  o.address = "127.0.0.1:0";
+  o.token = kToken;
+  o.handshake_timeout = 300ms;
+  std::unique_ptr<Server> server;
+  ASSERT_TRUE(Server::Start(o, &server).ok());
+  net::Socket silent;
+  ASSERT_TRUE(net::Socket::Connect("127.0.0.1", static_cast<uint16_t>(server->port()),
+                                   Deadline(10s), &silent)
+                  .ok());
+  uint8_t byte;
+  // Well before gRPC's own 120 s: the server hangs up on it.
+  Status closed = silent.RecvAll(&byte, 1, Deadline(60s));
+  EXPECT_EQ(closed.code(), Code::kIo) << closed.ToString();
+}
+
 TEST(PsAuthTest, AStrangersLargeRequestIsRefusedBeforeItIsRead) {
   // 30 MiB from a client without the job's credentials: refused by the TLS handshake
   // (UNAVAILABLE), not read in full and then refused (UNAUTHENTICATED).

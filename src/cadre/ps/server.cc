@@ -131,6 +131,9 @@ Status Server::Start(const ServerOptions& options, std::unique_ptr<Server>* out)
                            std::to_string(options.num_workers));
   if (options.step_timeout <= Duration::zero())
     return InvalidArgument("ps server: step_timeout must be positive");
+  if (options.handshake_timeout <= Duration::zero() ||
+      options.handshake_timeout > std::chrono::hours(1))
+    return InvalidArgument("ps server: handshake_timeout must be positive and at most an hour");
   // Bounded so that "now + timeout" cannot overflow the clock.
   if (options.worker_timeout <= Duration::zero() ||
       options.worker_timeout > std::chrono::hours(24 * 365))
@@ -149,6 +152,8 @@ Status Server::Start(const ServerOptions& options, std::unique_ptr<Server>* out)
   ssl.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::SslServerCredentials(ssl), &impl->port);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(options.handshake_timeout.count()));
   builder.RegisterService(impl->service.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);

@@ -25,6 +25,9 @@ struct ServerOptions {
   // How long a worker that has not said done may have no request in progress before
   // WaitAllDone gives up on it (kIo naming it): workers that died without saying done.
   Duration worker_timeout = kDefaultWorkerTimeout;
+  // A connection that has not finished its TLS handshake by then is closed (gRPC's own default
+  // is 120 s), as the store and the transport close theirs: strangers do not pile up.
+  Duration handshake_timeout = std::chrono::seconds(10);
 };
 
 class Server {
