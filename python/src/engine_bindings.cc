@@ -127,6 +127,7 @@ void BindEngine(py::module_& m) {
       .def_property_readonly("received_splits", [](Handle& h) { return h.received_splits(); })
       .def_property_readonly("output_nbytes", [](Handle& h) { return h.output().size(); })
       .def_property_readonly("join_rank", &Handle::join_rank)
+      .def_property_readonly("external_sequence", &Handle::external_sequence)
       .def(
           "copy_output",
           [](Handle& h, uintptr_t ptr, size_t nbytes) {
@@ -164,17 +165,20 @@ void BindEngine(py::module_& m) {
           "enqueue",
           [](Engine& e, int op, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape,
              int dtype, int reduce_op, int root, std::vector<int64_t> splits, double prescale,
-             double postscale, bool batchable) {
+             double postscale, bool batchable, bool external) {
             Request r = MakeRequest(op, name, std::move(shape), dtype, reduce_op);
             r.root = root;
             r.splits = std::move(splits);
             r.prescale = prescale;
             r.postscale = postscale;
+            r.external = external;
             return Submit(e, std::move(r), ptr, batchable);
           },
           py::arg("op"), py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"),
           py::arg("reduce_op") = 0, py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{},
-          py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("batchable") = false)
+          py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("batchable") = false,
+          py::arg("external") = false,
+          "external: negotiate only; the caller moves the data (Handle.external_sequence).")
       .def(
           "allreduce_sync",
           [](Engine& e, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape,

@@ -230,9 +230,10 @@ Response Controller::Decide(const std::string& name, Entry& entry) {
     // As in Horovod, a joined rank takes part in allreduces (contributing zeros, which only sum
     // and average can absorb) and barriers; every other operation fails on the ranks that
     // submitted it, and the engine carries on.
-    const bool allowed =
-        (first->op == OpType::kAllreduce && first->reduce_op == comm::ReduceOp::kSum) ||
-        first->op == OpType::kBarrier;
+    // An external allreduce cannot: the joined rank's data path is not the engine's.
+    const bool allowed = (first->op == OpType::kAllreduce &&
+                          first->reduce_op == comm::ReduceOp::kSum && !first->external) ||
+                         first->op == OpType::kBarrier;
     if (!allowed) {
       std::string who;
       for (int r : absent) who += (who.empty() ? "" : ", ") + std::to_string(r);
@@ -285,9 +286,9 @@ void Controller::Fuse(std::vector<Response>& responses) const {
     if (k && !out.empty()) {
       Response& prev = out.back();
       const Request* pk = bytes_of(prev) > fusion_tensor_limit_ ? nullptr : key_of(prev);
-      if (pk && pk->dtype == k->dtype && pk->reduce_op == k->reduce_op &&
-          pk->prescale == k->prescale && pk->postscale == k->postscale &&
-          bytes_of(prev) + bytes_of(r) <= fusion_threshold_) {
+      if (pk && pk->external == k->external && pk->dtype == k->dtype &&
+          pk->reduce_op == k->reduce_op && pk->prescale == k->prescale &&
+          pk->postscale == k->postscale && bytes_of(prev) + bytes_of(r) <= fusion_threshold_) {
         prev.names.push_back(r.names[0]);
         prev.per_rank.push_back(std::move(r.per_rank[0]));
         continue;

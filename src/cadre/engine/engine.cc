@@ -122,7 +122,11 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
   if (request.op == OpType::kJoin) throw Error(InvalidArgument("use Engine::Join()"));
   const std::string what = std::string(OpTypeName(request.op)) + " '" + request.name + "'";
   if (request.num_elements() < 0) throw Error(InvalidArgument(what + ": negative dimension"));
-  if (request.op != OpType::kBarrier && request.num_elements() > 0 && data == nullptr) {
+  if (request.external && request.op != OpType::kAllreduce) {
+    throw Error(InvalidArgument(what + ": only an allreduce may move its data outside the engine"));
+  }
+  if (request.op != OpType::kBarrier && !request.external && request.num_elements() > 0 &&
+      data == nullptr) {
     throw Error(InvalidArgument(what + ": null data"));
   }
   if (request.prescale != 1.0 || request.postscale != 1.0) {
@@ -179,7 +183,8 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
     const size_t bytes =
         static_cast<size_t>(request.num_elements()) * comm::ElementSize(request.dtype);
     std::vector<uint8_t> payload;
-    if (request.op == OpType::kAllreduce && bytes > 0 && bytes <= options_.inline_bytes) {
+    if (request.op == OpType::kAllreduce && !request.external && bytes > 0 &&
+        bytes <= options_.inline_bytes) {
       const auto* p = static_cast<const uint8_t*>(data);
       payload.assign(p, p + bytes);
     }
@@ -384,6 +389,11 @@ void Engine::Execute(const Response& response) {
     for (const std::string& name : response.names) {
       auto it = pending_.find(name);
       if (it == pending_.end()) continue;
+      // Every rank runs the same responses in the same order, and no rank can have joined
+      // (Controller), so each external operation gets the same number everywhere.
+      if (run && it->second.request.external) {
+        it->second.handle->set_external_sequence(next_external_++);
+      }
       done.push_back(it->second.handle);
       pending_.erase(it);
     }

@@ -160,6 +160,7 @@ class Engine {
   Timeline timeline_;                     // thread-safe itself
   Clock::time_point last_stall_log_{};    // engine thread only
   std::chrono::microseconds idle_wait_;   // engine thread only
+  int64_t next_external_ = 0;             // engine thread only (Request::external)
   Status abort_;                          // engine thread only: sent to every rank, then stop
   Clock::time_point last_stall_check_{};  // engine thread only
   std::thread thread_;

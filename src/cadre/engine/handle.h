@@ -44,6 +44,10 @@ class Handle {
   // join(): the rank that joined last. Read only after done().
   int join_rank() const { return join_rank_; }
   void set_join_rank(int rank) { join_rank_ = rank; }
+  // Request::external: 0, 1, 2, ... in the order the engine completed its external operations,
+  // the same on every rank; -1 for other operations and failed ones. Read only after done().
+  int64_t external_sequence() const { return external_sequence_; }
+  void set_external_sequence(int64_t n) { external_sequence_ = n; }
 
   void Complete(Status status);
 
@@ -61,6 +65,7 @@ class Handle {
   std::vector<int64_t> output_shape_;
   std::vector<int64_t> received_splits_;
   int join_rank_ = -1;
+  int64_t external_sequence_ = -1;
 };
 
 }  // namespace cadre::engine

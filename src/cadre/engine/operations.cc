@@ -70,6 +70,7 @@ void Executor::Allreduce(const Response& response, const std::vector<TensorEntry
   const DataType dtype = first.dtype;
   const size_t es = comm::ElementSize(dtype);
   const bool scaled = first.prescale != 1.0 || first.postscale != 1.0;
+  if (first.external) return;  // negotiated here, moved by the caller (Request::external)
   if (!response.inline_inputs.empty()) {
     // Every rank's input came with the negotiation (Controller): reduce them here in rank
     // order, which every rank does identically, so all ranks hold the same bits.

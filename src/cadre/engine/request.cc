@@ -68,12 +68,17 @@ std::string Request::Describe() const {
     s << " prescale=" << prescale << " postscale=" << postscale;
   }
   if (op == OpType::kBroadcast) s << " root=" << root;
+  if (external) s << " data=external";
   return s.str();
 }
 
 std::optional<std::string> Incompatibility(const Request& a, const Request& b) {
   if (a.op != b.op) {
     return "operation " + std::string(OpTypeName(a.op)) + " vs " + std::string(OpTypeName(b.op));
+  }
+  if (a.external != b.external) {
+    return std::string("data path ") + (a.external ? "external" : "engine") + " vs " +
+           (b.external ? "external" : "engine");
   }
   if (a.dtype != b.dtype) {
     return "dtype " + std::string(comm::DataTypeName(a.dtype)) + " vs " +
@@ -136,6 +141,8 @@ void PutDouble(double d, std::vector<uint8_t>& out) {
 }
 
 constexpr size_t kMaxDims = 64;
+// Request::external travels as the top bit of the operation byte.
+constexpr uint8_t kExternalBit = 0x80;
 constexpr size_t kMaxNameBytes = 1 << 16;
 
 }  // namespace
@@ -181,7 +188,7 @@ std::string Reader::String() {
 }
 
 void EncodeRequest(const Request& r, std::vector<uint8_t>& out) {
-  out.push_back(static_cast<uint8_t>(r.op));
+  out.push_back(static_cast<uint8_t>(static_cast<uint8_t>(r.op) | (r.external ? kExternalBit : 0)));
   PutVarint(r.name.size(), out);
   out.insert(out.end(), r.name.begin(), r.name.end());
   out.push_back(static_cast<uint8_t>(r.dtype));
@@ -198,6 +205,8 @@ void EncodeRequest(const Request& r, std::vector<uint8_t>& out) {
 Request DecodeRequest(Reader& in) {
   Request r;
   uint8_t op = in.Byte();
+  r.external = (op & kExternalBit) != 0;
+  op = static_cast<uint8_t>(op & ~kExternalBit);
   if (op > static_cast<uint8_t>(OpType::kJoin)) {
     throw Error(ProtocolError("negotiation message: unknown operation " + std::to_string(op)));
   }

@@ -37,6 +37,12 @@ struct Request {
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank (empty = even split)
   double prescale = 1.0;        // allreduce: applied before / after the reduction
   double postscale = 1.0;
+  // An allreduce whose data moves outside the engine (cadre.torch's NCCL path for CUDA
+  // tensors): negotiated like any other (names, shapes, ops, scales, the response cache, stall
+  // reports), but the engine never reads or writes its data; its handle gets its place among
+  // the engine's external operations (Handle::external_sequence), the same on every rank, and
+  // the caller runs the data movement in that order. All ranks must agree on it.
+  bool external = false;
 
   int64_t num_elements() const;
   // Elements per row of the first dimension (1 for a 0-d or 1-d tensor).
