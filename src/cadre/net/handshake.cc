@@ -1,13 +1,9 @@
 #include "cadre/net/handshake.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
-
 #include <cstring>
 
 #include "cadre/base/printable.h"
+#include "cadre/net/crypto.h"
 #include "cadre/net/wire.h"
 
 namespace cadre::net {
@@ -27,9 +23,8 @@ void Append(std::vector<uint8_t>* out, const std::vector<uint8_t>& bytes) {
 }
 
 Status RandomNonce(uint8_t* nonce) {
-  if (RAND_bytes(nonce, static_cast<int>(kNonceSize)) != 1) {
-    return InternalError("the OS random generator failed to produce a handshake nonce");
-  }
+  Status s = RandomBytes(nonce, kNonceSize);
+  if (!s.ok()) return InternalError("no handshake nonce: " + s.message());
   return Status::Ok();
 }
 
@@ -44,13 +39,12 @@ void ComputeMac(std::string_view token, std::string_view label, const uint8_t* c
   w.PutRaw({server_nonce, kNonceSize});
   w.PutString(client_id);
   w.PutString(server_id);
-  unsigned int len = kMacSize;
   // Never empty here: ValidateJobToken refused it before any MAC is computed.
-  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), w.data().data(), w.data().size(),
-       mac, &len);
+  static_assert(kMacSize == kSha256Bytes);
+  HmacSha256({reinterpret_cast<const uint8_t*>(token.data()), token.size()}, w.data(), mac);
 }
 
-bool MacEquals(const uint8_t* a, const uint8_t* b) { return CRYPTO_memcmp(a, b, kMacSize) == 0; }
+bool MacEquals(const uint8_t* a, const uint8_t* b) { return ConstantTimeEqual(a, b, kMacSize); }
 
 // The peer's identity as messages show it: it arrives before the peer proved anything.
 std::string Quote(std::string_view s) { return Quoted(s); }
