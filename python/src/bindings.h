@@ -18,6 +18,6 @@ std::string RequiredToken(const std::optional<std::string>& token, const char* w
 void BindBase(pybind11::module_& m);
 void BindComm(pybind11::module_& m);    // comm_bindings.cc
 void BindEngine(pybind11::module_& m);  // engine_bindings.cc
-void BindPs(pybind11::module_& m);      // ps_bindings.cc
+void BindPs(pybind11::module_& m);      // ps_bindings.cc (ps_bindings_absent.cc without PS)
 
 }  // namespace cadre::python

@@ -93,6 +93,7 @@ py::dict RoleDict() {
 }  // namespace
 
 void BindPs(py::module_& m) {
+  m.attr("PS_BUILT") = py::bool_(true);
   m.def("ps_role", &RoleDict,
         "This learner's parameter-server role from the learner contract (a dict)");
 
