@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cadre/launch/gpu_plan.h"
 #include "cadre/launch/process.h"
 
 namespace cadre::launch {
@@ -97,17 +98,9 @@ std::map<std::string, std::string> ContractEnv(const JobSpec& spec, const JobLay
     env["CADRE_ROLE"] = spec.is_server(learner_id) ? "ps" : "worker";
     env["TF_CONFIG"] = TfConfig(spec, layout, learner_id, names_resolve);
   }
-  if (gpus > 0) {
-    // Learners share the machine's GPUs: a slot in the allreduce modes owns one GPU, a PS-mode
-    // learner all GPU_COUNT of its own; numbered through the job, wrapping when the job asks
-    // for more GPUs than exist (the runner warns about that).
-    const int per_slot = std::max(1, gpus / slots);
-    std::string devices;
-    for (int i = 0; i < per_slot; ++i) {
-      if (!devices.empty()) devices += ",";
-      devices += Str((rank * per_slot + i) % layout.machine_gpus);
-    }
-    env["CUDA_VISIBLE_DEVICES"] = devices;
+  // The learner's GPUs, slot k's own being device k (gpu_plan.h).
+  if (auto visible = VisibleGpus(layout.machine_gpus, gpus, learner_id)) {
+    env["CUDA_VISIBLE_DEVICES"] = *visible;
   }
   return env;
 }

@@ -69,12 +69,13 @@ TEST(LearnerEnv, RanksAndAliasesInAllreduceMode) {
   EXPECT_FALSE(env.contains("CADRE_HOSTS"));
 }
 
-TEST(LearnerEnv, GpusArePartitionedPerSlot) {
+TEST(LearnerEnv, GpusArePartitionedPerLearner) {
+  // Every slot sees its learner's GPUs; local rank k's own is device k (gpu_plan.h).
   JobSpec spec = Spec("pytorch-ddl", "k80x2", 2);
   JobLayout layout = Layout(2);
   layout.machine_gpus = 4;
-  EXPECT_EQ(ContractEnv(spec, layout, 1, 0)["CUDA_VISIBLE_DEVICES"], "0");
-  EXPECT_EQ(ContractEnv(spec, layout, 2, 1)["CUDA_VISIBLE_DEVICES"], "3");
+  EXPECT_EQ(ContractEnv(spec, layout, 1, 0)["CUDA_VISIBLE_DEVICES"], "0,1");
+  EXPECT_EQ(ContractEnv(spec, layout, 2, 1)["CUDA_VISIBLE_DEVICES"], "2,3");
   EXPECT_EQ(ContractEnv(spec, layout, 2, 1)["GPU_COUNT"], "2");
   JobSpec ps = Spec("pytorch", "k80x2", 2, 1);
   EXPECT_EQ(ContractEnv(ps, layout, 2, 0)["CUDA_VISIBLE_DEVICES"], "2,3");

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cadre/launch/cpu_binding.h"
+#include "cadre/launch/gpu_plan.h"
 #include "cadre/launch/local_job.h"
 
 extern char** environ;
@@ -94,6 +95,8 @@ Status LocalJob::Prepare() {
   CADRE_RETURN_IF_ERROR(
       PlanCpuBindingFromEnv(spec_.nodes * spec_.slots_per_learner, &layout_.slot_cpus));
   layout_.machine_gpus = CountMachineGpus();
+  CADRE_RETURN_IF_ERROR(
+      CheckMachineGpus(layout_.machine_gpus, spec_.compute.gpus, spec_.nodes, spec_.compute.name));
   layout_.python_path = CadrePythonPath();
   if (options_.emulate_network) {
     CADRE_RETURN_IF_ERROR(StartNetwork());
@@ -120,10 +123,6 @@ Status LocalJob::Prepare() {
     Warn("compute configuration '" + std::string(spec_.compute.name) + "' asks for " +
          std::to_string(spec_.compute.gpus) +
          " GPUs per learner but this machine has none; its slots run as CPU processes");
-  } else if (spec_.compute.gpus * spec_.nodes > layout_.machine_gpus && layout_.machine_gpus > 0) {
-    Warn("the job asks for " + std::to_string(spec_.compute.gpus * spec_.nodes) +
-         " GPUs but this machine has " + std::to_string(layout_.machine_gpus) +
-         "; slots share GPUs");
   }
   if (!options_.python.interpreter.empty()) {
     layout_.python_bin_dir = layout_.job_dir / "bin";
