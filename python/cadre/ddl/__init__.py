@@ -9,8 +9,9 @@ Start from single-process code and add::
 The collectives run on cadre's engine: with several slots per learner the allreduce is
 hierarchical (reduce-scatter among the learner's slots over shared memory, one ring per slot
 across learners, allgather inside), see options.py for ``-mode``. When CUDA exists, each process is
-pinned to GPU ``local_rank() % device_count`` at init; tensors on a GPU are staged through host
-memory.
+pinned to GPU ``local_rank() % device_count`` at init (under ``cadre run`` that is the slot's own
+GPU); tensors on a GPU are reduced by cadre.torch without blocking the caller: staged through
+page-locked host memory on a side stream, or by NCCL where it can be used (docs/gpu.md).
 
 Names follow IBM DDL: init, rank, size, local_rank, num_hosts, bcast, allreduce_n, grads_reduce.
 """
@@ -24,7 +25,13 @@ import cadre.torch as _hvd
 from cadre.ddl import options as _options
 
 __all__ = ["init", "is_initialized", "rank", "size", "local_rank", "local_size", "num_hosts",
-           "host_rank", "device", "bcast", "allreduce_n", "grads_reduce", "wrap", "shutdown"]
+           "host_rank", "device", "bcast", "allreduce_n", "grads_reduce", "wrap", "shutdown",
+           "cuda_built", "nccl_built"]
+
+# Capability queries (callable before init): CUDA tensors are taken when this PyTorch has CUDA;
+# nccl_built() is the NCCL_VERSION_CODE of its NCCL (0 without), as cadre.torch answers.
+cuda_built = _hvd.cuda_built
+nccl_built = _hvd.nccl_built
 
 
 class _State:
@@ -123,16 +130,14 @@ def device():
 
 
 def _staged(tensors):
-    """Host-memory buffers for `tensors` (the engine works on CPU memory): the tensor itself when it
-    is a contiguous CPU tensor, else a contiguous CPU copy to be written back."""
+    """What to reduce in place for `tensors`: the tensor itself when it is contiguous (on the CPU
+    or a GPU: cadre.torch stages GPU tensors itself), else a contiguous copy on its device, to
+    be written back."""
     out = []
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             raise TypeError("expected torch.Tensor, got %s" % type(t).__name__)
-        if t.device.type == "cpu" and t.is_contiguous():
-            out.append(t)
-        else:
-            out.append(t.detach().to("cpu", memory_format=torch.contiguous_format))
+        out.append(t if t.is_contiguous() else t.detach().contiguous())
     return out
 
 

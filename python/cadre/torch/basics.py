@@ -9,6 +9,7 @@ is process set 0. Process sets are added in the same order on every rank, as in 
 """
 import atexit
 import os
+import socket
 import threading
 
 from cadre import _core
@@ -174,6 +175,7 @@ def init(comm=None, process_sets=None):
         s.process_sets = {0: global_process_set}
         s.next_set_id = 1
         s.initialized = True
+    _setup_gpu_path()
     if isinstance(process_sets, (list, tuple)):
         for ps in process_sets:
             ps = ps if isinstance(ps, ProcessSet) else ProcessSet(ps)
@@ -185,12 +187,28 @@ def init(comm=None, process_sets=None):
                 add_process_set(ps)
 
 
+def _setup_gpu_path():
+    """Decides, with the other ranks, whether CUDA allreduces take the NCCL path
+    (nccl_path.py); a refusal CADRE_NCCL=1 asked to raise stops this rank's engine."""
+    from cadre.torch import functions, nccl_path
+    s = _STATE
+    try:
+        nccl_path.setup(global_process_set._engine, s.rank, s.size, s.local_rank, s.local_size,
+                        os.environ.get("CADRE_HOST") or socket.gethostname(), _timeout_s(),
+                        functions.allgather_object)
+    except BaseException:
+        shutdown()
+        raise
+
+
 def shutdown():
     """Stops every engine of this process; pending operations on every rank fail."""
     s = _STATE
     with s.lock:
         if not s.initialized:
             return
+        from cadre.torch import nccl_path
+        nccl_path.forget(global_process_set._engine)
         for ps in s.process_sets.values():
             if ps._engine is not None:
                 ps._engine.shutdown()
@@ -327,7 +345,10 @@ def gloo_enabled():
 
 
 def nccl_built():
-    return False
+    """Horovod's answer: NCCL_VERSION_CODE when allreduces of CUDA tensors can go through NCCL
+    (the NCCL of the installed PyTorch, nccl_path.py), else 0."""
+    from cadre.torch import devices
+    return devices.nccl_version_code()
 
 
 def ddl_built():
@@ -339,7 +360,10 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """True when the installed PyTorch has CUDA: collectives then take CUDA tensors (staged
+    through host memory, or NCCL's allreduce, see docs/gpu.md)."""
+    from cadre.torch import devices
+    return devices.cuda_built()
 
 
 def rocm_built():

@@ -1,7 +1,9 @@
 """Horovod's collective operations on torch tensors, over cadre's engine.
 
 Tensors go to the engine as (data pointer, shape, dtype) of contiguous CPU memory; each handle
-keeps its tensors alive until it completes. ``*_async`` functions return an integer handle for
+keeps its tensors alive until it completes. Tensors on a GPU are staged through host memory
+(cuda_staging.py) or, for allreduces where NCCL can be used, reduced on the GPU (nccl_path.py);
+results land on the tensor's own device. ``*_async`` functions return an integer handle for
 ``poll``/``synchronize``, as Horovod's do. The synchronous forms are differentiable when their
 input requires grad (differentiable.py).
 
@@ -23,6 +25,7 @@ import weakref
 import torch
 
 from cadre import _core
+from cadre.torch import cuda_staging, devices, nccl_path
 from cadre.torch.basics import (  # noqa: F401  (Horovod's mpi_ops exports these names)
     HorovodInternalError, ProcessSet, _STATE, add_process_set, ccl_built, cross_rank, cross_size,
     cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled, init, is_homogeneous,
@@ -97,9 +100,9 @@ def _dtype_code(tensor):
 def _check_tensor(tensor):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("expected a torch.Tensor, got %s" % type(tensor).__name__)
-    if tensor.device.type != "cpu":
-        raise ValueError("Tensor type %s is not supported: cadre.torch works on CPU tensors"
-                         % tensor.type())
+    if tensor.device.type != "cpu" and devices.device_of(tensor) is None:
+        raise ValueError("Tensor type %s is not supported: cadre.torch works on CPU and CUDA "
+                         "tensors" % tensor.type())
     if tensor.is_sparse:
         raise ValueError("Tensor type %s is not supported: use sparse_allreduce_async or "
                          "sparse_as_dense=True" % tensor.type())
@@ -141,6 +144,14 @@ def _enqueue(engine, op, name, buf, **kw):
         return engine.enqueue(op, name, buf.data_ptr(), list(buf.shape), code, **kw)
     except _core.CadreError as e:
         raise _internal(str(e)) from e
+
+
+def _staged(device, engine, op, name, source, write_back=None, finish=None, **kw):
+    """Registers an operation on a device tensor, staged through host memory; its result (see
+    cuda_staging.StagedOp.result) is on the tensor's device."""
+    job = cuda_staging.submit(device, source, lambda host: _enqueue(engine, op, name, host, **kw),
+                              write_back)
+    return _register(_Pending(job, (), finish or (lambda j: j.result())))
 
 
 def handle_average_backwards_compatibility(op, average):
@@ -191,6 +202,15 @@ def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor,
         return _adasum_async(tensor, output, name, process_set, prescale_factor,
                              postscale_factor)
     pre, post = _scales(op, tensor.dtype, prescale_factor, postscale_factor, engine.size)
+    device = devices.device_of(tensor)
+    if device is not None:
+        kw = dict(reduce_op=_REDUCE[op], prescale=pre, postscale=post, batchable=batchable)
+        path = nccl_path.path_for(engine)
+        if path is None or not path.accepts(tensor, _REDUCE[op]):
+            return _staged(device, engine, _OP_ALLREDUCE, name, tensor, output, **kw)
+        job = path.submit(tensor, output, _REDUCE[op], pre, post, lambda buf: _enqueue(
+            engine, _OP_ALLREDUCE, name, buf, external=True, **kw))
+        return _register(_Pending(job, (), lambda j: j.result()))
     buf = output if output.is_contiguous() else output.contiguous()
     if buf.data_ptr() != tensor.data_ptr():
         buf.copy_(tensor)
@@ -236,7 +256,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(average, op)
-    if (op is not Adasum and isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
+    if (op is not Adasum and isinstance(tensor, torch.Tensor) and devices.device_of(tensor) is None
             and not tensor.is_sparse and tensor.dtype in _DTYPES and tensor.is_contiguous()):
         # The common case (a small metric, a latency-bound step) in one call to the engine: no
         # handle to register and synchronize. Same results and errors as the general path.
@@ -330,8 +350,12 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _check_tensor(tensor)
     engine = _engine(process_set)
     _rank_zero_check(tensor, "allgather")
+    name = _auto_name("allgather", name, process_set)
+    device = devices.device_of(tensor)
+    if device is not None:
+        return _staged(device, engine, _OP_ALLGATHER, name, tensor)
     buf = tensor.contiguous()
-    core = _enqueue(engine, _OP_ALLGATHER, _auto_name("allgather", name, process_set), buf)
+    core = _enqueue(engine, _OP_ALLGATHER, name, buf)
     return _register(_Pending(core, (buf,), lambda c: _engine_output(c, tensor.dtype)))
 
 
@@ -360,9 +384,12 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     _check_tensor(tensor)
     engine = _engine(process_set)
     root = _set_rank(root_rank, process_set)
+    name = _auto_name("broadcast", name, process_set)
+    device = devices.device_of(tensor)
+    if device is not None:
+        return _staged(device, engine, _OP_BROADCAST, name, tensor, tensor, root=root)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
-    core = _enqueue(engine, _OP_BROADCAST, _auto_name("broadcast", name, process_set), buf,
-                    root=root)
+    core = _enqueue(engine, _OP_BROADCAST, name, buf, root=root)
 
     def finish(_):
         if buf is not tensor:
@@ -391,12 +418,17 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     _check_tensor(tensor)
     engine = _engine(process_set)
     _rank_zero_check(tensor, "alltoall")
-    buf = tensor.contiguous()
     split_list = [] if splits is None else [int(s) for s in
                                             (splits.tolist() if torch.is_tensor(splits)
                                              else splits)]
-    core = _enqueue(engine, _OP_ALLTOALL, _auto_name("alltoall", name, process_set), buf,
-                    splits=split_list)
+    name = _auto_name("alltoall", name, process_set)
+    device = devices.device_of(tensor)
+    if device is not None:
+        return _staged(device, engine, _OP_ALLTOALL, name, tensor, splits=split_list,
+                       finish=lambda j: (j.result(), torch.tensor(j.core.received_splits,
+                                                                  dtype=torch.int32)))
+    buf = tensor.contiguous()
+    core = _enqueue(engine, _OP_ALLTOALL, name, buf, splits=split_list)
 
     def finish(c):
         out = _engine_output(c, tensor.dtype)
@@ -427,9 +459,14 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     engine = _engine(process_set)
     _rank_zero_check(tensor, "reducescatter")
     pre, post = _scales(op, tensor.dtype, prescale_factor, postscale_factor, engine.size)
+    name = _auto_name("reducescatter", name, process_set)
+    device = devices.device_of(tensor)
+    if device is not None:
+        return _staged(device, engine, _OP_REDUCESCATTER, name, tensor, reduce_op=_REDUCE[op],
+                       prescale=pre, postscale=post)
     buf = tensor.contiguous()
-    core = _enqueue(engine, _OP_REDUCESCATTER, _auto_name("reducescatter", name, process_set),
-                    buf, reduce_op=_REDUCE[op], prescale=pre, postscale=post)
+    core = _enqueue(engine, _OP_REDUCESCATTER, name, buf, reduce_op=_REDUCE[op], prescale=pre,
+                    postscale=post)
     return _register(_Pending(core, (buf,), lambda c: _engine_output(c, tensor.dtype)))
 
 

@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from cadre.torch import mpi_ops
+from cadre.torch import cuda_staging, mpi_ops
 from cadre.torch.basics import global_process_set
 from cadre.torch.compression import Compression
 from cadre.torch.functions import broadcast_object
@@ -241,8 +241,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p, (handle, ctx) in list(self._handles.items()):
             if handle is None:
                 self._handles[p] = self._allreduce_grad_async(p)
-        # Every gradient of this step is submitted: the engine need not wait for more.
-        mpi_ops._engine(self.process_set).flush()
+        # Every gradient of this step is submitted: the engine need not wait for more (after
+        # the gradients still being copied off a GPU, cuda_staging.flush).
+        cuda_staging.flush(mpi_ops._engine(self.process_set))
         for key, (handle, ctx) in self._handles.items():
             output = mpi_ops.synchronize(handle)
             if isinstance(key, tuple):
