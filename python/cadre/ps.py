@@ -16,12 +16,20 @@ The servers hold the variables and apply the optimizer themselves (SGD, momentum
 sum), with the wrapped optimizer's hyper-parameters as they were at construction; a worker pushes
 gradients and pulls the updated parameters on every ``step()``. In ``mode="sync"`` each step is
 one update with the mean gradient of all workers; in ``mode="async"`` each push is applied as it
-arrives. Parameters must be float32 CPU tensors.
+arrives. Parameters must be float32 tensors, on the CPU or a GPU: a model on a GPU keeps
+page-locked host copies of its parameters and gradients, which the client reads and writes;
+gradients are copied to them after the backward pass (on a side stream, after the producing
+stream), the updated values back to the GPU before the work queued next (docs/gpu.md).
 """
 import atexit
 import weakref
 
 from cadre import _core
+
+if not getattr(_core, "PS_BUILT", False):
+    raise ImportError("cadre.ps: this cadre was built without parameter servers "
+                      "(-DCADRE_WITH_PS=OFF or -DCADRE_CORE_ONLY=ON); rebuild with them to use "
+                      "parameter-server mode")
 
 __all__ = ["role", "serve", "DistributedOptimizer", "PsServer", "PsClient", "learner_role"]
 
@@ -93,6 +101,49 @@ def _entry(name, tensor):
     return (name, tensor.data_ptr(), tensor.numel())
 
 
+class _DeviceMirrors:
+    """Page-locked host copies of the parameters that live on a device, and of their gradients:
+    what the client reads and writes for them."""
+
+    def __init__(self, params):
+        from cadre.torch import devices
+        self._mirrors = {}  # name -> (param, device, host value, host gradient)
+        for name, p in params:
+            device = devices.device_of(p)
+            if device is None:
+                continue
+            nbytes = p.numel() * p.element_size()
+            host = [device.host_buffer(nbytes).view(p.dtype).view(p.shape) for _ in range(2)]
+            self._mirrors[name] = (p, device, host[0], host[1])
+
+    def __contains__(self, name):
+        return name in self._mirrors
+
+    def value(self, name):
+        return self._mirrors[name][2]
+
+    def grad(self, name):
+        return self._mirrors[name][3]
+
+    def settle(self):
+        """Waits for the copies that still read the host values (before they are written)."""
+        for device in {m[1] for m in self._mirrors.values()}:
+            device.synchronize(device.record(device.side_stream()))
+
+    def values_to_host(self):
+        from cadre.torch import cuda_staging
+        cuda_staging.to_host([(p, host, d) for p, d, host, _ in self._mirrors.values()])
+
+    def grads_to_host(self, grads):
+        """grads: name -> the gradient on the device to send."""
+        from cadre.torch import cuda_staging
+        cuda_staging.to_host([(grads[n], m[3], m[1]) for n, m in self._mirrors.items()])
+
+    def values_to_device(self):
+        from cadre.torch import cuda_staging
+        cuda_staging.from_host([(host, p, d) for p, d, host, _ in self._mirrors.values()])
+
+
 class DistributedOptimizer:
     """Wraps a torch optimizer so that its updates happen on the parameter servers.
 
@@ -123,8 +174,8 @@ class DistributedOptimizer:
             config = _optimizer_config(optimizer, group)
             for pi, p in enumerate(group["params"]):
                 name = names.get(id(p), "group%d.param%d" % (gi, pi))
-                if p.dtype != torch.float32 or p.device.type != "cpu":
-                    raise ValueError("cadre.ps: parameter %r is %s on %s; only float32 CPU "
+                if p.dtype != torch.float32:
+                    raise ValueError("cadre.ps: parameter %r is %s on %s; only float32 "
                                      "tensors are served" % (name, p.dtype, p.device))
                 if not p.is_contiguous():
                     raise ValueError("cadre.ps: parameter %r is not contiguous" % name)
@@ -142,16 +193,27 @@ class DistributedOptimizer:
             worker_id = r["worker_id"] if worker_id is None else worker_id
             token = r["token"] if token is None else token
         self._client = _core.PsClient(list(servers), int(worker_id), token, **client_options)
+        self._mirrors = _DeviceMirrors(self._params)
         sync = mode == "sync"
         with torch.no_grad():
-            self._client.declare([(n, list(p.shape), p.data_ptr(), c, sync)
+            self._mirrors.values_to_host()
+            self._client.declare([(n, list(p.shape), self._host(n, p).data_ptr(), c, sync)
                                   for (n, p), c in zip(self._params, configs)])
-            self._client.pull(0, [_entry(n, p) for n, p in self._params])
+            self._pull(0)
         self._step = 0
         self._grads = {}  # zero gradients for parameters that got none, kept between steps
         # Tell the servers this worker finished even if the script forgets to (or fails).
         self._finalizer = weakref.finalize(self, DistributedOptimizer._finish, self._client)
         atexit.register(self._finalizer)
+
+    def _host(self, name, p):
+        """What the client reads and writes for parameter `p`: itself, or its host copy."""
+        return self._mirrors.value(name) if name in self._mirrors else p
+
+    def _pull(self, step):
+        self._mirrors.settle()
+        self._client.pull(step, [_entry(n, self._host(n, p)) for n, p in self._params])
+        self._mirrors.values_to_device()
 
     @staticmethod
     def _finish(client):
@@ -177,7 +239,7 @@ class DistributedOptimizer:
             with torch.enable_grad():
                 loss = closure()
         grads, outs = [], []
-        keep = []
+        keep = {}
         for name, p in self._params:
             g = p.grad
             if g is None:
@@ -186,11 +248,13 @@ class DistributedOptimizer:
                     g = self._grads[name] = torch.zeros_like(p)
             elif not g.is_contiguous() or g.dtype != torch.float32:
                 g = g.detach().contiguous().to(torch.float32)
-                keep.append(g)
-            grads.append(_entry(name, g))
-            outs.append(_entry(name, p))
+            keep[name] = g
+            grads.append(_entry(name, self._mirrors.grad(name) if name in self._mirrors else g))
+            outs.append(_entry(name, self._host(name, p)))
         with torch.no_grad():
+            self._mirrors.grads_to_host(keep)
             self._client.push_pull(self._step, grads, outs)
+            self._mirrors.values_to_device()
         self._step += 1
         return loss
 
@@ -199,7 +263,7 @@ class DistributedOptimizer:
         or the latest (async) -- e.g. before evaluating an async-trained model."""
         import torch
         with torch.no_grad():
-            self._client.pull(self._step, [_entry(n, p) for n, p in self._params])
+            self._pull(self._step)
 
     def done(self):
         """Tells every server this worker finished (also done automatically at exit)."""
