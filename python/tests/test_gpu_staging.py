@@ -28,8 +28,10 @@ def test_staging_rules_on_one_rank(tmp_path):
 
 
 def test_every_collective_on_a_device(tmp_path):
+    # sim+copies: also runs hvd_on_device.py, which puts the same checks on a real GPU.
     job = run_script(tmp_path, "torch_job_on_device.py", 2, "cpu",
-                     script_args=["torch_job_collectives.py"], env=SIM, timeout=300)
+                     script_args=["torch_job_collectives.py"],
+                     env={"CADRE_TEST_DEVICE": "sim+copies"}, timeout=300)
     check_results(job, 2, COLLECTIVES)
 
 

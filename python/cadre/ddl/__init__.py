@@ -29,7 +29,7 @@ __all__ = ["init", "is_initialized", "rank", "size", "local_rank", "local_size",
            "cuda_built", "nccl_built"]
 
 # Capability queries (callable before init): CUDA tensors are taken when this PyTorch has CUDA;
-# nccl_built() is the NCCL_VERSION_CODE of its NCCL (0 without), as cadre.torch answers.
+# nccl_built() is the NCCL_VERSION_CODE of its NCCL (False without), as cadre.torch answers.
 cuda_built = _hvd.cuda_built
 nccl_built = _hvd.nccl_built
 

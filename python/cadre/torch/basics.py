@@ -346,9 +346,9 @@ def gloo_enabled():
 
 def nccl_built():
     """Horovod's answer: NCCL_VERSION_CODE when allreduces of CUDA tensors can go through NCCL
-    (the NCCL of the installed PyTorch, nccl_path.py), else 0."""
+    (the NCCL of the installed PyTorch, nccl_path.py); else False, which equals Horovod's 0."""
     from cadre.torch import devices
-    return devices.nccl_version_code()
+    return devices.nccl_version_code() or False
 
 
 def ddl_built():

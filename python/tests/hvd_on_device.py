@@ -1,8 +1,12 @@
-"""Puts a Horovod-mode test script's collectives on a CUDA device (torch_job_on_device.py):
-each collective of the module gets its dense CPU tensor arguments moved to
-cuda:(local rank % GPUs), every result is checked to be on that device and handed back on the
-CPU, and the in-place forms write their device result back into the script's own tensors, so
-that checks written for CPU tensors (results, identity of in-place outputs) hold unchanged.
+"""Puts a Horovod-mode test script's collectives on a device (torch_job_on_device.py): each
+collective of the module gets its dense CPU tensor arguments moved to the device first, every
+result is checked to be on that device and handed back on the CPU, and the in-place forms write
+their device result back into the script's own tensors, so that checks written for CPU tensors
+(results, identity of in-place outputs) hold unchanged.
+
+kind "cuda": the device is cuda:(local rank % GPUs). kind "copies": tensors are "moved" by
+cloning them (for the simulated device, whose tensors are CPU tensors), so that this module's
+own logic runs in CI too.
 """
 import functools
 
@@ -18,19 +22,24 @@ _IN_PLACE = ["allreduce_", "allreduce_async_", "grouped_allreduce_", "grouped_al
              "broadcast_", "broadcast_async_"]
 
 
-def install(hvd):
-    device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count()
-                          if hvd.is_initialized() else 0)
-    state = {"device": device, "write_back": {}, "checked": 0}
+def install(hvd, kind="cuda"):
+    """Wraps hvd's collectives (call before the script's hvd.init()); returns a dict whose
+    "moved" counts the results that came back from the device."""
+    state = {"write_back": {}, "moved": 0}
+    if kind not in ("cuda", "copies"):
+        raise ValueError("kind %r: cuda or copies" % kind)
 
-    def ensure_device():
-        if hvd.is_initialized():
-            state["device"] = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
-        return state["device"]
+    def move(t):
+        if kind == "copies":
+            return t.clone()
+        return t.to(torch.device("cuda", hvd.local_rank() % torch.cuda.device_count()))
+
+    def on_device(t):
+        return t.is_cuda if kind == "cuda" else True
 
     def to_device(x):
         if torch.is_tensor(x) and not x.is_sparse and x.device.type == "cpu":
-            return x.to(ensure_device())
+            return move(x)
         if isinstance(x, (list, tuple)) and x and all(torch.is_tensor(t) for t in x):
             return type(x)(to_device(t) for t in x)
         return x
@@ -38,7 +47,7 @@ def install(hvd):
     def back(x):
         if torch.is_tensor(x):
             if x.is_cuda:
-                state["checked"] += 1
+                state["moved"] += 1
                 return x.cpu()
             return x
         if isinstance(x, (list, tuple)):
@@ -69,10 +78,10 @@ def install(hvd):
             moved = to_device(tensor)
             result = fn(moved, *args, **kwargs)
             if name.endswith("_async_"):
-                state["write_back"][result] = pairs(tensor, moved)
+                state["write_back"][result] = (tensor, pairs(tensor, moved))
                 return result
             for mine, dev in pairs(tensor, moved):
-                assert dev.is_cuda, "%s left its tensor on %s" % (name, dev.device)
+                assert on_device(dev), "%s left its tensor on %s" % (name, dev.device)
                 with torch.no_grad():
                     mine.copy_(dev.cpu())
             return tensor
@@ -84,11 +93,12 @@ def install(hvd):
         written = state["write_back"].pop(handle, None)
         if written is None:
             return back(result)
-        for mine, dev in written:
+        given, moved = written
+        for mine, dev in moved:
+            assert on_device(dev), "the in-place result left the device"
             with torch.no_grad():
                 mine.copy_(dev.cpu())
-        return written[0][0] if len(written) == 1 and torch.is_tensor(written[0][0]) else \
-            [m for m, _ in written]
+        return given if torch.is_tensor(given) else list(given)
 
     for name in _OUT_OF_PLACE:
         setattr(hvd, name, out_of_place(name))
