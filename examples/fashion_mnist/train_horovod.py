@@ -22,6 +22,7 @@ parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--max-batches", type=int, default=0, help="stop each epoch early (0: no)")
 parser.add_argument("--fp16-allreduce", action="store_true")
+parser.add_argument("--no-cuda", action="store_true", help="train on the CPU even with a GPU")
 DEBIAN_DATA = "/usr/share/datasets/fashion-mnist"
 # The job's DATA_DIR when it holds the data (a manifest's training_data_reference), else Debian's.
 DEFAULT_DATA = os.environ.get("DATA_DIR", DEBIAN_DATA)
@@ -68,11 +69,17 @@ def main():
     hvd.init()  # Horovod
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
+    device = torch.device("cpu")
+    if torch.cuda.is_available() and not args.no_cuda:
+        # Horovod: pin the slot's GPU. Under `cadre run` local rank k's own GPU is device k; the
+        # modulo lets slots started by hand share the GPUs there are.
+        torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
     train_set, test_set = load(args.data_dir, True), load(args.data_dir, False)
     sampler = torch.utils.data.distributed.DistributedSampler(  # Horovod: this rank's share
         train_set, num_replicas=hvd.size(), rank=hvd.rank(), seed=args.seed)  # Horovod
     loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
-    model = Net()
+    model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(),  # Horovod: lr x size
                                 momentum=args.momentum)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod
@@ -88,6 +95,7 @@ def main():
         for i, (x, y) in enumerate(loader):
             if args.max_batches and i >= args.max_batches:
                 break
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = F.nll_loss(model(x), y)
             loss.backward()
@@ -103,12 +111,12 @@ def main():
     with torch.no_grad():
         x, y = test_set.tensors
         mine = slice(hvd.rank(), None, hvd.size())
-        correct = (model(x[mine]).argmax(1) == y[mine]).sum()
+        correct = (model(x[mine].to(device)).argmax(1) == y[mine].to(device)).sum()
     correct = int(hvd.allreduce(correct, op=hvd.Sum, name="test_correct").item())  # Horovod
     accuracy = correct / len(y)
     if hvd.rank() == 0:
-        print("test accuracy %.4f (%d/%d) after %.0f s on %d ranks"
-              % (accuracy, correct, len(y), time.time() - start, hvd.size()), flush=True)
+        print("test accuracy %.4f (%d/%d) after %.0f s on %d ranks (%s)"
+              % (accuracy, correct, len(y), time.time() - start, hvd.size(), device), flush=True)
         os.makedirs(args.result_dir, exist_ok=True)
         with open(os.path.join(args.result_dir, "accuracy.txt"), "w") as f:
             f.write("%.4f\n" % accuracy)

@@ -54,7 +54,9 @@ class CudaDevice:
             return self._side
 
     def record(self, stream):
-        event = torch.cuda.Event()
+        # blocking: a thread that synchronizes on it sleeps instead of spinning on a core the
+        # training thread needs.
+        event = torch.cuda.Event(blocking=True)
         event.record(stream)
         return event
 

@@ -64,7 +64,13 @@ class _Backend:
 
     def make_group(self, store, rank, size, timeout_s):
         from torch.distributed import ProcessGroupNCCL
-        return ProcessGroupNCCL(store, rank, size, datetime.timedelta(seconds=timeout_s))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        try:  # PyTorch 2: (store, rank, size, options)
+            options = ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            return ProcessGroupNCCL(store, rank, size, options)
+        except (TypeError, AttributeError):  # older: (store, rank, size, timeout)
+            return ProcessGroupNCCL(store, rank, size, timeout)
 
 
 _backend = _Backend()
