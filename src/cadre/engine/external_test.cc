@@ -19,6 +19,7 @@ std::vector<std::unique_ptr<Engine>> Engines(int size) {
   EngineOptions o;
   o.cycle_time = 1ms;
   o.fusion_threshold_bytes = 64;
+  o.inline_bytes = 0;  // small engine allreduces must be fusable neighbours, not inline
   auto group = InProcessGroup::Create(size, 20s);
   std::vector<std::unique_ptr<Engine>> engines;
   for (int r = 0; r < size; ++r) engines.push_back(std::make_unique<Engine>(group->Backend(r), o));
@@ -91,6 +92,32 @@ TEST(ExternalTest, NumberedAlikeOnEveryRankWhateverTheSubmissionOrder) {
   std::sort(numbers.begin(), numbers.end());
   for (int64_t i = 0; i < kNames; ++i) EXPECT_EQ(numbers[i], i);
   for (int r = 1; r < kSize; ++r) EXPECT_EQ(seen[r], seen[0]) << "rank " << r;
+}
+
+TEST(ExternalTest, NeverFusedWithAllreducesTheEngineMoves) {
+  constexpr int kSize = 2, kPairs = 8;
+  auto engines = Engines(kSize);
+  EachRank(kSize, [&](int rank) {
+    // External and engine allreduces of one dtype and op, alternating: fusable neighbours.
+    std::vector<std::vector<float>> external(kPairs, std::vector<float>(2, float(rank + 10)));
+    std::vector<std::vector<float>> normal(kPairs, std::vector<float>(2, 1.0f));
+    std::vector<std::shared_ptr<Handle>> handles;
+    for (int i = 0; i < kPairs; ++i) {
+      handles.push_back(engines[rank]->Enqueue(Allreduce("e" + std::to_string(i), 2, true),
+                                               external[i].data(), true));
+      handles.push_back(engines[rank]->Enqueue(Allreduce("n" + std::to_string(i), 2, false),
+                                               normal[i].data(), true));
+    }
+    engines[rank]->Flush();
+    for (auto& h : handles) {
+      ASSERT_TRUE(h->Wait(30s));
+      ASSERT_TRUE(h->status().ok()) << h->status().ToString();
+    }
+    for (int i = 0; i < kPairs; ++i) {
+      EXPECT_EQ(normal[i][0], float(kSize)) << "engine allreduce n" << i << " not reduced";
+      EXPECT_EQ(external[i][1], float(rank + 10)) << "external e" << i << " was touched";
+    }
+  });
 }
 
 TEST(ExternalTest, DisagreementOnTheDataPathFailsEveryRank) {
