@@ -4,9 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include <mutex>
-#include <thread>
-
+#include "cadre/base/test_ranks.h"
 #include "cadre/engine/engine.h"
 #include "cadre/store/hash_store.h"
 
@@ -25,94 +23,82 @@ class CommBackendTest : public ::testing::TestWithParam<std::tuple<int, bool>> {
 TEST_P(CommBackendTest, EngineCollectivesMatchClosedForm) {
   const auto [size, use_shm] = GetParam();
   auto store = std::make_shared<store::HashStore>();
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  std::vector<std::string> failures;
-  for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        comm::CommunicatorOptions o;
-        o.rank = rank;
-        o.size = size;
-        o.store = store;
-        o.token = "engine-test";
-        o.host = "host-" + std::to_string(rank % 2);
-        o.bind_address = "127.0.0.1";  // the emulated host names do not resolve
-        o.use_shm = use_shm;
-        o.timeout = 30s;
-        EngineOptions eo;
-        eo.cycle_time = 1ms;
-        eo.fusion_threshold_bytes = 256;
-        eo.fusion_segment_bytes = 40;
-        auto backend = std::make_unique<CommBackend>(comm::Communicator::Create(o));
-        // auto means the hierarchical algorithm exactly when hosts hold several slots each
-        // (size 4: two hosts of two ranks; size 3 has hosts of 2 and 1 rank) over shared memory.
-        const bool hierarchical = use_shm && size == 4;
-        EXPECT_EQ(backend->algorithm() == comm::AllreduceAlgorithm::kHierarchical, hierarchical)
-            << "size " << size << (use_shm ? " shm" : " tcp");
-        Engine e(std::move(backend), eo);
-        // Twenty allreduces of odd lengths (fused into several buffers), twice (second time
-        // through the response cache).
-        for (int round = 0; round < 2; ++round) {
-          std::vector<std::vector<double>> data;
-          std::vector<std::shared_ptr<Handle>> hs;
-          for (int t = 0; t < 20; ++t) data.emplace_back(2 * t + 1, rank + t);
-          for (int t = 0; t < 20; ++t) {
-            Request r;
-            r.name = "grad." + std::to_string(t);
-            r.dtype = comm::DataType::kFloat64;
-            r.shape = {2 * t + 1};
-            r.postscale = 1.0 / size;
-            hs.push_back(e.Enqueue(r, data[t].data()));
-          }
-          for (int t = 0; t < 20; ++t) {
-            WaitOk(hs[t]);
-            const double expect = (size - 1) / 2.0 + t;
-            for (double v : data[t]) EXPECT_DOUBLE_EQ(v, expect) << "t=" << t;
-          }
-        }
-        // Ragged allgather.
-        std::vector<float> rows(rank + 1, float(rank));
-        Request ag;
-        ag.op = OpType::kAllgather;
-        ag.name = "ag";
-        ag.shape = {rank + 1};
-        auto h = e.Enqueue(ag, rows.data());
-        WaitOk(h);
-        const float* out = reinterpret_cast<const float*>(h->output().data());
-        for (int r = 0, i = 0; r < size; ++r) {
-          for (int k = 0; k <= r; ++k) EXPECT_EQ(out[i++], float(r));
-        }
-        // Reducescatter and alltoall.
-        std::vector<int64_t> rs(size * 2, rank);
-        Request rq;
-        rq.op = OpType::kReducescatter;
-        rq.name = "rs";
-        rq.dtype = comm::DataType::kInt64;
-        rq.shape = {size, 2};
-        auto rh = e.Enqueue(rq, rs.data());
-        WaitOk(rh);
-        const int64_t* ro = reinterpret_cast<const int64_t*>(rh->output().data());
-        EXPECT_EQ(ro[1], int64_t(size) * (size - 1) / 2);
-        std::vector<int32_t> send(size);
-        for (int j = 0; j < size; ++j) send[j] = 10 * rank + j;
-        Request aq;
-        aq.op = OpType::kAlltoall;
-        aq.name = "a2a";
-        aq.dtype = comm::DataType::kInt32;
-        aq.shape = {size};
-        auto ah = e.Enqueue(aq, send.data());
-        WaitOk(ah);
-        const int32_t* ao = reinterpret_cast<const int32_t*>(ah->output().data());
-        for (int j = 0; j < size; ++j) EXPECT_EQ(ao[j], 10 * j + rank);
-      } catch (const std::exception& ex) {
-        std::lock_guard<std::mutex> lock(mu);
-        failures.push_back("rank " + std::to_string(rank) + ": " + ex.what());
+  cadre::testing::RunThreadsAsRanks(size, [&](int rank) {
+    comm::CommunicatorOptions o;
+    o.rank = rank;
+    o.size = size;
+    o.store = store;
+    o.token = "engine-test";
+    o.host = "host-" + std::to_string(rank % 2);
+    o.bind_address = "127.0.0.1";  // the emulated host names do not resolve
+    o.use_shm = use_shm;
+    o.timeout = 30s;
+    EngineOptions eo;
+    eo.cycle_time = 1ms;
+    eo.fusion_threshold_bytes = 256;
+    eo.fusion_segment_bytes = 40;
+    auto backend = std::make_unique<CommBackend>(comm::Communicator::Create(o));
+    // auto means the hierarchical algorithm exactly when hosts hold several slots each
+    // (size 4: two hosts of two ranks; size 3 has hosts of 2 and 1 rank) over shared memory.
+    const bool hierarchical = use_shm && size == 4;
+    EXPECT_EQ(backend->algorithm() == comm::AllreduceAlgorithm::kHierarchical, hierarchical)
+        << "size " << size << (use_shm ? " shm" : " tcp");
+    Engine e(std::move(backend), eo);
+    // Twenty allreduces of odd lengths (fused into several buffers), twice (second time
+    // through the response cache).
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::vector<double>> data;
+      std::vector<std::shared_ptr<Handle>> hs;
+      for (int t = 0; t < 20; ++t) data.emplace_back(2 * t + 1, rank + t);
+      for (int t = 0; t < 20; ++t) {
+        Request r;
+        r.name = "grad." + std::to_string(t);
+        r.dtype = comm::DataType::kFloat64;
+        r.shape = {2 * t + 1};
+        r.postscale = 1.0 / size;
+        hs.push_back(e.Enqueue(r, data[t].data()));
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& f : failures) ADD_FAILURE() << f;
+      for (int t = 0; t < 20; ++t) {
+        WaitOk(hs[t]);
+        const double expect = (size - 1) / 2.0 + t;
+        for (double v : data[t]) EXPECT_DOUBLE_EQ(v, expect) << "t=" << t;
+      }
+    }
+    // Ragged allgather.
+    std::vector<float> rows(rank + 1, float(rank));
+    Request ag;
+    ag.op = OpType::kAllgather;
+    ag.name = "ag";
+    ag.shape = {rank + 1};
+    auto h = e.Enqueue(ag, rows.data());
+    WaitOk(h);
+    const float* out = reinterpret_cast<const float*>(h->output().data());
+    for (int r = 0, i = 0; r < size; ++r) {
+      for (int k = 0; k <= r; ++k) EXPECT_EQ(out[i++], float(r));
+    }
+    // Reducescatter and alltoall.
+    std::vector<int64_t> rs(size * 2, rank);
+    Request rq;
+    rq.op = OpType::kReducescatter;
+    rq.name = "rs";
+    rq.dtype = comm::DataType::kInt64;
+    rq.shape = {size, 2};
+    auto rh = e.Enqueue(rq, rs.data());
+    WaitOk(rh);
+    const int64_t* ro = reinterpret_cast<const int64_t*>(rh->output().data());
+    EXPECT_EQ(ro[1], int64_t(size) * (size - 1) / 2);
+    std::vector<int32_t> send(size);
+    for (int j = 0; j < size; ++j) send[j] = 10 * rank + j;
+    Request aq;
+    aq.op = OpType::kAlltoall;
+    aq.name = "a2a";
+    aq.dtype = comm::DataType::kInt32;
+    aq.shape = {size};
+    auto ah = e.Enqueue(aq, send.data());
+    WaitOk(ah);
+    const int32_t* ao = reinterpret_cast<const int32_t*>(ah->output().data());
+    for (int j = 0; j < size; ++j) EXPECT_EQ(ao[j], 10 * j + rank);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(SizesAndTransports, CommBackendTest,

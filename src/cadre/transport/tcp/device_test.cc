@@ -5,10 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <mutex>
-#include <thread>
 #include <vector>
 
+#include "cadre/base/test_ranks.h"
 #include "cadre/net/socket.h"
 #include "cadre/store/hash_store.h"
 
@@ -20,32 +19,20 @@ using namespace std::chrono_literals;
 constexpr int kRanks = 3;
 constexpr size_t kPieces = 8;
 
-// Runs body(device) on kRanks threads, each with its own connected TcpDevice.
+// Runs body(device) on kRanks threads (base/test_ranks.h), each with its own connected TcpDevice.
 void RunRanks(const std::function<void(TcpDevice&)>& body) {
   auto store = std::make_shared<store::HashStore>();
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  std::vector<std::string> failures;
-  for (int rank = 0; rank < kRanks; ++rank) {
-    threads.emplace_back([&, rank] {
-      ConnectOptions o;
-      o.rank = rank;
-      o.size = kRanks;
-      o.token = "device-test";
-      o.bind_address = "127.0.0.1";
-      for (int p = 0; p < kRanks; ++p) o.names.push_back("rank " + std::to_string(p));
-      std::unique_ptr<TcpDevice> d;
-      Status s = TcpDevice::Connect(*store, o, Deadline(30s), &d);
-      if (!s.ok()) {
-        std::lock_guard lock(mu);
-        failures.push_back("rank " + std::to_string(rank) + ": " + s.ToString());
-        return;
-      }
-      body(*d);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& f : failures) ADD_FAILURE() << f;
+  cadre::testing::RunThreadsAsRanks(kRanks, [&](int rank) {
+    ConnectOptions o;
+    o.rank = rank;
+    o.size = kRanks;
+    o.token = "device-test";
+    o.bind_address = "127.0.0.1";
+    for (int p = 0; p < kRanks; ++p) o.names.push_back("rank " + std::to_string(p));
+    std::unique_ptr<TcpDevice> d;
+    ThrowIfError(TcpDevice::Connect(*store, o, Deadline(30s), &d));
+    body(*d);
+  });
 }
 
 TEST(TcpDeviceTest, RunStreamingForwardsEachPieceAsItArrives) {
