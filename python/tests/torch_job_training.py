@@ -2,6 +2,8 @@
 # as N ranks by `cadre run` (see test_torch_training.py); hvd_suite.py prints the results.
 # Rank r trains on rows 8r..8r+7 of one data set that every rank generates alike, so the
 # averaged-gradient run must equal plain full-batch training in one process.
+import time
+
 import torch
 
 import horovod.torch as hvd
@@ -98,6 +100,40 @@ def _():
             raise AssertionError("ranks with different predivide factors were not told apart")
         except hvd.HorovodInternalError as e:
             assert "scale factors differ" in str(e), e
+
+
+@suite.check("optimizer.failed_step_frees_its_names")
+def _():
+    # A step whose reduction fails (ranks disagree on the predivide factor) raises only once all
+    # of its gradients' collectives are finished, so the next step reuses their names at once.
+    # Rank 1 hands in the first layer's gradients late: were rank 0 to raise on the first error
+    # it saw, its next step would find '0.bias' still in flight.
+    if n == 1:
+        return
+
+    class Late(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            if r == 1:
+                time.sleep(1.0)
+            return grad
+
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters(),
+                                   gradient_predivide_factor=2.0 if r == 0 else 4.0)
+    opt.zero_grad()
+    mse(m[2](Late.apply(m[1](m[0](X[MINE])))), Y[MINE]).backward()
+    try:
+        opt.step()
+        raise AssertionError("ranks with different predivide factors were not told apart")
+    except hvd.HorovodInternalError as e:
+        assert "scale factors differ" in str(e), e
+    same(train_distributed(2), reference(2), 1e-5)
 
 
 @suite.check("optimizer.op_sum")

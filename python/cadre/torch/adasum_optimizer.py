@@ -109,8 +109,16 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             if handle is None:  # step() before backward_passes_per_step passes: reduce now
                 handle, ctx = self._allreduce_grad_async(p)
                 self._handles[p] = (handle, ctx)
-        for p, (handle, (ctx, compressed)) in self._handles.items():
-            delta = self._compression.decompress(mpi_ops.synchronize(handle), ctx)
+        try:
+            outputs = mpi_ops._synchronize_all([h for h, _ in self._handles.values()])
+        except Exception:
+            # Every reduction of this step is finished: the next step may reuse the names.
+            self._handles.clear()
+            for p in self._requires_update:
+                self._allreduce_delay[p] = self.backward_passes_per_step
+            raise
+        for (p, (_, (ctx, compressed))), output in zip(self._handles.items(), outputs):
+            delta = self._compression.decompress(output, ctx)
             start = self._starting_models[p]
             start.data.add_(delta.data)
             p.data.copy_(start)

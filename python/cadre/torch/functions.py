@@ -29,8 +29,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         # shares a name with its gradient's allreduce.
         handles.append(mpi_ops.broadcast_async_(
             t, root_rank, None if name is None else "broadcast." + str(name), process_set))
-    for h in handles:
-        mpi_ops.synchronize(h)
+    mpi_ops._synchronize_all(handles)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):

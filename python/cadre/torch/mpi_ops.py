@@ -328,9 +328,25 @@ def _group(handles):
         parts = [_handles[h] for h in handles]
 
     def finish(_):
-        return [synchronize(h) for h in handles]
+        return _synchronize_all(handles)
 
     return _register(_Pending(_GroupCore(handles), parts, finish))
+
+
+def _synchronize_all(handles):
+    """Outputs of every handle. When one fails, the rest are still waited for before its error
+    is raised: a caller that goes on after the error may reuse their names at once, which the
+    engine refuses while an operation of that name is in flight."""
+    outputs, error = [], None
+    for h in handles:
+        try:
+            outputs.append(synchronize(h))
+        except Exception as e:  # noqa: BLE001 (re-raised below, after the others finish)
+            outputs.append(None)
+            error = error or e
+    if error is not None:
+        raise error
+    return outputs
 
 
 # ---------------------------------------------------------------- allgather / broadcast / ...

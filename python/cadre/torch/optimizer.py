@@ -244,8 +244,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # Every gradient of this step is submitted: the engine need not wait for more (after
         # the gradients still being copied off a GPU, cuda_staging.flush).
         cuda_staging.flush(mpi_ops._engine(self.process_set))
-        for key, (handle, ctx) in self._handles.items():
-            output = mpi_ops.synchronize(handle)
+        try:
+            outputs = mpi_ops._synchronize_all([handle for handle, _ in self._handles.values()])
+        except Exception:
+            # Every collective of this step is finished (see _synchronize_all): the next step
+            # starts afresh with the same names.
+            self._handles.clear()
+            for p in self._requires_update:
+                self._allreduce_delay[p] = self.backward_passes_per_step
+            raise
+        for (key, (_, ctx)), output in zip(self._handles.items(), outputs):
             if isinstance(key, tuple):
                 for gp, out, gctx in zip(key, output, ctx):
                     self._store(gp, out, gctx)
