@@ -1,5 +1,6 @@
-// The learner contract (DESIGN.md section 3): the environment every slot of a job starts with.
-// Pure functions of the job's layout, so tests check the contract without starting anything.
+// The local backend's side of the learner contract (contract.h): a job laid out on this machine,
+// and the environment every slot of it starts with. Pure functions of the job's layout, so tests
+// check the contract without starting anything.
 #pragma once
 
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cadre/launch/contract.h"
 #include "cadre/launch/hosts.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/process.h"
@@ -36,6 +38,9 @@ struct JobLayout {
 std::filesystem::path LearnerDir(const JobLayout& layout, int learner_id);
 std::filesystem::path SlotLogPath(const JobLayout& layout, int learner_id, int local_rank);
 
+// The job-wide part of the contract (contract.h) of a job laid out on this machine.
+JobContract JobContractOf(const JobSpec& spec, const JobLayout& layout);
+
 // The contract variables of one slot (learner_id 1..N, local_rank 0..slots-1).
 std::map<std::string, std::string> ContractEnv(const JobSpec& spec, const JobLayout& layout,
                                                int learner_id, int local_rank);
@@ -45,6 +50,12 @@ std::map<std::string, std::string> ContractEnv(const JobSpec& spec, const JobLay
 std::vector<std::string> SlotEnvironment(const JobSpec& spec, const JobLayout& layout,
                                          int learner_id, int local_rank,
                                          const std::vector<std::string>& base);
+
+// The same for a contract made elsewhere (contract.h): `base` with `contract` applied over it.
+std::vector<std::string> MergeSlotEnvironment(const std::map<std::string, std::string>& contract,
+                                              const std::filesystem::path& python_bin_dir,
+                                              const std::string& python_path,
+                                              const std::vector<std::string>& base);
 
 // The machine's GPU count: `nvidia-smi -L` lines, else /dev/nvidia<N> devices.
 int CountMachineGpus();
