@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
 """cadre bench train: training throughput of cadre's Horovod mode next to torch DDP (gloo).
 
-Runs, at 2 and 4 ranks on this machine, the Fashion-MNIST CNN for a fixed number of steps with
-cadre.torch.DistributedOptimizer and with DistributedDataParallel (gloo), and prints samples/s
-and the ratio, next to the same steps with no communication at all (the ceiling any
-distributed optimizer could reach here, and its ratio to DDP); then allreduces a synthetic ResNet-50 gradient set (161 tensors, ~100 MB) per
-step with cadre's fusion, without fusion (threshold 0), and with gloo one tensor at a time; and
-the latency of a 4-byte allreduce through the Python API next to the raw C++ collective
-(`cadre bench allreduce`), on one host (shared memory) and across two learners (TCP).
+Trains a CNN (--model: the Fashion-MNIST example's, or `heavy`, a communication-heavy one of
+~10.7M parameters) at each of --sizes ranks on this machine for a fixed number of steps with
+cadre.torch.DistributedOptimizer and with DistributedDataParallel (gloo), and the same steps in
+one process alone with no communication: perfect scaling at n ranks is n times that. Then (for
+the mnist model) allreduces a synthetic ResNet-50 gradient set (161 tensors, ~100 MB) per step
+with cadre's fusion, without fusion (threshold 0), and with gloo (all tensors submitted at
+once); and the latency of a 4-byte allreduce through the Python API next to the raw C++
+collective (`cadre bench allreduce`), both by the same rule (slowest rank's mean of back-to-back
+calls), on one host (shared memory) and across two learners (TCP).
 
-Every throughput figure is the median of --repeats runs, the contenders interleaved (cadre, DDP,
-cadre, DDP, ...) so that a burst of load on a shared machine does not favour one of them.
+Every contender runs under the same CPU pinning (one equal share per rank). Throughput figures
+are medians of --repeats rounds, the contenders interleaved within each round (cadre, DDP,
+alone, cadre, DDP, alone, ...) so that a burst of load on a shared machine does not favour one;
+each is printed with its spread ((max - min) / median) and every round's value.
 
     PYTHONPATH=build/python:python /usr/bin/python3 bench/train.py [--sizes 2 4] [--steps 40]
+    PYTHONPATH=build/python:python /usr/bin/python3 bench/train.py --model heavy \
+        --batch-size 16 --momentum 0.9 --steps 60 [--fp16]
 """
 import argparse
 import json
@@ -34,11 +40,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(mode, size, steps, env=None, hosts=1):
+def run(mode, size, steps, env=None, hosts=1, extra=()):
     e = {"BENCH_PORT": str(free_port())}
     e.update(env or {})
-    results = run_ranks([os.path.join(HERE, "train_worker.py"), mode, "--steps", str(steps)],
-                        size, env=e, timeout=600, hosts=hosts)
+    results = run_ranks([os.path.join(HERE, "train_worker.py"), mode, "--steps", str(steps)]
+                        + list(extra), size, env=e, timeout=600, hosts=hosts)
     for r in results:
         if r.returncode != 0:
             raise SystemExit("%s at %d ranks: rank %d failed:\n%s" % (mode, size, r.rank,
@@ -55,48 +61,67 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--grad-steps", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3,
-                    help="runs per contender and size (median reported)")
+                    help="interleaved rounds per size (medians reported)")
+    ap.add_argument("--model", choices=["mnist", "heavy"], default="mnist")
+    ap.add_argument("--batch-size", type=int, default=64, help="per rank")
+    ap.add_argument("--momentum", type=float, default=0.0)
+    ap.add_argument("--fp16", action="store_true", help="fp16 gradient compression, both sides")
     args = ap.parse_args()
     from cadre import _core
     backend = "comm" if _core.COMM_BUILT else "store (comm layer not built: numbers are not "\
                                               "representative)"
     print("cadre engine backend: %s; %d CPUs" % (backend, os.cpu_count()))
     print()
-    print("Fashion-MNIST CNN, batch 64 per rank, %d steps" % args.steps)
-    print("%-6s %16s %16s %8s %18s" % ("ranks", "cadre samples/s", "DDP samples/s", "ratio",
-                                       "no comm. (ceiling)"))
+    extra = ["--model", args.model, "--batch-size", str(args.batch_size),
+             "--momentum", str(args.momentum)] + (["--fp16"] if args.fp16 else [])
+    print("%s CNN, batch %d per rank, momentum %g%s, %d steps, %d interleaved rounds"
+          % (args.model, args.batch_size, args.momentum, ", fp16 compression" if args.fp16
+             else "", args.steps, args.repeats))
+    print("%-6s %22s %22s %22s %9s %11s" % ("ranks", "cadre samples/s", "DDP samples/s",
+                                          "perfect (n x alone)", "vs DDP", "of perfect"))
     for n in args.sizes:
-        cs, ds, ls = [], [], []
+        cs, ds, alone = [], [], []
         for _ in range(args.repeats):
-            cs.append(run("cadre", n, args.steps)["samples_per_s"])
-            ds.append(run("ddp", n, args.steps)["samples_per_s"])
-            ls.append(run("local", n, args.steps)["samples_per_s"])
-        c, d, lo = statistics.median(cs), statistics.median(ds), statistics.median(ls)
-        print("%-6d %16.0f %16.0f %7.2fx %11.0f (%.2fx)   (runs: cadre %s; DDP %s; no comm. %s)"
-              % (n, c, d, c / d, lo, lo / d, " ".join("%.0f" % x for x in cs),
-                 " ".join("%.0f" % x for x in ds), " ".join("%.0f" % x for x in ls)),
-              flush=True)
+            cs.append(run("cadre", n, args.steps, extra=extra)["samples_per_s"])
+            ds.append(run("ddp", n, args.steps, extra=extra)["samples_per_s"])
+            alone.append(run("local", 1, args.steps, extra=extra)["samples_per_s"])
+        c, d, p = (statistics.median(x) for x in (cs, ds, alone))
+        print("%-6d %22s %22s %22s %8.2fx %10.0f%%   (rounds: cadre %s; DDP %s; alone %s)"
+              % (n, spread(cs), spread(ds), spread([n * x for x in alone]), c / d,
+                 100 * c / (n * p), rounds(cs), rounds(ds), rounds(alone)), flush=True)
+    if args.model != "mnist":
+        return
     print()
     if not _core.COMM_BUILT:
         print("(skipping the ResNet-50 gradient set: the store backend moves every byte "
               "through the rendezvous store)")
         return
     print("Synthetic ResNet-50 gradients (161 tensors, ~100 MB fp32), allreduce per step")
-    print("%-6s %14s %14s %14s" % ("ranks", "cadre fused", "cadre unfused", "gloo per-tensor"))
+    print("%-6s %14s %14s %14s" % ("ranks", "cadre fused", "cadre unfused", "gloo async"))
     for n in args.sizes[:1]:
         fused = run("grads", n, args.grad_steps)["ms_per_step"]
         unfused = run("grads", n, args.grad_steps, {"HOROVOD_FUSION_THRESHOLD": "0"})["ms_per_step"]
         gloo = run("gloo", n, args.grad_steps)["ms_per_step"]
         print("%-6d %11.0f ms %11.0f ms %12.0f ms" % (n, fused, unfused, gloo), flush=True)
     print()
-    print("4-byte allreduce at 2 ranks, median us: through cadre.torch vs the raw C++ "
-          "collective (cadre bench allreduce)")
+    print("4-byte allreduce at 2 ranks, us (slowest rank's mean of back-to-back calls): "
+          "through cadre.torch vs the raw C++ collective (cadre bench allreduce)")
     print("%-30s %12s %12s %8s" % ("placement", "cadre.torch", "raw C++", "ratio"))
     for label, hosts, transport in (("1 learner x 2 slots (shm)", 1, "shm"),
                                     ("2 learners x 1 slot (TCP)", 2, "tcp")):
-        lat = run("latency", 2, 2000, hosts=hosts)["median_us"]
+        lat = run("latency", 2, 2000, hosts=hosts)["mean_us"]
         raw = raw_latency_us(transport)
         print("%-30s %12.1f %12.1f %7.2fx" % (label, lat, raw, lat / raw), flush=True)
+
+
+def spread(xs):
+    """'median (+-spread%)': spread is (max - min) / median."""
+    m = statistics.median(xs)
+    return "%.0f (%.0f%%)" % (m, 100 * (max(xs) - min(xs)) / m)
+
+
+def rounds(xs):
+    return " ".join("%.0f" % x for x in xs)
 
 
 def raw_latency_us(transport):

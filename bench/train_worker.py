@@ -1,15 +1,16 @@
 # One rank of bench/train.py. Modes:
-#   cadre   - the Fashion-MNIST CNN trained with cadre.torch.DistributedOptimizer
+#   cadre   - a CNN (--model) trained with cadre.torch.DistributedOptimizer
 #   ddp     - the same model, data and steps with torch DistributedDataParallel over gloo
+#   local   - the same steps with no communication (run as one process: perfect scaling's base)
 #   grads   - allreduce a synthetic ResNet-50 gradient set (161 tensors, ~100 MB) per step with
 #             cadre (fusion at the configured threshold), reporting ms per step
-#   gloo    - the same gradient set with torch.distributed.all_reduce (gloo), one call per tensor
-#   latency - a 4-byte allreduce through cadre.torch, median microseconds
+#   gloo    - the same gradient set with torch.distributed.all_reduce (gloo), every tensor
+#             submitted at once (async_op) and then waited for, as cadre's mode does
+#   latency - a 4-byte allreduce through cadre.torch, microseconds (cadre bench allreduce's rule)
 # Rank 0 prints one line: RESULT <json>.
 import argparse
 import json
 import os
-import statistics
 import time
 
 import torch
@@ -21,6 +22,9 @@ p.add_argument("mode", choices=["cadre", "ddp", "local", "grads", "gloo", "laten
 p.add_argument("--steps", type=int, default=40)
 p.add_argument("--warmup", type=int, default=5)
 p.add_argument("--batch-size", type=int, default=64)
+p.add_argument("--model", choices=["mnist", "heavy"], default="mnist")
+p.add_argument("--momentum", type=float, default=0.0)
+p.add_argument("--fp16", action="store_true", help="fp16 gradient compression (cadre and DDP)")
 args = p.parse_args()
 torch.set_num_threads(1)
 rank = int(os.environ["CADRE_RANK"])
@@ -42,6 +46,24 @@ class Net(nn.Module):
         x = F.relu(F.max_pool2d(self.conv2(x), 2))
         x = F.relu(self.fc1(x.view(-1, 320)))
         return F.log_softmax(self.fc2(x), dim=1)
+
+
+class Heavy(nn.Module):
+    """A communication-heavy CNN for 28x28 inputs: about 10.7M parameters, nearly all in the
+    first fully connected layer, so a step moves ~43 MB of gradients for little compute."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, kernel_size=3)
+        self.conv2 = nn.Conv2d(32, 64, kernel_size=3)
+        self.fc1 = nn.Linear(9216, 1024)
+        self.fc2 = nn.Linear(1024, 1200)
+        self.fc3 = nn.Linear(1200, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return F.log_softmax(self.fc3(F.relu(self.fc2(x))), dim=1)
 
 
 # ResNet-50's 161 parameter tensors (conv weights, batch-norm scale/shift, fc), ~25.6M floats.
@@ -75,10 +97,14 @@ def timed_steps(step):
 
 def train_setup():
     torch.manual_seed(0)
-    model = Net()
+    model = Heavy() if args.model == "heavy" else Net()
     data = torch.randn(args.batch_size, 1, 28, 28)
     target = torch.randint(0, 10, (args.batch_size,))
     return model, data, target
+
+
+def sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=args.momentum)
 
 
 def train_throughput(model, opt, data, target):
@@ -96,8 +122,9 @@ if args.mode == "cadre":
     import cadre.torch as hvd
     hvd.init()
     model, data, target = train_setup()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                   named_parameters=model.named_parameters())
+    compression = hvd.Compression.fp16 if args.fp16 else hvd.Compression.none
+    opt = hvd.DistributedOptimizer(sgd(model), named_parameters=model.named_parameters(),
+                                   compression=compression)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     train_throughput(model, opt, data, target)
     hvd.shutdown()
@@ -105,14 +132,17 @@ elif args.mode == "local":
     # The same steps with no communication at all: what any distributed optimizer could reach
     # here at best (the ranks still share the machine's cores).
     model, data, target = train_setup()
-    train_throughput(model, torch.optim.SGD(model.parameters(), lr=0.01), data, target)
+    train_throughput(model, sgd(model), data, target)
 elif args.mode == "ddp":
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["BENCH_PORT"],
                             rank=rank, world_size=size)
     model, data, target = train_setup()
     ddp = nn.parallel.DistributedDataParallel(model)
-    train_throughput(ddp, torch.optim.SGD(ddp.parameters(), lr=0.01), data, target)
+    if args.fp16:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    train_throughput(ddp, sgd(ddp), data, target)
     dist.destroy_process_group()
 elif args.mode in ("grads", "gloo"):
     grads = [torch.randn(s) for s in resnet50_shapes()]
@@ -131,20 +161,24 @@ elif args.mode in ("grads", "gloo"):
                                 rank=rank, world_size=size)
 
         def step():
-            for g in grads:
-                dist.all_reduce(g)
+            for w in [dist.all_reduce(g, async_op=True) for g in grads]:
+                w.wait()
 
     secs = timed_steps(step)
     report({"ms_per_step": 1000 * secs / args.steps, "tensors": len(grads),
             "mbytes": sum(g.numel() for g in grads) * 4 / 1e6})
 elif args.mode == "latency":
+    # The rule of `cadre bench allreduce`: after warm-up and a barrier, the mean of back-to-back
+    # calls, and the slowest rank's mean is the result.
     import cadre.torch as hvd
     hvd.init()
     t = torch.ones(1)
-    samples = []
-    for i in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
+    for _ in range(args.warmup):
         hvd.allreduce_(t, name="lat", op=hvd.Sum)
-        samples.append(time.perf_counter() - t0)
-    report({"median_us": 1e6 * statistics.median(samples[args.warmup:])})
+    hvd.barrier()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        hvd.allreduce_(t, name="lat", op=hvd.Sum)
+    mean_us = torch.tensor([1e6 * (time.perf_counter() - t0) / args.steps], dtype=torch.float64)
+    report({"mean_us": hvd.allreduce(mean_us, name="lat.slowest", op=hvd.Max).item()})
     hvd.shutdown()
