@@ -26,7 +26,7 @@ namespace {
 
 struct RunFlags {
   std::vector<std::string> args;  // a manifest, or the command after `--`
-  std::optional<int64_t> nodes, parameter_servers;
+  std::optional<int64_t> nodes, parameter_servers, max_restarts, min_nodes;
   std::optional<std::string> compute, framework, framework_version, name, data_dir, results_dir;
   std::optional<std::string> output_dir;
   double grace_seconds = 10;
@@ -94,7 +94,12 @@ int Run(const RunFlags& flags) {
   if (flags.name) request.name.Set(*flags.name, "--name");
   if (flags.data_dir) request.data_path.Set(*flags.data_dir, "--data-dir");
   if (flags.results_dir) request.results_path.Set(*flags.results_dir, "--results-dir");
-  if (flags.grace_seconds < 0) problems.Add("--grace", "must not be negative");
+  if (flags.max_restarts) request.max_restarts.Set(*flags.max_restarts, "--max-restarts");
+  if (flags.min_nodes) request.min_nodes.Set(*flags.min_nodes, "--min-nodes");
+  // A day at most: beyond that the grace is a mistake (and past int64 milliseconds, undefined).
+  if (!(flags.grace_seconds >= 0 && flags.grace_seconds <= 86400)) {
+    problems.Add("--grace", "must be 0..86400 seconds, got " + std::to_string(flags.grace_seconds));
+  }
   std::optional<netem::LinkSpec> link;
   if (flags.emulate_network) {
     link.emplace();
@@ -163,6 +168,12 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                   "Must match the installed torch major.minor");
   cmd->add_option("--parameter-servers", flags->parameter_servers,
                   "Parameter-server mode: how many learners serve");
+  cmd->add_option("--max-restarts", flags->max_restarts,
+                  "Restart the job up to N times when a learner fails (max_restarts); scripts "
+                  "resume from their checkpoints, CADRE_RESTART_COUNT says which attempt");
+  cmd->add_option("--min-nodes", flags->min_nodes,
+                  "Horovod elastic: after a learner is lost, go on with the others while at "
+                  "least M remain (min_nodes)");
   cmd->add_option("--name", flags->name, "The job's name");
   cmd->add_option("--data-dir", flags->data_dir, "DATA_DIR for the learners");
   cmd->add_option("--results-dir", flags->results_dir,

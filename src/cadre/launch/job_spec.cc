@@ -83,7 +83,10 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
                                              std::to_string(compute->gpus));
     }
   } else if (request.gpus.has_value()) {
-    compute = ComputeConfigForGpus(static_cast<int>(*request.gpus));
+    // Range first: a count past int would otherwise narrow to a small one (2^32 + 1 -> 1).
+    compute = *request.gpus >= 0 && *request.gpus <= 64
+                  ? ComputeConfigForGpus(static_cast<int>(*request.gpus))
+                  : std::nullopt;
     if (!compute) {
       problems->Add(
           request.gpus.origin,
@@ -129,6 +132,42 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
     spec.parameter_servers = 1;
   }
   spec.slots_per_learner = ps_mode ? 1 : spec.compute.slots;
+
+  // Restarts and elastic membership.
+  if (request.max_restarts.has_value()) {
+    int64_t n = *request.max_restarts;
+    if (n < 0 || n > kMaxRestarts) {
+      problems->Add(request.max_restarts.origin,
+                    "must be 0.." + std::to_string(kMaxRestarts) + ", got " + std::to_string(n));
+    } else {
+      spec.max_restarts = static_cast<int>(n);
+    }
+  }
+  spec.min_nodes = spec.nodes;
+  if (request.min_nodes.has_value()) {
+    int64_t m = *request.min_nodes;
+    bool horovod = framework && framework->mode == Mode::kHorovod;
+    if (m < 1 || m > nodes) {
+      problems->Add(request.min_nodes.origin, "must be 1.." + std::to_string(nodes) + " (" +
+                                                  nodes_path + "), got " + std::to_string(m));
+    } else if (framework && m < nodes && !horovod) {
+      problems->Add(request.min_nodes.origin,
+                    "going on with fewer learners needs a Horovod framework (hvd.elastic), not '" +
+                        std::string(framework->name) + "'");
+    } else if (framework && framework->mode != Mode::kParameterServer && m < 2) {
+      problems->Add(request.min_nodes.origin, "framework '" + std::string(framework->name) +
+                                                  "' is distributed and needs at least 2 "
+                                                  "learners, got " +
+                                                  std::to_string(m));
+    } else {
+      spec.min_nodes = static_cast<int>(m);
+      if (spec.elastic() && spec.max_restarts == 0) {
+        problems->Add(request.min_nodes.origin,
+                      "going on with fewer learners is a restart: set max_restarts (or "
+                      "--max-restarts) to at least 1");
+      }
+    }
+  }
 
   // Command.
   if (!request.command.has_value() ||

@@ -16,6 +16,8 @@ namespace cadre::launch {
 // Largest job the local backend starts: learner addresses are 127.0.x.<learner> (x per job).
 inline constexpr int kMaxLearners = 250;
 inline constexpr int kMaxSlotsPerLearner = 64;
+// Most restarts a job may ask for (a job failing this often has a problem restarts won't fix).
+inline constexpr int kMaxRestarts = 1000;
 
 struct JobSpec {
   std::string name;
@@ -24,9 +26,14 @@ struct JobSpec {
   std::string command;  // run with /bin/sh -c in every slot (unless command_argv is given)
   std::vector<std::string> command_argv;  // when given: exec'd directly, PATH searched
   ComputeConfig compute;
-  int nodes = 1;                      // learners
-  int parameter_servers = 0;          // PS mode: learners 1..parameter_servers serve
-  int slots_per_learner = 1;          // 1 in PS mode, compute.slots in the allreduce modes
+  int nodes = 1;              // learners
+  int parameter_servers = 0;  // PS mode: learners 1..parameter_servers serve
+  int slots_per_learner = 1;  // 1 in PS mode, compute.slots in the allreduce modes
+  // Fault tolerance (docs/manifest.md, "Restarts"): after a learner fails the job is stopped and
+  // started again, up to max_restarts times. With min_nodes < nodes (Horovod mode only) the
+  // restarted job goes on without the failed learners while at least min_nodes remain.
+  int max_restarts = 0;
+  int min_nodes = 1;                  // == nodes unless elastic
   std::filesystem::path work_dir;     // where the command runs; MODEL_DIR
   std::filesystem::path data_dir;     // DATA_DIR; empty: the job directory's data/ folder
   std::filesystem::path results_dir;  // job directories are created under it
@@ -34,6 +41,7 @@ struct JobSpec {
 
   int total_slots() const { return nodes * slots_per_learner; }
   bool is_server(int learner_id) const { return learner_id <= parameter_servers; }
+  bool elastic() const { return min_nodes < nodes; }
 };
 
 // What is installed here, as far as validation cares.

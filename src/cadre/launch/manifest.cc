@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -27,7 +28,9 @@ const Keys kTopKeys = {"name",
                        "cpus",
                        "memory",
                        "data_stores",
-                       "evaluation_metrics"};
+                       "evaluation_metrics",
+                       "max_restarts",
+                       "min_nodes"};
 const Keys kFrameworkKeys = {"name", "version", "command", "runtimes"};
 const Keys kExecutionKeys = {"command", "compute_configuration"};
 const Keys kComputeKeys = {"name", "nodes"};
@@ -119,22 +122,31 @@ class MapReader {
         out->Set(n, PathOf(key));
         return;
       }
+      if (ec == std::errc::result_out_of_range) {
+        problems_->Add(PathOf(key), "'" + s + "' is out of range");
+        return;
+      }
     }
     problems_->Add(PathOf(key), "expected an integer, got " + Describe(value));
   }
 
-  // A number (FfDL's cpus: 0.5); checked, not used by the local backend.
-  void CheckNumber(std::string_view key) const {
+  // A number (FfDL's cpus: 0.5); checked, not used by the local backend. With `positive`, a
+  // finite number above 0.
+  void CheckNumber(std::string_view key, bool positive) const {
     if (!Has(key)) return;
     YAML::Node value = Get(key);
     bool ok = value.IsScalar() && value.Tag() != "!";
+    double d = 0;
     if (ok) {
-      double d = 0;
       auto [end, ec] =
           std::from_chars(value.Scalar().data(), value.Scalar().data() + value.Scalar().size(), d);
       ok = ec == std::errc() && end == value.Scalar().data() + value.Scalar().size();
     }
-    if (!ok) problems_->Add(PathOf(key), "expected a number, got " + Describe(value));
+    if (!ok) {
+      problems_->Add(PathOf(key), "expected a number, got " + Describe(value));
+    } else if (positive && !(d > 0 && std::isfinite(d))) {
+      problems_->Add(PathOf(key), "must be a number above 0, got " + value.Scalar());
+    }
   }
 
   void CheckScalar(std::string_view key) const {
@@ -234,6 +246,8 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
   top.CheckScalar("description");
   top.CheckScalar("version");
   top.Int("parameter_servers", &request->parameter_servers);
+  top.Int("max_restarts", &request->max_restarts);
+  top.Int("min_nodes", &request->min_nodes);
 
   MapReader framework(top.Has("framework") ? top.Get("framework") : YAML::Node(YAML::NodeType::Map),
                       "framework", kFrameworkKeys, problems);
@@ -274,7 +288,7 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
 
   top.Int("learners", &request->nodes);
   top.Int("gpus", &request->gpus);
-  top.CheckNumber("cpus");
+  top.CheckNumber("cpus", /*positive=*/true);
   top.CheckScalar("memory");
   if (top.Has("evaluation_metrics") && !top.Get("evaluation_metrics").IsMap()) {
     problems->Add("evaluation_metrics",

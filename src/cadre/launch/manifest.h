@@ -8,6 +8,8 @@
 //   name, description, version, learners, gpus, cpus, memory, framework{name, version, command},
 //   data_stores[{id, type, training_data{container}, training_results{container}}],
 //   evaluation_metrics
+// Either shape may also carry the runner's fault-tolerance fields at the top level:
+//   max_restarts (restarts after a learner fails), min_nodes (go on with fewer learners).
 // Mixing the two in one file is a problem. Unknown keys and wrong types are reported (with a
 // "did you mean") into Problems; reading carries on, so every problem is found in one pass.
 // Flags (`cadre run -n 2 ...`) fill the same JobRequest and override the manifest.
@@ -52,6 +54,8 @@ struct JobRequest {
   Field<int64_t> gpus;         // GPUs per learner (FfDL)
   Field<int64_t> nodes;        // learners
   Field<int64_t> parameter_servers;
+  Field<int64_t> max_restarts;      // restarts of the job after a learner fails
+  Field<int64_t> min_nodes;         // elastic: the fewest learners the job goes on with
   Field<std::string> data_path;     // DATA_DIR
   Field<std::string> results_path;  // where job directories go
   // Relative paths (data, results) resolve against this; the command runs here too. The

@@ -249,6 +249,84 @@ TEST(Manifest, FlagsOverrideAndNameTheirOrigin) {
   EXPECT_EQ(problems.list()[0].path, "--nodes");
 }
 
+TEST(Manifest, NumbersOutOfRangeNameTheirField) {
+  // 2^32 + 1 GPUs once narrowed to 1 and was accepted as a k80 job.
+  Checked gpus = Check(R"(
+learners: 2
+gpus: 4294967297
+cpus: -1
+framework: {name: pytorch-horovod, command: x}
+)");
+  EXPECT_FALSE(gpus.spec);
+  EXPECT_TRUE(gpus.Has("gpus", "4294967297 GPUs per learner is not offered"));
+  EXPECT_TRUE(gpus.Has("cpus", "must be a number above 0"));
+  Checked negative = Check("learners: 2\ngpus: -1\nframework: {name: pytorch, command: x}\n");
+  EXPECT_TRUE(negative.Has("gpus", "-1 GPUs per learner is not offered"));
+  Checked huge = Check(R"(
+learners: 99999999999999999999
+framework: {name: pytorch, command: x}
+)");
+  EXPECT_TRUE(huge.Has("learners", "out of range"));
+}
+
+TEST(Manifest, RestartsAndMinNodes) {
+  Checked ok = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 3}}
+max_restarts: 2
+min_nodes: 2
+)");
+  ASSERT_TRUE(ok.spec) << ok.problems.ToString();
+  EXPECT_EQ(ok.spec->max_restarts, 2);
+  EXPECT_EQ(ok.spec->min_nodes, 2);
+  EXPECT_TRUE(ok.spec->elastic());
+
+  Checked plain = Check(kWml);
+  ASSERT_TRUE(plain.spec);
+  EXPECT_EQ(plain.spec->max_restarts, 0);
+  EXPECT_EQ(plain.spec->min_nodes, 2);
+  EXPECT_FALSE(plain.spec->elastic());
+
+  Checked bad = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 3}}
+max_restarts: -1
+min_nodes: 4
+)");
+  EXPECT_TRUE(bad.Has("max_restarts", "must be 0..1000, got -1"));
+  EXPECT_TRUE(bad.Has("min_nodes", "must be 1..3"));
+
+  Checked ps = Check(R"(
+framework: {name: pytorch}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 3}}
+max_restarts: 1
+min_nodes: 2
+)");
+  EXPECT_TRUE(ps.Has("min_nodes", "needs a Horovod framework"));
+
+  Checked no_restarts = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 3}}
+min_nodes: 2
+)");
+  EXPECT_TRUE(no_restarts.Has("min_nodes", "set max_restarts"));
+
+  Checked too_few = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 3}}
+max_restarts: 1
+min_nodes: 1
+)");
+  EXPECT_TRUE(too_few.Has("min_nodes", "needs at least 2 learners"));
+
+  Checked typed = Check(R"(
+framework: {name: pytorch, command: x}
+learners: 2
+max_restarts: "2"
+)");
+  EXPECT_TRUE(typed.Has("max_restarts", "expected an integer"));
+}
+
 TEST(DidYouMean, OnlyCloseWords) {
   EXPECT_EQ(DidYouMean("nodse", {"name", "nodes"}), "nodes");
   EXPECT_EQ(DidYouMean("Nodes", {"name", "nodes"}), "nodes");
