@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 #include "cadre/launch/gpu_plan.h"
 
@@ -136,6 +137,10 @@ std::map<std::string, std::string> ContractToEnv(const LearnerContract& c) {
       {"CADRE_JOB_TOKEN", job.job_token},
       {"CADRE_FRAMEWORK", job.framework},
       {"CADRE_MODE", job.mode},
+      {"CADRE_RESTART_COUNT", Str(job.restart_count)},
+      {"CADRE_MAX_RESTARTS", Str(job.max_restarts)},
+      {"TORCHELASTIC_RESTART_COUNT", Str(job.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", Str(job.max_restarts)},
       {"HOROVOD_RANK", rank},
       {"HOROVOD_SIZE", size},
       {"HOROVOD_LOCAL_RANK", Str(c.local_rank)},
@@ -194,6 +199,11 @@ Status ReadContract(const std::map<std::string, std::string>& env, LearnerContra
   job.model_dir = EnvStr(env, "MODEL_DIR");
   job.hosts_file = EnvStr(env, "CADRE_HOSTS");
   job.names_resolve = job.hosts_file.empty();
+  // Absent outside a restartable runner: the first start, no restarts.
+  for (auto [key, field] : {std::pair{"CADRE_RESTART_COUNT", &job.restart_count},
+                            std::pair{"CADRE_MAX_RESTARTS", &job.max_restarts}}) {
+    if (env.contains(key)) CADRE_RETURN_IF_ERROR(EnvInt(env, key, field));
+  }
   if (job.mode == "parameter-server") {
     CADRE_RETURN_IF_ERROR(EnvInt(env, "PS_HOSTS_COUNT", &job.parameter_servers));
   }
@@ -233,6 +243,8 @@ std::string JobContractJson(const JobContract& job) {
       {"names_resolve", job.names_resolve},
       {"hosts_file", job.hosts_file.string()},
       {"cores", job.cores},
+      {"restart_count", job.restart_count},
+      {"max_restarts", job.max_restarts},
   };
   // The token is not in this file: it travels separately, readable by the job's owner only.
   return j.dump(2) + "\n";
@@ -261,6 +273,8 @@ Status ParseJobContractJson(const std::string& text, JobContract* out) {
     job.names_resolve = j.at("names_resolve").get<bool>();
     job.hosts_file = j.at("hosts_file").get<std::string>();
     job.cores = j.at("cores").get<int>();
+    job.restart_count = j.value("restart_count", 0);
+    job.max_restarts = j.value("max_restarts", 0);
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(std::string("the job's contract file is malformed: ") + e.what());
   }

@@ -42,6 +42,9 @@ struct JobContract {
   bool names_resolve = true;
   std::filesystem::path hosts_file;
   int cores = 1;  // cores of the machine the learners share (OMP_NUM_THREADS = cores / slots)
+  // Which start of the job this is (CADRE_RESTART_COUNT) and the job's restart budget.
+  int restart_count = 0;
+  int max_restarts = 0;
 
   bool is_server(int learner_id) const { return learner_id <= parameter_servers; }
   int total_slots() const { return learners * slots_per_learner; }

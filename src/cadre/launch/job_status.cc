@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -67,6 +68,8 @@ std::string EffectiveManifest(const JobSpec& spec, const JobLayout& layout) {
   if (spec.framework.mode == Mode::kParameterServer) {
     out << YAML::Key << "parameter_servers" << YAML::Value << spec.parameter_servers;
   }
+  out << YAML::Key << "max_restarts" << YAML::Value << spec.max_restarts;
+  out << YAML::Key << "min_nodes" << YAML::Value << spec.min_nodes;
   for (auto [key, path] : {std::pair{"training_data_reference", layout.data_dir},
                            std::pair{"training_results_reference", spec.results_dir}}) {
     out << YAML::Key << key << YAML::Value << YAML::BeginMap;
@@ -118,26 +121,58 @@ std::string NewTrainingId() {
 std::string NewJobToken() { return RandomHex(32); }
 
 Status WriteFileAtomically(const fs::path& path, const std::string& text) {
+  // A fresh name that nobody can have planted (O_EXCL, no symlink followed), synced before the
+  // rename and the folder after it, so a crash leaves the old file or the new one.
   fs::path tmp = path;
-  tmp += ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  tmp += ".tmp." + RandomHex(6);
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return IoError("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  auto fail = [&](const std::string& what) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp.c_str());
+    return IoError("cannot " + what + " " + tmp.string() + ": " + std::strerror(err));
+  };
   std::string_view rest = text;
   while (!rest.empty()) {
     ssize_t n = write(fd, rest.data(), rest.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      close(fd);
-      return IoError("cannot write " + tmp.string() + ": " + std::strerror(err));
-    }
+    if (n <= 0) return fail("write");
     rest.remove_prefix(static_cast<size_t>(n));
   }
+  if (fsync(fd) != 0) return fail("sync");
   close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return IoError("cannot rename " + tmp.string() + ": " + std::strerror(errno));
+  fd = -1;
+  if (rename(tmp.c_str(), path.c_str()) != 0) return fail("rename");
+  int dir = open(path.parent_path().empty() ? "." : path.parent_path().c_str(),
+                 O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    fsync(dir);
+    close(dir);
   }
   return Status::Ok();
+}
+
+Status MakeJobDirectory(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir.parent_path(), ec);
+  if (ec) {
+    return IoError("cannot create the job directory " + dir.string() + ": " + ec.message());
+  }
+  if (mkdir(dir.c_str(), 0755) == 0) return Status::Ok();
+  int err = errno;
+  // An empty folder (made for the job by its caller) is fine; anything else is someone's.
+  auto st = fs::symlink_status(dir, ec);
+  if (err == EEXIST && !ec && fs::is_directory(st) && fs::is_empty(dir, ec) && !ec) {
+    return Status::Ok();
+  }
+  if (err == EEXIST) {
+    return Status(Code::kAlreadyExists,
+                  "the job directory " + dir.string() +
+                      " already exists and is not an empty folder; cadre run never reuses one "
+                      "(choose another -o)");
+  }
+  return IoError("cannot create the job directory " + dir.string() + ": " + std::strerror(err));
 }
 
 Status CreateJobDirectory(const JobSpec& spec, const JobLayout& layout) {
@@ -208,6 +243,10 @@ std::string StatusJson(const JobSpec& spec, const JobLayout& layout, const JobSt
                                   {"local_rank", status.slots[*status.failed_slot].local_rank}})
                           : json(nullptr)},
       {"learners", std::move(learners)},
+      {"max_restarts", spec.max_restarts},
+      {"min_nodes", spec.min_nodes},
+      {"restarts", status.restarts},
+      {"restart_causes", status.restart_causes},
   };
   return doc.dump(2) + "\n";
 }

@@ -44,10 +44,12 @@ struct JobStatus {
   JobState state = JobState::kRunning;
   WallClock::time_point start_time = WallClock::now();
   std::optional<WallClock::time_point> end_time;
-  std::string failure;                // why the job failed or stopped; empty otherwise
-  std::optional<size_t> failed_slot;  // index into slots of the slot that failed the job
-  std::optional<int> exit_code;       // cadre run's exit code, once finished
-  std::vector<SlotStatus> slots;
+  std::string failure;                      // why the job failed or stopped; empty otherwise
+  std::optional<size_t> failed_slot;        // index into slots of the slot that failed the job
+  std::optional<int> exit_code;             // cadre run's exit code, once finished
+  std::vector<SlotStatus> slots;            // the current start's (learners 1..nodes of it)
+  int restarts = 0;                         // restarts so far (CADRE_RESTART_COUNT of the slots)
+  std::vector<std::string> restart_causes;  // why each restart happened, in order
 };
 
 // "training-20261130-204512-3f9a" (UTC time plus random suffix: unique and sortable).
@@ -64,7 +66,12 @@ Status CreateJobDirectory(const JobSpec& spec, const JobLayout& layout);
 std::string StatusJson(const JobSpec& spec, const JobLayout& layout, const JobStatus& status);
 Status WriteStatusFile(const JobSpec& spec, const JobLayout& layout, const JobStatus& status);
 
-// Writes `text` to `path` through a temporary file and rename(2).
+// Creates the job directory itself (its parents as needed). An existing empty folder is taken;
+// anything else there (a previous job, a symlink, a file) is refused with kAlreadyExists.
+Status MakeJobDirectory(const std::filesystem::path& dir);
+
+// Writes `text` to `path` through a fresh temporary file (O_EXCL, never through a symlink),
+// fsync and rename(2): readers see the old file or the new one, also after a crash.
 Status WriteFileAtomically(const std::filesystem::path& path, const std::string& text);
 
 }  // namespace cadre::launch

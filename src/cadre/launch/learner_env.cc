@@ -42,6 +42,8 @@ JobContract JobContractOf(const JobSpec& spec, const JobLayout& layout) {
   job.names_resolve = layout.hosts_method != HostsMethod::kCadreHosts;
   job.hosts_file = layout.hosts_file;
   job.cores = layout.machine_cores;
+  job.restart_count = layout.restart_count;
+  job.max_restarts = spec.max_restarts;
   return job;
 }
 

@@ -32,6 +32,7 @@ struct JobLayout {
   std::vector<std::vector<int>> slot_cpus;
   std::filesystem::path python_bin_dir;  // first on PATH; empty when no python was found
   std::string python_path;               // prepended to PYTHONPATH
+  int restart_count = 0;  // CADRE_RESTART_COUNT: 0 for the first start, n after n restarts
 };
 
 // Per-learner folders under the job directory.

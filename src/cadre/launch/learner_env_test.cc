@@ -36,6 +36,21 @@ JobLayout Layout(int nodes, HostsMethod method = HostsMethod::kMountNamespace) {
   return layout;
 }
 
+TEST(LearnerEnv, RestartCountAndBudget) {
+  JobSpec spec = Spec("pytorch-horovod", "cpu", 2);
+  JobLayout layout = Layout(2);
+  auto first = ContractEnv(spec, layout, 1, 0);
+  EXPECT_EQ(first["CADRE_RESTART_COUNT"], "0");
+  EXPECT_EQ(first["CADRE_MAX_RESTARTS"], "0");
+  spec.max_restarts = 3;
+  layout.restart_count = 2;
+  auto third = ContractEnv(spec, layout, 1, 0);
+  EXPECT_EQ(third["CADRE_RESTART_COUNT"], "2");
+  EXPECT_EQ(third["CADRE_MAX_RESTARTS"], "3");
+  EXPECT_EQ(third["TORCHELASTIC_RESTART_COUNT"], "2");  // torchrun's names too
+  EXPECT_EQ(third["TORCHELASTIC_MAX_RESTARTS"], "3");
+}
+
 TEST(LearnerEnv, RanksAndAliasesInAllreduceMode) {
   JobSpec spec = Spec("pytorch-horovod", "k80x2", 2);
   JobLayout layout = Layout(2);

@@ -79,6 +79,7 @@ class SignalScope {
 
 LocalJob::LocalJob(const JobSpec& spec, const RunOptions& options)
     : spec_(spec),
+      requested_nodes_(spec.nodes),
       options_(options),
       mux_(LogMuxOptions{options.console_fd, options.message_fd, options.quiet, options.status_line,
                          20}) {}
@@ -104,12 +105,7 @@ Status LocalJob::Prepare() {
     CADRE_RETURN_IF_ERROR(PickLearnerHosts(layout_.name_prefix, spec_.nodes, &layout_.hosts));
   }
 
-  std::error_code ec;
-  fs::create_directories(layout_.job_dir, ec);
-  if (ec) {
-    return IoError("cannot create the job directory " + layout_.job_dir.string() + ": " +
-                   ec.message());
-  }
+  CADRE_RETURN_IF_ERROR(MakeJobDirectory(layout_.job_dir));
   layout_.hosts_file = layout_.job_dir / "hosts";
   CADRE_RETURN_IF_ERROR(WriteFileAtomically(
       layout_.hosts_file, HostsFileText(layout_.hosts, ReadSmallFile("/etc/hosts"))));
@@ -130,6 +126,14 @@ Status LocalJob::Prepare() {
   }
   CADRE_RETURN_IF_ERROR(CreateJobDirectory(spec_, layout_));
 
+  CADRE_RETURN_IF_ERROR(StartStore());
+  MakeSlots();
+  UpdateStatus();
+  return Status::Ok();
+}
+
+Status LocalJob::StartStore() {
+  store_.reset();
   try {
     store::TcpStoreServerOptions store_options;
     store_options.host = network_ ? network_->switch_address() : "127.0.0.1";
@@ -145,7 +149,11 @@ Status LocalJob::Prepare() {
   } catch (const Error& e) {
     return e.status().WithContext("starting the job's rendezvous store");
   }
+  return Status::Ok();
+}
 
+void LocalJob::MakeSlots() {
+  status_.slots.clear();
   for (int id = 1; id <= spec_.nodes; ++id) {
     for (int r = 0; r < spec_.slots_per_learner; ++r) {
       SlotStatus s;
@@ -156,8 +164,6 @@ Status LocalJob::Prepare() {
       status_.slots.push_back(s);
     }
   }
-  UpdateStatus();
-  return Status::Ok();
 }
 
 Status LocalJob::StartNetwork() {
@@ -194,10 +200,15 @@ Status LocalJob::StartSlots() {
   for (size_t i = 0; i < status_.slots.size(); ++i) {
     SlotStatus& slot = status_.slots[i];
     int write_fd = -1;
-    size_t index = 0;
-    CADRE_RETURN_IF_ERROR(mux_.AddStream(
-        "learner-" + std::to_string(slot.learner_id) + "/" + std::to_string(slot.local_rank),
-        layout_.job_dir / slot.log, &write_fd, &index));
+    size_t index = i;
+    // Slots are learner-major, so slot i keeps stream i (and its log) across restarts.
+    if (i < mux_.streams()) {
+      CADRE_RETURN_IF_ERROR(mux_.ReopenStream(i, &write_fd));
+    } else {
+      CADRE_RETURN_IF_ERROR(mux_.AddStream(
+          "learner-" + std::to_string(slot.learner_id) + "/" + std::to_string(slot.local_rank),
+          layout_.job_dir / slot.log, &write_fd, &index));
+    }
     SpawnOptions spawn;
     if (spec_.command_argv.empty()) {
       spawn.argv = {"/bin/sh", "-c", spec_.command};

@@ -27,19 +27,32 @@ class LocalJob {
   Status StartSlots();
   // Records a start-up failure and stops the slots that did start.
   void AbortStart(std::string reason);
-  // Runs until every slot has ended; returns cadre run's exit code.
+  // Runs until every slot has ended, restarting the job after a learner failure while
+  // spec.max_restarts allows; returns cadre run's exit code.
   int Supervise(int signal_fd);
 
   const JobLayout& layout() const { return layout_; }
 
  private:
   void Warn(const std::string& text);
+  // The rendezvous store of one start of the job (a restart gets a fresh one: no stale keys).
+  Status StartStore();
+  // status_.slots for learners 1..spec_.nodes, none started.
+  void MakeSlots();
+  // Supervises the current start until every slot has ended.
+  void SuperviseStart(int signal_fd);
+  bool RestartWanted() const;
+  // Starts the job again after a learner failed: on fewer learners when elastic.
+  void Restart();
   void OnSignal(int sig);
   void OnChildExit(pid_t pid, int wait_status);
   void Fail(size_t slot, std::string reason);
   // SIGTERM to every running slot (or only the parameter servers); arms the SIGKILL deadline.
   void StopSlots(bool servers_only);
+  void SignalSlot(const SlotStatus& s, int sig);
   void KillRunning();
+  // Gives up on slots that survive SIGKILL (stuck in the kernel), so that stopping ends.
+  void AbandonRunning();
   void ReapExited();
   void KillLeftovers();
   void UpdateStatus();
@@ -47,7 +60,8 @@ class LocalJob {
   std::string StatusLineText() const;
   size_t running_slots() const;
 
-  const JobSpec& spec_;
+  JobSpec spec_;  // as requested, but nodes is the current start's (fewer when elastic)
+  int requested_nodes_;
   RunOptions options_;
   JobLayout layout_;
   JobStatus status_;
@@ -59,6 +73,7 @@ class LocalJob {
   bool stopping_ = false;  // every slot has been asked to stop
   bool servers_stopping_ = false;
   Clock::time_point started_ = Clock::now();
+  Clock::time_point start_began_ = started_;  // of the current start (restarts begin anew)
 };
 
 }  // namespace cadre::launch

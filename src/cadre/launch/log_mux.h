@@ -3,6 +3,12 @@
 // console. A single thread does all console writes, a whole line at a time, so lines from
 // different slots never mix. On a terminal a status line is kept at the bottom.
 //
+// Nothing here blocks the supervisor: console and message writes are queued and written as the
+// console takes them (through a non-blocking copy of a pipe or terminal descriptor), so a paused
+// pager or a stopped `| less` never holds up signal handling. A console that takes nothing for
+// long loses lines past a 1 MiB backlog (counted and reported; the log files have every line).
+// A log file that cannot be written (disk full) is reported once, with the lines lost counted.
+//
 // Not thread-safe: the job's supervisor loop owns it.
 #pragma once
 
@@ -25,7 +31,7 @@ struct LogMuxOptions {
 
 class LogMux {
  public:
-  explicit LogMux(LogMuxOptions options) : options_(options) {}
+  explicit LogMux(LogMuxOptions options);
   ~LogMux();
   LogMux(const LogMux&) = delete;
   LogMux& operator=(const LogMux&) = delete;
@@ -34,6 +40,13 @@ class LogMux {
   // Returns the stream index.
   Status AddStream(std::string label, const std::filesystem::path& log_file, int* write_fd,
                    size_t* index);
+
+  // A new pipe for a stream whose pipe has closed (a restarted slot): same label, log file
+  // (appended to) and tail. *write_fd is the child's end.
+  Status ReopenStream(size_t index, int* write_fd);
+  // Writes a line of the runner's own into a stream's log file (and its tail), not the console.
+  void Note(size_t index, const std::string& line);
+  size_t streams() const { return streams_.size(); }
 
   // Waits up to timeout_ms for output (or for `extra_fd` to become readable) and handles what
   // arrived. *extra_ready tells whether extra_fd is readable.
@@ -52,23 +65,46 @@ class LogMux {
   void Message(const std::string& text);
   // Removes the status line for good (at the end of the job).
   void ClearStatus();
+  // Writes what is queued for the console, waiting at most timeout_ms for it to take it.
+  void FlushConsole(int timeout_ms);
+  // Lines the log files could not take (disk full), over every stream.
+  size_t lost_log_lines() const;
 
  private:
   struct Stream {
     std::string label;
+    std::string log_path;
     int read_fd = -1;
     int log_fd = -1;
     std::string partial;
     std::deque<std::string> tail;
+    size_t lost_lines = 0;  // lines the log file did not take
+  };
+  // Where console and message text goes: the caller's descriptor, or our own non-blocking
+  // copy of it (owned) when it is a pipe or a terminal.
+  struct Sink {
+    int fd = -1;
+    bool owned = false;
+    bool nonblocking = false;
+    bool broken = false;  // a write failed for good (closed pipe): text for it is dropped
   };
 
   void HandleReadable(Stream& s);
   void EmitLine(Stream& s, std::string_view line, std::string* console);
   void WriteConsole(const std::string& text);
+  void Enqueue(size_t sink, std::string text);
+  // Writes queued text while the sinks take it without blocking.
+  void Flush();
+  bool queued() const { return !queue_.empty(); }
 
   LogMuxOptions options_;
   std::vector<Stream> streams_;
   std::string status_;
+  std::vector<Sink> sinks_;  // [0] console, [1] messages (the same as [0] when fds are equal)
+  size_t message_sink_ = 0;
+  std::deque<std::pair<size_t, std::string>> queue_;  // in the order written
+  size_t queued_bytes_ = 0;
+  size_t dropped_lines_ = 0;  // console lines dropped past the backlog, not yet reported
 };
 
 }  // namespace cadre::launch

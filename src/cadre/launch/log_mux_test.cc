@@ -1,8 +1,14 @@
 // The log multiplexer: whole, prefixed lines on the console, raw lines in the log files.
 #include "cadre/launch/log_mux.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include <filesystem>
 #include <fstream>
@@ -83,6 +89,96 @@ TEST(LogMux, QuietKeepsLogsOnly) {
   EXPECT_EQ(ReadAll(console[0]), "");
   close(console[0]);
   EXPECT_EQ(ReadFile(dir / "a.log"), "x\n");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LogMux, AFullDiskIsReportedOnceAndCounted) {
+  int console[2];
+  ASSERT_EQ(pipe(console), 0);
+  {
+    LogMux mux(LogMuxOptions{console[1], console[1], true, false, 20});
+    int a = -1;
+    size_t ia = 0;
+    // /dev/full fails every write with ENOSPC, as a full disk does.
+    ASSERT_TRUE(mux.AddStream("learner-1/0", "/dev/full", &a, &ia).ok());
+    ASSERT_EQ(write(a, "one\ntwo\nthree\n", 14), 14);
+    close(a);
+    mux.Drain(2000);
+    EXPECT_EQ(mux.lost_log_lines(), 3u);
+    EXPECT_EQ(mux.tail(ia).back(), "three");  // the failure summary still has the lines
+  }
+  close(console[1]);
+  std::string out = ReadAll(console[0]);
+  close(console[0]);
+  EXPECT_NE(out.find("cannot write /dev/full: No space left on device"), std::string::npos) << out;
+  // Once, not once per line.
+  EXPECT_EQ(out.find("cannot write", out.find("cannot write") + 1), std::string::npos) << out;
+}
+
+TEST(LogMux, AConsoleThatTakesNothingDoesNotHoldUpTheLoop) {
+  auto dir = std::filesystem::temp_directory_path() / ("log_mux_p." + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  int console[2];
+  ASSERT_EQ(pipe(console), 0);
+  // A paused pager: a pipe nobody reads, already full.
+  ASSERT_EQ(fcntl(console[1], F_SETFL, O_NONBLOCK), 0);
+  std::string block(4096, 'x');
+  while (write(console[1], block.data(), block.size()) > 0) {
+  }
+  ASSERT_EQ(fcntl(console[1], F_SETFL, 0), 0);  // the caller's descriptor blocks again
+  // The test's bound: were console writes blocking, Poll would never return; after two minutes
+  // this watchdog unblocks it by reading the pipe (and the test fails).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool loop_done = false, watchdog_fired = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::minutes(2), [&] { return loop_done; })) {
+      watchdog_fired = true;
+      char buf[65536];
+      for (bool eof = false; !eof && !loop_done;) {
+        lock.unlock();
+        pollfd p{console[0], POLLIN, 0};
+        eof = poll(&p, 1, 100) > 0 && read(console[0], buf, sizeof(buf)) <= 0;
+        lock.lock();
+      }
+    }
+  });
+  std::thread reader;
+  {
+    LogMux mux(LogMuxOptions{console[1], console[1], false, false, 20});
+    int a = -1;
+    size_t ia = 0;
+    ASSERT_TRUE(mux.AddStream("learner-1/0", dir / "a.log", &a, &ia).ok());
+    // Far more than the console backlog: the loop must keep reading and logging anyway.
+    std::string line(1000, 'y');
+    line += '\n';
+    std::thread writer([a, line] {
+      for (int i = 0; i < 3000; ++i) {
+        if (write(a, line.data(), line.size()) != static_cast<ssize_t>(line.size())) break;
+      }
+      close(a);
+    });
+    bool extra = false;
+    for (int i = 0; i < 100000 && !mux.all_closed(); ++i) mux.Poll(100, -1, &extra);
+    bool closed = mux.all_closed();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      loop_done = true;
+    }
+    cv.notify_all();
+    watchdog.join();
+    EXPECT_FALSE(watchdog_fired) << "a console that takes nothing held up the loop";
+    if (!watchdog_fired) reader = std::thread([fd = console[0]] { ReadAll(fd); });
+    writer.join();
+    EXPECT_TRUE(closed);
+    mux.Drain(2000);
+    EXPECT_EQ(mux.tail(ia).size(), 20u);
+  }
+  close(console[1]);
+  if (reader.joinable()) reader.join();
+  close(console[0]);
+  EXPECT_EQ(std::filesystem::file_size(dir / "a.log"), 3000u * 1001u);
   std::filesystem::remove_all(dir);
 }
 

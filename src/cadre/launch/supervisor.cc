@@ -5,10 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "cadre/launch/local_job.h"
 
@@ -67,7 +70,7 @@ void LocalJob::StopSlots(bool servers_only) {
     if (!s.running || s.stop_requested) continue;
     if (servers_only && !spec_.is_server(s.learner_id)) continue;
     s.stop_requested = true;
-    kill(-s.pid, SIGTERM);
+    SignalSlot(s, SIGTERM);
   }
   if (servers_only) {
     servers_stopping_ = true;
@@ -78,10 +81,15 @@ void LocalJob::StopSlots(bool servers_only) {
   UpdateStatus();
 }
 
+// Only a slot whose keeper we have not reaped is signalled through its group: its pid, and so
+// its group id, cannot have been reused. A slot that never started has no pid (and -0 would be
+// our own group); a reaped one's leftovers are our children as subreaper (KillLeftovers).
+void LocalJob::SignalSlot(const SlotStatus& s, int sig) {
+  if (s.running && s.pid > 0) kill(-s.pid, sig);
+}
+
 void LocalJob::KillRunning() {
-  for (auto& s : status_.slots) {
-    if (s.running) kill(-s.pid, SIGKILL);
-  }
+  for (auto& s : status_.slots) SignalSlot(s, SIGKILL);
 }
 
 void LocalJob::OnSignal(int sig) {
@@ -89,6 +97,7 @@ void LocalJob::OnSignal(int sig) {
   if (stop_signal_ != 0 || stopping_) {
     mux_.Message("cadre: " + SignalName(sig) + " again: killing every slot now\n");
     KillRunning();
+    kill_deadline_.emplace(Duration::zero());  // and give up on them in bounded time
     if (stop_signal_ == 0) stop_signal_ = sig;
     return;
   }
@@ -114,7 +123,7 @@ void LocalJob::OnChildExit(pid_t pid, int wait_status) {
   bool server = spec_.is_server(s.learner_id);
   if (!s.succeeded() && !s.stop_requested && !(server && servers_stopping_)) {
     Fail(index, SlotName(s) + (server ? " (parameter server) " : " ") + s.Describe() + " after " +
-                    Seconds(Clock::now() - started_));
+                    Seconds(Clock::now() - start_began_));
   }
   // PS mode: once every worker has succeeded, the servers' work is done.
   if (spec_.parameter_servers > 0 && !stopping_ && !servers_stopping_) {
@@ -128,17 +137,23 @@ void LocalJob::OnChildExit(pid_t pid, int wait_status) {
 }
 
 void LocalJob::ReapExited() {
+  std::vector<std::pair<pid_t, int>> exits;
   for (;;) {
     int wait_status = 0;
     pid_t pid = waitpid(-1, &wait_status, WNOHANG);
-    if (pid <= 0) return;
-    OnChildExit(pid, wait_status);
+    if (pid <= 0) break;
+    exits.emplace_back(pid, wait_status);
   }
+  // Deaths by a signal first: when a killed learner's peers fail because of it in the same
+  // moment, the job's failure (and the learner an elastic restart drops) is the killed one.
+  std::stable_partition(exits.begin(), exits.end(),
+                        [](const auto& e) { return WIFSIGNALED(e.second); });
+  for (const auto& [pid, wait_status] : exits) OnChildExit(pid, wait_status);
 }
 
 void LocalJob::KillLeftovers() {
-  // Whatever a slot started in its process group, and orphans reparented to us.
-  for (const auto& s : status_.slots) kill(-s.pid, SIGKILL);
+  // Whatever a running slot started in its process group, and orphans reparented to us.
+  KillRunning();
   Deadline deadline(std::chrono::seconds(5));
   for (;;) {
     std::set<pid_t> orphans = ChildrenOfSelf();
@@ -162,13 +177,34 @@ std::string LocalJob::StatusLineText() const {
          " s" + (stopping_ ? "  (stopping)" : "");
 }
 
-int LocalJob::Supervise(int signal_fd) {
+// A slot that outlives SIGKILL this long (a process stuck in the kernel) is left behind, so that
+// stopping a job always ends.
+constexpr auto kAbandonAfter = std::chrono::seconds(10);
+
+void LocalJob::AbandonRunning() {
+  for (auto& s : status_.slots) {
+    if (!s.running) continue;
+    mux_.Message("cadre: warning: " + SlotName(s) + " (pid " + std::to_string(s.pid) +
+                 ") did not end within " + Seconds(kAbandonAfter) +
+                 " of SIGKILL; leaving it behind\n");
+    s.running = false;
+    s.end_time = WallClock::now();
+  }
+}
+
+void LocalJob::SuperviseStart(int signal_fd) {
+  std::optional<Deadline> abandon;
   while (running_slots() > 0) {
     int timeout = kTickMs;
     if (kill_deadline_) {
       if (kill_deadline_->expired()) {
         KillRunning();
         timeout = 100;
+        if (!abandon) abandon.emplace(kAbandonAfter);
+        if (abandon->expired()) {
+          AbandonRunning();
+          break;
+        }
       } else {
         timeout = std::min(timeout, kill_deadline_->poll_timeout_ms());
       }
@@ -192,7 +228,68 @@ int LocalJob::Supervise(int signal_fd) {
     }
   }
   KillLeftovers();
+}
+
+bool LocalJob::RestartWanted() const {
+  // Only a learner's own failure: not a signal to the runner, a set-up failure or a dead network.
+  return stop_signal_ == 0 && status_.failed_slot.has_value() &&
+         status_.restarts < spec_.max_restarts;
+}
+
+void LocalJob::Restart() {
+  const SlotStatus& failed = status_.slots[*status_.failed_slot];
+  int nodes = requested_nodes_;
+  std::string how = "starting all " + std::to_string(nodes) + " learners again";
+  if (spec_.min_nodes < requested_nodes_) {
+    // Elastic: the failed learner is lost; go on without it while enough remain, else start
+    // every learner again. On this backend learners are alike, so the job goes on as learners
+    // 1..nodes-1 (ranks stay contiguous).
+    if (spec_.nodes - 1 >= spec_.min_nodes) {
+      nodes = spec_.nodes - 1;
+      how = "learner-" + std::to_string(failed.learner_id) + " is lost: going on with " +
+            std::to_string(nodes) + " learners (min_nodes " + std::to_string(spec_.min_nodes) + ")";
+    } else {
+      how = "fewer than min_nodes (" + std::to_string(spec_.min_nodes) + ") would remain: " + how;
+    }
+  }
+  ++status_.restarts;
+  status_.restart_causes.push_back(status_.failure);
+  std::string text = "cadre: restart " + std::to_string(status_.restarts) + " of " +
+                     std::to_string(spec_.max_restarts) + " after " + status_.failure + "; " + how +
+                     " (CADRE_RESTART_COUNT=" + std::to_string(status_.restarts) + ")";
+  mux_.Drain(1000);  // the stopped slots' last lines, before the marker
+  for (size_t i = 0; i < mux_.streams(); ++i) mux_.Note(i, text);
+  mux_.Message(text + "\n");
+
+  status_.failure.clear();
+  status_.failed_slot.reset();
+  stopping_ = false;
+  servers_stopping_ = false;
+  kill_deadline_.reset();
+  spec_.nodes = nodes;
+  layout_.restart_count = status_.restarts;
+  start_began_ = Clock::now();
+  MakeSlots();
+  if (Status st = StartStore(); !st.ok()) {
+    AbortStart("restart " + std::to_string(status_.restarts) + ": " + st.message());
+    return;
+  }
+  UpdateStatus();
+  if (Status st = StartSlots(); !st.ok()) {
+    AbortStart("restart " + std::to_string(status_.restarts) + ": " + st.message());
+  }
+}
+
+int LocalJob::Supervise(int signal_fd) {
+  for (;;) {
+    SuperviseStart(signal_fd);
+    if (!RestartWanted()) break;
+    Restart();
+  }
   mux_.Drain(1000);
+  if (size_t lost = mux_.lost_log_lines(); lost > 0) {
+    Warn(std::to_string(lost) + " lines of the slots' output could not be written to their logs");
+  }
   mux_.ClearStatus();
 
   status_.end_time = WallClock::now();
@@ -214,13 +311,19 @@ int LocalJob::Supervise(int signal_fd) {
 void LocalJob::PrintSummary() {
   std::string elapsed = Seconds(Clock::now() - started_);
   std::string where = layout_.job_dir.string();
+  std::string restarts;
+  if (status_.restarts > 0) {
+    restarts = " after " + std::to_string(status_.restarts) +
+               (status_.restarts == 1 ? " restart" : " restarts");
+  }
   if (status_.state == JobState::kCompleted) {
     mux_.Message("cadre: job " + layout_.training_id + " completed in " + elapsed + " (" +
-                 std::to_string(status_.slots.size()) + " slots); results in " + where + "\n");
+                 std::to_string(status_.slots.size()) + " slots" + restarts + "); results in " +
+                 where + "\n");
     return;
   }
   std::string text = "cadre: job " + layout_.training_id + " " + JobStateName(status_.state) +
-                     ": " + status_.failure + "\n";
+                     restarts + ": " + status_.failure + "\n";
   if (status_.failed_slot) {
     const SlotStatus& s = status_.slots[*status_.failed_slot];
     const auto& tail = mux_.tail(*status_.failed_slot);
