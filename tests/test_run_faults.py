@@ -1,0 +1,65 @@
+"""`cadre run` never harms its host: a slot that cannot start kills nobody, the job directory is
+never someone else's, files are not written through planted symlinks."""
+import json
+import os
+import subprocess
+
+from runner_helpers import CADRE
+
+
+def run_shell(script, cwd, timeout=120):
+    """Runs a shell script in its own session (so that a runner signalling its own process group
+    would kill the script, not pytest); returns the CompletedProcess."""
+    env = dict(os.environ, CADRE=CADRE)
+    env.pop("CADRE_HOSTS_METHOD", None)
+    return subprocess.run(["sh", "-c", script], cwd=cwd, env=env, timeout=timeout,
+                          start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def test_a_slot_that_cannot_start_kills_nobody(tmp_path):
+    # Too few file descriptors for 12 learners' pipes and logs: some slots never get a pid.
+    # The runner once sent SIGKILL to process group 0 for them: itself and this shell.
+    proc = run_shell('ulimit -n 24; "$CADRE" run -q -n 12 --framework pytorch-ddl -- sleep 30; '
+                     'echo "shell survived, cadre exited $?"', tmp_path)
+    assert "shell survived, cadre exited 1" in proc.stdout, (proc.stdout, proc.stderr)
+    assert "cadre run: " in proc.stderr and "Too many open files" in proc.stderr, proc.stderr
+    (job_dir,) = list((tmp_path / "runs").iterdir())
+    status = json.loads((job_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "Too many open files" in status["failure"]
+
+
+def test_an_existing_job_directory_is_never_reused(tmp_path):
+    out = tmp_path / "out"
+    (out / "learner-1").mkdir(parents=True)
+    (out / "learner-1" / "slot-0.log").write_text("an earlier job's log\n")
+    proc = run_shell('"$CADRE" run -q -o out -- true', tmp_path)
+    assert proc.returncode == 1
+    assert "already exists and is not an empty folder" in proc.stderr, proc.stderr
+    assert (out / "learner-1" / "slot-0.log").read_text() == "an earlier job's log\n"
+
+
+def test_no_file_is_written_through_a_planted_symlink(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("status.json.tmp", "hosts.tmp", "manifest.yaml.tmp"):
+        os.symlink(victim, out / name)
+    proc = run_shell('"$CADRE" run -q -o out -- true', tmp_path)
+    assert proc.returncode == 1 and "already exists" in proc.stderr, proc.stderr
+    assert victim.read_text() == "precious\n"
+    # A symlink as the job directory itself is refused too.
+    os.symlink(tmp_path / "elsewhere", tmp_path / "link")
+    (tmp_path / "elsewhere").mkdir()
+    proc = run_shell('"$CADRE" run -q -o link -- true', tmp_path)
+    assert proc.returncode == 1 and "already exists" in proc.stderr, proc.stderr
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_an_empty_folder_made_for_the_job_is_taken(tmp_path):
+    (tmp_path / "out").mkdir()
+    proc = run_shell('"$CADRE" run -q -o out -- sh -c "echo hi"', tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "learner-1" / "slot-0.log").read_text() == "hi\n"
+    assert [p.name for p in (tmp_path / "out").iterdir() if ".tmp" in p.name] == []
