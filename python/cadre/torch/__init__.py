@@ -22,3 +22,4 @@ from cadre.torch.mpi_ops import (  # noqa: F401
 from cadre.torch.optimizer import DistributedOptimizer  # noqa: F401
 from cadre.torch.sparse import sparse_allreduce, sparse_allreduce_async  # noqa: F401
 from cadre.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+from cadre.torch import elastic  # noqa: F401,E402

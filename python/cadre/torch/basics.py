@@ -24,7 +24,13 @@ class HorovodInternalError(RuntimeError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod elastic's signal; defined for scripts that import it."""
+    """hvd.elastic: the set of hosts changed. ``hvd.elastic.run`` resets and calls the training
+    function again, without rolling the state back; ``skip_sync`` skips the sync from rank 0
+    (Horovod sets it when hosts were only added)."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__(skip_sync)
+        self.skip_sync = skip_sync
 
 
 def _env_int(names, default=None):

@@ -1,0 +1,1 @@
+"""``horovod.common``: the framework-neutral names scripts import (exceptions, elastic state)."""
