@@ -1,7 +1,12 @@
 """Fashion-MNIST with PyTorch in Horovod mode (`pytorch-horovod`): a single-process training
 script plus the lines marked "# Horovod" — exactly what a Horovod user writes, and
 `import horovod.torch as hvd` works the same. Run it with
-`cadre run examples/fashion_mnist/horovod.yaml`; started by hand it is a job of size 1."""
+`cadre run examples/fashion_mnist/horovod.yaml`; started by hand it is a job of size 1.
+
+It checkpoints after every epoch (rank 0, to CHECKPOINT_DIR) and resumes from the checkpoint
+when one is there, so under `cadre run --max-restarts 1` a learner killed mid-epoch costs only
+that epoch: the job restarts and carries on from the last one finished. Each epoch seeds its own
+random numbers, so a resumed epoch is the epoch an undisturbed run would have trained."""
 import argparse
 import gzip
 import os
@@ -30,6 +35,34 @@ if not os.path.exists(os.path.join(DEFAULT_DATA, "train-images-idx3-ubyte.gz")):
     DEFAULT_DATA = DEBIAN_DATA
 parser.add_argument("--data-dir", default=DEFAULT_DATA)
 parser.add_argument("--result-dir", default=os.environ.get("RESULT_DIR", "."))
+parser.add_argument("--checkpoint-dir", default=os.environ.get("CHECKPOINT_DIR", ""),
+                    help="where the per-epoch checkpoint goes (empty: none)")
+parser.add_argument("--log-interval", type=int, default=100, help="batches between loss lines")
+
+
+def save_checkpoint(path, epoch, model, optimizer):
+    """Rank 0 only: written to a temporary file and renamed, so a kill mid-write leaves the
+    previous checkpoint whole."""
+    tmp = path + ".tmp"
+    torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
+               tmp)
+    os.replace(tmp, path)
+
+
+def resume(path, model, optimizer):
+    """The first epoch to train: 1, or the one after the checkpoint's. Rank 0 reads the
+    checkpoint; every rank gets its weights and optimizer state by broadcast."""
+    epoch = 0
+    if hvd.rank() == 0 and path and os.path.exists(path):
+        saved = torch.load(path, map_location="cpu")
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        epoch = saved["epoch"]
+    epoch = hvd.broadcast_object(epoch, root_rank=0, name="resume_epoch")  # Horovod
+    if epoch and hvd.rank() == 0:
+        print("resuming after epoch %d from %s (restart %s)"
+              % (epoch, path, os.environ.get("CADRE_RESTART_COUNT", "0")), flush=True)
+    return epoch + 1
 
 
 def read_idx(path):
@@ -82,6 +115,9 @@ def main():
     model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(),  # Horovod: lr x size
                                 momentum=args.momentum)
+    checkpoint = args.checkpoint_dir and os.path.join(args.checkpoint_dir,
+                                                      "fashion_mnist_horovod.pt")
+    first_epoch = resume(checkpoint, model, optimizer)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)  # Horovod
     optimizer = hvd.DistributedOptimizer(  # Horovod
@@ -89,9 +125,10 @@ def main():
         compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
 
     start = time.time()
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(first_epoch, args.epochs + 1):
         model.train()
         sampler.set_epoch(epoch)
+        torch.manual_seed(args.seed + 1000 * epoch + hvd.rank())  # this epoch's dropout
         for i, (x, y) in enumerate(loader):
             if args.max_batches and i >= args.max_batches:
                 break
@@ -100,11 +137,13 @@ def main():
             loss = F.nll_loss(model(x), y)
             loss.backward()
             optimizer.step()
-            if i % 100 == 0:
+            if i % args.log_interval == 0:
                 avg = hvd.allreduce(loss.detach(), name="train_loss").item()  # Horovod
                 if hvd.rank() == 0:
                     print("epoch %d batch %d/%d loss %.4f (%.0f s)"
                           % (epoch, i, len(loader), avg, time.time() - start), flush=True)
+        if checkpoint and hvd.rank() == 0:
+            save_checkpoint(checkpoint, epoch, model, optimizer)
 
     # Each rank scores its share of the test set; the counts are summed across ranks.
     model.eval()
