@@ -36,7 +36,9 @@ JobContract JobContractOf(const JobSpec& spec, const JobLayout& layout) {
   job.job_dir = layout.job_dir;
   job.data_dir = layout.data_dir;
   job.model_dir = spec.work_dir;
-  job.hosts = layout.hosts;
+  // The learners of this start: fewer than the layout's after an elastic restart.
+  job.hosts.assign(layout.hosts.begin(),
+                   layout.hosts.begin() + std::min<ptrdiff_t>(spec.nodes, layout.hosts.size()));
   // Names resolve through getaddrinfo only with a private /etc/hosts; otherwise hand out
   // addresses wherever a plain program would need to resolve.
   job.names_resolve = layout.hosts_method != HostsMethod::kCadreHosts;

@@ -49,6 +49,11 @@ TEST(LearnerEnv, RestartCountAndBudget) {
   EXPECT_EQ(third["CADRE_MAX_RESTARTS"], "3");
   EXPECT_EQ(third["TORCHELASTIC_RESTART_COUNT"], "2");  // torchrun's names too
   EXPECT_EQ(third["TORCHELASTIC_MAX_RESTARTS"], "3");
+  // An elastic restart on fewer learners than the layout placed: the contract is the smaller job.
+  spec.nodes = 1;
+  auto smaller = ContractEnv(spec, layout, 1, 0);
+  EXPECT_EQ(smaller["NUM_LEARNERS"], "1");
+  EXPECT_EQ(smaller["CADRE_SIZE"], "1");
 }
 
 TEST(LearnerEnv, RanksAndAliasesInAllreduceMode) {

@@ -275,9 +275,13 @@ void LocalJob::Restart() {
     return;
   }
   UpdateStatus();
-  if (Status st = StartSlots(); !st.ok()) {
-    AbortStart("restart " + std::to_string(status_.restarts) + ": " + st.message());
+  Status st;
+  try {
+    st = StartSlots();
+  } catch (const Error& e) {
+    st = e.status();
   }
+  if (!st.ok()) AbortStart("restart " + std::to_string(status_.restarts) + ": " + st.message());
 }
 
 int LocalJob::Supervise(int signal_fd) {
