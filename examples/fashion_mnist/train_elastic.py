@@ -53,7 +53,7 @@ def main():
     def train(state):
         if hvd.elastic.restart_count() and hvd.rank() == 0:
             print("restart %d: resuming at epoch %d batch %d on %d ranks"
-                  % (hvd.elastic.restart_count(), state.epoch, state.batch, hvd.size()),
+                  % (hvd.elastic.restart_count(), state.epoch + 1, state.batch, hvd.size()),
                   flush=True)
         on_reset()
         for state.epoch in range(state.epoch, args.epochs):
