@@ -13,6 +13,7 @@ constexpr AddCommand kCommands[] = {
     cadre::cli::AddVersionCommand,        cadre::cli::AddRunCommand,
     cadre::cli::AddBenchAllreduceCommand, cadre::cli::AddNetemCommand,
     cadre::cli::AddPsServerCommand,       cadre::cli::AddBenchPsCommand,
+    cadre::cli::AddTaskCommand,           cadre::cli::AddK8sCommand,
 };
 
 }  // namespace

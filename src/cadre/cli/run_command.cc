@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cadre/backends/backend.h"
 #include "cadre/cli/commands.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/local_backend.h"
@@ -33,6 +34,11 @@ struct RunFlags {
   bool quiet = false;
   std::optional<std::string> emulate_network;  // a netem link spec
   bool require_delay = false;
+  // Where the learners run (backends/backend.h).
+  std::string backend = "local";
+  double queue_timeout_seconds = 0;
+  std::optional<int> time_limit_minutes;
+  std::string partition, hostfile, store_host;
 };
 
 bool IsManifestPath(const std::string& arg) {
@@ -106,6 +112,20 @@ int Run(const RunFlags& flags) {
     Status parsed = netem::ParseLinkSpec(*flags.emulate_network, &*link);
     if (!parsed.ok()) problems.Add("--emulate-network", parsed.message());
   }
+  backends::BackendOptions backend;
+  if (Status kind = backends::ParseBackendKind(flags.backend, &backend.kind); !kind.ok()) {
+    problems.Add("--backend", kind.message());
+  }
+  if (flags.queue_timeout_seconds < 0) problems.Add("--queue-timeout", "must not be negative");
+  backend.queue_timeout =
+      std::chrono::seconds(static_cast<int64_t>(flags.queue_timeout_seconds + 0.999));
+  backend.time_limit_minutes = flags.time_limit_minutes;
+  backend.partition = flags.partition;
+  backend.hostfile = flags.hostfile;
+  backend.store_host = flags.store_host;
+  if (backend.kind != backends::BackendKind::kLocal && flags.emulate_network) {
+    problems.Add("--emulate-network", "emulates nodes for the local backend only");
+  }
   if (flags.require_delay && !flags.emulate_network) {
     problems.Add("--require-delay", "only means something with --emulate-network");
   }
@@ -139,8 +159,14 @@ int Run(const RunFlags& flags) {
               << (python.interpreter.empty() ? "" : " (using " + python.interpreter + ")")
               << "; set CADRE_PYTHON to choose the learners' interpreter\n";
   }
+  // A missing engine is one clear error before anything starts.
+  std::unique_ptr<backends::Backend> runner = backends::MakeBackend(backend);
+  if (Status engine = runner->CheckEngine(); !engine.ok()) {
+    std::cerr << "cadre run: " << engine.message() << "; nothing was started\n";
+    return 2;
+  }
   launch::JobOutcome outcome;
-  Status st = launch::RunLocalJob(*spec, options, &outcome);
+  Status st = runner->Run(*spec, options, &outcome);
   if (!st.ok()) {
     std::cerr << "cadre run: " << st.ToString() << "\n";
     return 1;
@@ -188,6 +214,18 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--require-delay", flags->require_delay,
                 "With --emulate-network: fail instead of warning when this kernel cannot emulate "
                 "delay/loss");
+  cmd->add_option("--backend", flags->backend,
+                  "Where the learners run: local (default), slurm (sbatch), mpi (mpirun "
+                  "--hostfile) (docs/backends.md)");
+  cmd->add_option("--queue-timeout", flags->queue_timeout_seconds,
+                  "Slurm: cancel the job if it is still pending after this many seconds");
+  cmd->add_option("--time-limit", flags->time_limit_minutes,
+                  "Slurm: the job's time limit, minutes");
+  cmd->add_option("--partition", flags->partition, "Slurm: the partition to submit to");
+  cmd->add_option("--hostfile", flags->hostfile, "Open MPI: the hosts, one learner each");
+  cmd->add_option("--store-host", flags->store_host,
+                  "Slurm/Open MPI: the address the nodes reach this machine at (default: this "
+                  "host's name, resolved here)");
   cmd->callback([flags, exit_code] { *exit_code = Run(*flags); });
 }
 

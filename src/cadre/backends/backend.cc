@@ -1,0 +1,102 @@
+#include "cadre/backends/backend.h"
+
+#include <unistd.h>
+
+#include "cadre/backends/mpi_backend.h"
+#include "cadre/backends/slurm_backend.h"
+
+namespace cadre::backends {
+namespace {
+
+class LocalBackend : public Backend {
+ public:
+  std::string_view name() const override { return "local"; }
+  Status CheckEngine() const override { return Status::Ok(); }
+  Status Run(const launch::JobSpec& spec, const launch::RunOptions& options,
+             launch::JobOutcome* outcome) override {
+    return launch::RunLocalJob(spec, options, outcome);
+  }
+};
+
+// Kubernetes jobs are rendered (`cadre k8s render`) and applied with kubectl by the user.
+class KubernetesBackend : public Backend {
+ public:
+  std::string_view name() const override { return "kubernetes"; }
+  Status CheckEngine() const override { return RequirePrograms("kubernetes", {"kubectl"}); }
+  Status Run(const launch::JobSpec&, const launch::RunOptions&, launch::JobOutcome*) override {
+    return {Code::kUnavailable,
+            "cadre run --backend kubernetes is not built yet: render the job's objects with "
+            "`cadre k8s render job.yaml` and apply them with `kubectl apply -f` "
+            "(docs/backends.md)"};
+  }
+};
+
+bool OnPath(const std::string& program) {
+  const char* path = getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t colon = std::min(dirs.find(':', start), dirs.size());
+    std::string dir = dirs.substr(start, colon - start);
+    if (dir.empty()) dir = ".";
+    if (access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+    start = colon + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status ParseBackendKind(std::string_view name, BackendKind* kind) {
+  for (BackendKind k :
+       {BackendKind::kLocal, BackendKind::kSlurm, BackendKind::kMpi, BackendKind::kKubernetes}) {
+    if (name == BackendName(k)) {
+      *kind = k;
+      return Status::Ok();
+    }
+  }
+  return InvalidArgument("'" + std::string(name) +
+                         "' is not a backend: local, slurm, mpi or kubernetes");
+}
+
+std::string_view BackendName(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kLocal:
+      return "local";
+    case BackendKind::kSlurm:
+      return "slurm";
+    case BackendKind::kMpi:
+      return "mpi";
+    case BackendKind::kKubernetes:
+      return "kubernetes";
+  }
+  return "?";
+}
+
+Status RequirePrograms(std::string_view engine, std::initializer_list<const char*> programs) {
+  for (const char* p : programs) {
+    if (!OnPath(p)) {
+      return {Code::kUnavailable, "the " + std::string(engine) + " backend needs `" +
+                                      std::string(p) +
+                                      "`, which is not on PATH: install the engine's client "
+                                      "commands here, or choose another --backend"};
+    }
+  }
+  return Status::Ok();
+}
+
+std::unique_ptr<Backend> MakeBackend(const BackendOptions& options) {
+  switch (options.kind) {
+    case BackendKind::kSlurm:
+      return MakeSlurmBackend(options);
+    case BackendKind::kMpi:
+      return MakeMpiBackend(options);
+    case BackendKind::kKubernetes:
+      return std::make_unique<KubernetesBackend>();
+    case BackendKind::kLocal:
+      break;
+  }
+  return std::make_unique<LocalBackend>();
+}
+
+}  // namespace cadre::backends

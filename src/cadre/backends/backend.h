@@ -1,0 +1,60 @@
+// Backends: the engines that start a job's learners. The local backend runs them as processes on
+// this machine (launch/local_backend.h); Slurm and Open MPI start them on a cluster's nodes, where
+// `cadre task` turns the engine's facts about each process (its rank, its node, the node list)
+// into the same learner contract (launch/contract.h) before running the job's command. So a
+// training script never notices which engine ran it.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "cadre/base/status.h"
+#include "cadre/launch/job_spec.h"
+#include "cadre/launch/local_backend.h"
+
+namespace cadre::backends {
+
+enum class BackendKind { kLocal, kSlurm, kMpi, kKubernetes };
+
+// "local", "slurm", "mpi", "kubernetes"; InvalidArgument listing the names otherwise.
+Status ParseBackendKind(std::string_view name, BackendKind* kind);
+std::string_view BackendName(BackendKind kind);
+
+struct BackendOptions {
+  BackendKind kind = BackendKind::kLocal;
+  // Slurm: a job still pending after this long is cancelled and reported; zero waits for ever.
+  std::chrono::seconds queue_timeout{0};
+  std::optional<int> time_limit_minutes;  // sbatch --time
+  std::string partition;                  // sbatch --partition; empty: the cluster's default
+  std::filesystem::path hostfile;         // Open MPI: the hosts, one learner each
+  // The address learners reach this machine's rendezvous store at; empty: this host's name,
+  // resolved here.
+  std::string store_host;
+  // The cadre program the nodes run (`cadre task`); empty: this one (/proc/self/exe). It must be
+  // at the same path on every node, as must the job directory.
+  std::filesystem::path cadre_program;
+  std::chrono::milliseconds poll_interval{500};
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Whether the engine's commands are here: one clear error (kUnavailable) before anything starts.
+  virtual Status CheckEngine() const = 0;
+  // Runs the job to its end, as RunLocalJob: a failed Status when it could not be set up or
+  // submitted, the job's own outcome in *outcome.
+  virtual Status Run(const launch::JobSpec& spec, const launch::RunOptions& options,
+                     launch::JobOutcome* outcome) = 0;
+};
+
+std::unique_ptr<Backend> MakeBackend(const BackendOptions& options);
+
+// kUnavailable naming the first of `programs` that is not on PATH, and what needs it.
+Status RequirePrograms(std::string_view engine, std::initializer_list<const char*> programs);
+
+}  // namespace cadre::backends

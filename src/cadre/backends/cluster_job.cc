@@ -1,0 +1,238 @@
+#include "cadre/backends/cluster_job.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "cadre/backends/task.h"
+#include "cadre/launch/python_env.h"
+
+namespace cadre::backends {
+namespace {
+
+namespace fs = std::filesystem;
+
+// This machine's address as its own name resolves (what the nodes are likely to reach).
+std::string OwnAddress() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(name, nullptr, &hints, &res) != 0 || res == nullptr) return "127.0.0.1";
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, text, sizeof(text));
+  freeaddrinfo(res);
+  return text;
+}
+
+std::string Seconds(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+}  // namespace
+
+BlockStopSignals::BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  pthread_sigmask(SIG_BLOCK, &set, &old_);
+}
+
+BlockStopSignals::~BlockStopSignals() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+ClusterJob::ClusterJob(const launch::JobSpec& spec, const launch::RunOptions& run,
+                       const BackendOptions& backend)
+    : spec_(spec), run_(run), backend_(backend), logs_(run.console_fd, run.quiet) {}
+
+fs::path ClusterJob::cadre_program() const {
+  if (!backend_.cadre_program.empty()) return fs::absolute(backend_.cadre_program);
+  std::error_code ec;
+  return fs::read_symlink("/proc/self/exe", ec);
+}
+
+void ClusterJob::Message(const std::string& text) const {
+  std::string line = "cadre: " + text + "\n";
+  if (write(run_.message_fd, line.data(), line.size()) < 0) {
+    // Nothing to do: the message is also in status.json where it matters.
+  }
+}
+
+Status ClusterJob::Prepare(const std::string& engine) {
+  engine_ = engine;
+  layout_.training_id = launch::NewTrainingId();
+  layout_.job_dir = run_.output_dir ? fs::absolute(*run_.output_dir)
+                                    : fs::absolute(spec_.results_dir / layout_.training_id);
+  layout_.data_dir = spec_.data_dir.empty() ? layout_.job_dir / "data" : spec_.data_dir;
+  layout_.job_token = launch::NewJobToken();
+  layout_.python_path = launch::CadrePythonPath();
+  // The engine places the learners; their names are known here, their addresses on the nodes.
+  for (int id = 1; id <= spec_.nodes; ++id) {
+    layout_.hosts.push_back({id, layout_.name_prefix + "-" + std::to_string(id), ""});
+  }
+  std::error_code ec;
+  fs::create_directories(layout_.job_dir, ec);
+  if (ec) {
+    return IoError("cannot create the job directory " + layout_.job_dir.string() + ": " +
+                   ec.message());
+  }
+  if (!run_.python.interpreter.empty()) {
+    layout_.python_bin_dir = layout_.job_dir / "bin";
+    fs::create_directories(layout_.python_bin_dir, ec);
+    for (const char* name : {"python3", "python"}) {
+      fs::create_symlink(run_.python.interpreter, layout_.python_bin_dir / name, ec);
+      if (ec) return IoError("cannot create the job's " + std::string(name) + ": " + ec.message());
+    }
+  }
+  CADRE_RETURN_IF_ERROR(launch::CreateJobDirectory(spec_, layout_));
+  try {
+    store::TcpStoreServerOptions o;
+    o.host = "0.0.0.0";  // the nodes connect from their own addresses; the token keeps others out
+    o.token = layout_.job_token;
+    store_ = std::make_unique<store::TcpStoreServer>(o);
+    std::string address = store_->address();
+    std::string host = backend_.store_host.empty() ? OwnAddress() : backend_.store_host;
+    layout_.store_address = host + address.substr(address.rfind(':'));
+  } catch (const Error& e) {
+    return e.status().WithContext("starting the job's rendezvous store");
+  }
+  TaskPlan plan;
+  plan.job = launch::JobContractOf(spec_, layout_);
+  plan.job.hosts.clear();
+  plan.job.cores = 0;
+  plan.command = spec_.command;
+  plan.command_argv = spec_.command_argv;
+  plan.python_bin_dir = layout_.python_bin_dir;
+  plan.python_path = layout_.python_path;
+  CADRE_RETURN_IF_ERROR(WriteTaskPlan(plan));
+
+  for (int id = 1; id <= spec_.nodes; ++id) {
+    for (int r = 0; r < spec_.slots_per_learner; ++r) {
+      launch::SlotStatus s;
+      s.learner_id = id;
+      s.local_rank = r;
+      s.rank = (id - 1) * spec_.slots_per_learner + r;
+      s.log = fs::relative(launch::SlotLogPath(layout_, id, r), layout_.job_dir);
+      s.running = true;
+      status_.slots.push_back(s);
+      logs_.Add("learner-" + std::to_string(id) + "/" + std::to_string(r),
+                launch::SlotLogPath(layout_, id, r));
+    }
+  }
+  return launch::WriteStatusFile(spec_, layout_, status_);
+}
+
+Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
+  outcome->training_id = layout_.training_id;
+  outcome->job_dir = layout_.job_dir;
+  // Stop signals are read here, between polls; the store's threads were started with them
+  // blocked by the caller (BlockStopSignals).
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  CADRE_RETURN_IF_ERROR(engine.Start());
+  const auto started = Clock::now();
+  const auto poll = std::chrono::duration_cast<std::chrono::nanoseconds>(backend_.poll_interval);
+  int stop_signal = 0;
+  std::string stop_reason;
+  EngineState state;
+  for (;;) {
+    state = engine.Poll();
+    logs_.Poll();
+    if (state.finished) break;
+    if (state.pending && backend_.queue_timeout.count() > 0 && stop_reason.empty() &&
+        Clock::now() - started > backend_.queue_timeout) {
+      stop_reason = "still pending after " + Seconds(backend_.queue_timeout) +
+                    " (--queue-timeout): " + state.description + "; cancelled";
+      Message(stop_reason);
+      engine.Stop(false);
+    }
+    timespec tick{static_cast<time_t>(poll.count() / 1000000000),
+                  static_cast<long>(poll.count() % 1000000000)};
+    siginfo_t info;
+    int sig = sigtimedwait(&set, &info, &tick);
+    if (sig > 0) {
+      Message((stop_signal != 0 ? "cancelling job " + layout_.training_id + " now ("
+                                : "cancelling job " + layout_.training_id + " (") +
+              launch::SignalName(sig) + ")" + (stop_signal != 0 ? "" : "; again to kill now"));
+      engine.Stop(stop_signal != 0);
+      if (stop_signal == 0) stop_signal = sig;
+    }
+  }
+  logs_.Poll(true);
+  outcome->exit_code = Finish(state, stop_signal, stop_reason);
+  outcome->state = status_.state;
+  return Status::Ok();
+}
+
+int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::string& stop_reason) {
+  auto exits = ReadSlotExits(layout_.job_dir, spec_.nodes, spec_.slots_per_learner);
+  const SlotExit* first_failure = nullptr;
+  size_t succeeded = 0;
+  for (const auto& e : exits) {
+    auto& s = status_.slots[static_cast<size_t>((e.learner_id - 1) * spec_.slots_per_learner +
+                                                e.local_rank)];
+    s.running = false;
+    s.exit_code = e.exit_code;
+    s.signal = e.signal;
+    s.stop_requested = e.stop_requested;
+    bool ok = e.succeeded() || (spec_.is_server(e.learner_id) && e.stop_requested);
+    succeeded += ok ? 1 : 0;
+    if (!ok && !e.stop_requested &&
+        (first_failure == nullptr || e.end_time < first_failure->end_time)) {
+      first_failure = &e;
+    }
+  }
+  for (auto& s : status_.slots) s.running = false;
+  status_.end_time = launch::WallClock::now();
+  if (first_failure != nullptr && stop_signal == 0) {
+    status_.failure = "learner-" + std::to_string(first_failure->learner_id) + " slot " +
+                      std::to_string(first_failure->local_rank) + " " + first_failure->Describe();
+    status_.failed_slot = static_cast<size_t>(
+        (first_failure->learner_id - 1) * spec_.slots_per_learner + first_failure->local_rank);
+    status_.state = launch::JobState::kFailed;
+    status_.exit_code = 1;
+  } else if (stop_signal != 0) {
+    status_.failure = "stopped by " + launch::SignalName(stop_signal);
+    status_.state = launch::JobState::kStopped;
+    status_.exit_code = 128 + stop_signal;
+  } else if (!stop_reason.empty()) {
+    status_.failure = stop_reason;
+    status_.state = launch::JobState::kFailed;
+    status_.exit_code = 1;
+  } else if (end.succeeded && succeeded == status_.slots.size()) {
+    status_.state = launch::JobState::kCompleted;
+    status_.exit_code = 0;
+  } else {
+    status_.failure = end.description + " (" + std::to_string(succeeded) + " of " +
+                      std::to_string(status_.slots.size()) + " slots succeeded)";
+    status_.state = launch::JobState::kFailed;
+    status_.exit_code = 1;
+  }
+  Status st = launch::WriteStatusFile(spec_, layout_, status_);
+  if (!st.ok()) Message("warning: " + st.message());
+  const std::string where = layout_.job_dir.string();
+  if (status_.state == launch::JobState::kCompleted) {
+    Message("job " + layout_.training_id + " completed (" + std::to_string(status_.slots.size()) +
+            " slots on " + engine_ + "); results in " + where);
+  } else {
+    std::string text = "job " + layout_.training_id + " " + launch::JobStateName(status_.state) +
+                       ": " + status_.failure;
+    if (status_.failed_slot) {
+      text += "\ncadre: last lines of " +
+              (layout_.job_dir / status_.slots[*status_.failed_slot].log).string() + ":";
+      const auto& tail = logs_.tail(*status_.failed_slot);
+      if (tail.empty()) text += "\n    (no output)";
+      for (const auto& line : tail) text += "\n    " + line;
+    }
+    Message(text + "\ncadre: status and logs in " + where);
+  }
+  return *status_.exit_code;
+}
+
+}  // namespace cadre::backends

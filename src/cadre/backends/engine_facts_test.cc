@@ -1,0 +1,141 @@
+// Engines' facts into the learner contract: Slurm's and Open MPI's variables, hostfiles, the
+// batch script and scontrol's output, all without a cluster (tests/test_slurm.py runs a real one).
+#include "cadre/backends/engine_facts.h"
+
+#include <gtest/gtest.h>
+
+#include "cadre/backends/slurm_backend.h"
+#include "cadre/backends/task.h"
+
+namespace cadre::backends {
+namespace {
+
+EnvMap SlurmEnv(int node, int local) {
+  return {{"SLURM_NODEID", std::to_string(node)},
+          {"SLURM_LOCALID", std::to_string(local)},
+          {"SLURM_PROCID", std::to_string(node * 2 + local)},
+          {"SLURM_NTASKS_PER_NODE", "2"},
+          {"SLURM_JOB_NODELIST", "gpu[09-10]"}};
+}
+
+TaskPlan Plan(int learners, int slots) {
+  TaskPlan plan;
+  plan.job.training_id = "training-x";
+  plan.job.framework = "pytorch-horovod";
+  plan.job.mode = "horovod";
+  plan.job.learners = learners;
+  plan.job.slots_per_learner = slots;
+  plan.job.gpus_per_learner = 2;
+  plan.job.store_address = "10.0.0.1:5000";
+  plan.job.job_token = "t";
+  plan.job.job_dir = "/shared/runs/training-x";
+  plan.command = "python3 train.py";
+  return plan;
+}
+
+TEST(EngineFacts, SlurmTaskBecomesLearnerAndSlot) {
+  EngineSlot slot;
+  ASSERT_TRUE(SlurmSlotFromEnv(SlurmEnv(1, 1), &slot).ok());
+  EXPECT_EQ(slot.learner_index, 1);
+  EXPECT_EQ(slot.local_rank, 1);
+  EXPECT_EQ(slot.nodes, std::vector<std::string>({"gpu09", "gpu10"}));  // padding kept
+
+  launch::LearnerContract c;
+  ASSERT_TRUE(TaskContract(Plan(2, 2), slot, {"10.0.1.9", "10.0.1.10"}, &c).ok());
+  auto env = launch::ContractToEnv(c);
+  EXPECT_EQ(env["LEARNER_ID"], "2");  // node index + 1
+  EXPECT_EQ(env["CADRE_RANK"], "3");
+  EXPECT_EQ(env["CADRE_LOCAL_RANK"], "1");
+  EXPECT_EQ(env["CADRE_HOST"], "learner-2");
+  EXPECT_EQ(env["CADRE_LEARNER_ADDRESS"], "10.0.1.10");
+  EXPECT_EQ(env["GPU_COUNT"], "0");  // Slurm gave the node no GPUs
+}
+
+TEST(EngineFacts, SlurmGpusAreTheOnesSlurmGaveTheNode) {
+  EnvMap env = SlurmEnv(0, 0);
+  env["CUDA_VISIBLE_DEVICES"] = "4,6";
+  EngineSlot slot;
+  ASSERT_TRUE(SlurmSlotFromEnv(env, &slot).ok());
+  launch::LearnerContract c;
+  ASSERT_TRUE(TaskContract(Plan(2, 2), slot, {"a", "b"}, &c).ok());
+  EXPECT_EQ(launch::ContractToEnv(c)["CUDA_VISIBLE_DEVICES"], "4,6");
+  EXPECT_EQ(launch::ContractToEnv(c)["GPU_COUNT"], "2");
+}
+
+TEST(EngineFacts, SlurmMistakesAreNamed) {
+  EngineSlot slot;
+  EnvMap env = SlurmEnv(0, 0);
+  env.erase("SLURM_JOB_NODELIST");
+  EXPECT_NE(SlurmSlotFromEnv(env, &slot).message().find("SLURM_JOB_NODELIST is not set"),
+            std::string::npos);
+  env = SlurmEnv(2, 0);
+  EXPECT_NE(SlurmSlotFromEnv(env, &slot).message().find("SLURM_NODEID=2"), std::string::npos);
+  env = SlurmEnv(0, 0);
+  env["SLURM_LOCALID"] = "x";
+  EXPECT_NE(SlurmSlotFromEnv(env, &slot).message().find("SLURM_LOCALID='x'"), std::string::npos);
+  // An allocation that does not match the job: refused before the command runs.
+  ASSERT_TRUE(SlurmSlotFromEnv(SlurmEnv(0, 0), &slot).ok());
+  launch::LearnerContract c;
+  EXPECT_NE(TaskContract(Plan(3, 2), slot, {"a", "b"}, &c).message().find("2 nodes but it has 3"),
+            std::string::npos);
+  EXPECT_NE(TaskContract(Plan(2, 4), slot, {"a", "b"}, &c).message().find("2 tasks per node"),
+            std::string::npos);
+}
+
+TEST(EngineFacts, OpenMpiRanksFillOneHostPerLearner) {
+  EnvMap env = {{"OMPI_COMM_WORLD_RANK", "5"},
+                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
+  EngineSlot slot;
+  ASSERT_TRUE(MpiSlotFromEnv(env, {"h1", "h2", "h3"}, &slot).ok());
+  EXPECT_EQ(slot.learner_index, 2);
+  EXPECT_EQ(slot.local_rank, 1);
+  EXPECT_EQ(slot.nodes.at(2), "h3");
+  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "0";
+  EXPECT_NE(MpiSlotFromEnv(env, {"h1", "h2", "h3"}, &slot).message().find("ppr:N:node"),
+            std::string::npos);
+  env["OMPI_COMM_WORLD_RANK"] = "6";
+  EXPECT_NE(MpiSlotFromEnv(env, {"h1", "h2", "h3"}, &slot).message().find("lists 3"),
+            std::string::npos);
+}
+
+TEST(EngineFacts, Hostfiles) {
+  std::vector<std::string> hosts;
+  ASSERT_TRUE(ParseHostfile("# cluster\nnode1 slots=2\n\n  node2  # spare\n", &hosts).ok());
+  EXPECT_EQ(hosts, std::vector<std::string>({"node1", "node2"}));
+  EXPECT_NE(ParseHostfile("node1 cpus=2\n", &hosts).message().find("line 1: 'cpus=2'"),
+            std::string::npos);
+  EXPECT_EQ(ParseHostfile("# nothing\n", &hosts).code(), Code::kInvalidArgument);
+}
+
+TEST(SlurmBackend, BatchScriptAsksForOneNodePerLearner) {
+  launch::JobSpec spec;
+  spec.name = "mnist run";
+  spec.nodes = 2;
+  spec.slots_per_learner = 2;
+  spec.compute.gpus = 2;
+  BackendOptions o;
+  o.time_limit_minutes = 30;
+  std::string s = SlurmBatchScript(spec, o, "/shared/runs/t", "/opt/cadre");
+  EXPECT_NE(s.find("#SBATCH --job-name=mnist_run\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("#SBATCH --nodes=2\n"), std::string::npos);
+  EXPECT_NE(s.find("#SBATCH --ntasks-per-node=2\n"), std::string::npos);
+  EXPECT_NE(s.find("#SBATCH --gres=gpu:2\n"), std::string::npos);
+  EXPECT_NE(s.find("#SBATCH --time=30\n"), std::string::npos);
+  EXPECT_NE(s.find("srun --kill-on-bad-exit=1 '/opt/cadre' task --engine slurm --job-dir "
+                   "'/shared/runs/t'"),
+            std::string::npos);
+  spec.compute.gpus = 0;
+  EXPECT_EQ(SlurmBatchScript(spec, BackendOptions{}, "/r", "/c").find("--gres"), std::string::npos);
+}
+
+TEST(SlurmBackend, ScontrolFields) {
+  std::string line = "JobId=7 JobName=x JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0";
+  EXPECT_EQ(ScontrolField(line, "JobState"), "FAILED");
+  EXPECT_EQ(ScontrolField(line, "ExitCode"), "3:0");
+  EXPECT_EQ(ScontrolField(line, "Job"), "");
+  EXPECT_EQ(ScontrolField(line, "Nodes"), "");
+}
+
+}  // namespace
+}  // namespace cadre::backends

@@ -1,0 +1,172 @@
+#include "cadre/backends/slurm_backend.h"
+
+#include <signal.h>
+
+#include <sstream>
+
+#include "cadre/backends/cluster_job.h"
+#include "cadre/launch/job_status.h"
+#include "cadre/launch/process.h"
+
+namespace cadre::backends {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Single-quoted for /bin/sh.
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// A Slurm job name: the job's name with anything but [A-Za-z0-9._-] as '_'.
+std::string JobName(const launch::JobSpec& spec) {
+  std::string name = spec.name.empty() ? "cadre" : spec.name;
+  for (char& c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) c = '_';
+  }
+  return name;
+}
+
+// Runs a Slurm command, stdout and stderr together (the reasons Slurm gives are on stderr).
+Status Slurm(const std::vector<std::string>& command, launch::CaptureResult* result) {
+  std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$@\" 2>&1", "sh"};
+  argv.insert(argv.end(), command.begin(), command.end());
+  return launch::RunAndCapture(argv, std::chrono::seconds(60), result);
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+class SlurmEngine : public Engine {
+ public:
+  explicit SlurmEngine(ClusterJob& job) : job_(job) {}
+
+  Status Start() override {
+    const fs::path dir = job_.layout().job_dir / "slurm";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fs::path script = dir / "job.sh";
+    CADRE_RETURN_IF_ERROR(launch::WriteFileAtomically(
+        script, SlurmBatchScript(job_.spec(), job_.backend(), job_.layout().job_dir,
+                                 job_.cadre_program())));
+    launch::CaptureResult r;
+    CADRE_RETURN_IF_ERROR(Slurm({"sbatch", "--parsable", script.string()}, &r));
+    std::string out = Trim(r.output);
+    if (r.exit_code != 0) {
+      return InvalidArgument("sbatch refused the job (exit code " + std::to_string(r.exit_code) +
+                             "): " + out);
+    }
+    // --parsable prints "<id>" or "<id>;<cluster>", after any warnings on earlier lines.
+    std::string last = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+    id_ = last.substr(0, last.find(';'));
+    if (id_.empty() || id_.find_first_not_of("0123456789") != std::string::npos) {
+      return ProtocolError("sbatch printed no job id: " + out);
+    }
+    job_.Message("submitted Slurm job " + id_ + " for " + job_.layout().training_id + " (" +
+                 std::to_string(job_.spec().nodes) + " nodes x " +
+                 std::to_string(job_.spec().slots_per_learner) + " tasks)");
+    return launch::WriteFileAtomically(dir / "job_id", id_ + "\n");
+  }
+
+  EngineState Poll() override {
+    EngineState s;
+    launch::CaptureResult r;
+    Status st = Slurm({"scontrol", "show", "job", "-o", id_}, &r);
+    std::string state = ScontrolField(r.output, "JobState");
+    if (!st.ok() || r.exit_code != 0 || state.empty()) {
+      // Slurm forgets a job MinJobAge after it ends; a few misses in a row mean it has ended.
+      s.description = "Slurm job " + id_ + " is unknown to scontrol: " + Trim(r.output);
+      s.finished = ++misses_ >= 5;
+      return s;
+    }
+    misses_ = 0;
+    std::string reason = ScontrolField(r.output, "Reason");
+    s.description = "Slurm job " + id_ + " " + state +
+                    (reason.empty() || reason == "None" ? "" : " (Reason=" + reason + ")");
+    s.pending = state == "PENDING" || state == "REQUEUED" || state == "SUSPENDED";
+    s.finished = !s.pending && state != "RUNNING" && state != "CONFIGURING" &&
+                 state != "COMPLETING" && state != "RESIZING" && state != "SIGNALING" &&
+                 state != "STAGE_OUT";
+    s.succeeded = state == "COMPLETED";
+    if (s.finished) s.description += " ExitCode=" + ScontrolField(r.output, "ExitCode");
+    return s;
+  }
+
+  void Stop(bool now) override {
+    launch::CaptureResult r;
+    std::vector<std::string> cmd = {"scancel"};
+    if (now) cmd.insert(cmd.end(), {"--signal=KILL", "--full"});
+    cmd.push_back(id_);
+    Status st = Slurm(cmd, &r);
+    if (!st.ok() || r.exit_code != 0) {
+      job_.Message("warning: scancel " + id_ + " failed: " + st.message() + Trim(r.output));
+    }
+  }
+
+ private:
+  ClusterJob& job_;
+  std::string id_;
+  int misses_ = 0;
+};
+
+class SlurmBackend : public Backend {
+ public:
+  explicit SlurmBackend(const BackendOptions& options) : options_(options) {}
+  std::string_view name() const override { return "slurm"; }
+  Status CheckEngine() const override {
+    return RequirePrograms("slurm", {"sbatch", "scontrol", "scancel"});
+  }
+  Status Run(const launch::JobSpec& spec, const launch::RunOptions& options,
+             launch::JobOutcome* outcome) override {
+    BlockStopSignals blocked;
+    ClusterJob job(spec, options, options_);
+    CADRE_RETURN_IF_ERROR(job.Prepare("slurm"));
+    SlurmEngine engine(job);
+    return job.Run(engine, outcome);
+  }
+
+ private:
+  BackendOptions options_;
+};
+
+}  // namespace
+
+std::string ScontrolField(const std::string& line, const std::string& key) {
+  std::stringstream words(line);
+  for (std::string w; words >> w;) {
+    if (w.size() > key.size() && w.compare(0, key.size(), key) == 0 && w[key.size()] == '=') {
+      return w.substr(key.size() + 1);
+    }
+  }
+  return "";
+}
+
+std::string SlurmBatchScript(const launch::JobSpec& spec, const BackendOptions& options,
+                             const fs::path& job_dir, const fs::path& program) {
+  std::string s = "#!/bin/sh\n";
+  s += "#SBATCH --job-name=" + JobName(spec) + "\n";
+  s += "#SBATCH --nodes=" + std::to_string(spec.nodes) + "\n";
+  s += "#SBATCH --ntasks-per-node=" + std::to_string(spec.slots_per_learner) + "\n";
+  s += "#SBATCH --output=" + (job_dir / "slurm" / "batch-%j.out").string() + "\n";
+  if (spec.compute.gpus > 0) s += "#SBATCH --gres=gpu:" + std::to_string(spec.compute.gpus) + "\n";
+  if (options.time_limit_minutes) {
+    s += "#SBATCH --time=" + std::to_string(*options.time_limit_minutes) + "\n";
+  }
+  if (!options.partition.empty()) s += "#SBATCH --partition=" + options.partition + "\n";
+  s += "# One step, one task per slot; a slot that fails ends the others (cadre run's rule).\n";
+  s += "exec srun --kill-on-bad-exit=1 " + Quote(program.string()) +
+       " task --engine slurm --job-dir " + Quote(job_dir.string()) + "\n";
+  return s;
+}
+
+std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options) {
+  return std::make_unique<SlurmBackend>(options);
+}
+
+}  // namespace cadre::backends

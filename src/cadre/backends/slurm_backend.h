@@ -1,0 +1,25 @@
+// The Slurm backend: `cadre run --backend slurm`. One sbatch job per cadre job: one node per
+// learner, --ntasks-per-node = slots, --gres=gpu:G from the compute configuration, the job's name
+// and time limit; its one step is `srun cadre task --engine slurm`, so every slot maps Slurm's
+// facts into the learner contract (task.h). Followed with `scontrol show job` (no accounting
+// needed), cancelled with `scancel`.
+#pragma once
+
+#include <string>
+
+#include "cadre/backends/backend.h"
+
+namespace cadre::backends {
+
+// The batch script for the job: `program` is the cadre binary the nodes run.
+std::string SlurmBatchScript(const launch::JobSpec& spec, const BackendOptions& options,
+                             const std::filesystem::path& job_dir,
+                             const std::filesystem::path& program);
+
+// Fields of `scontrol show job -o` output ("JobState=RUNNING ..."): the value of `key`, "" when
+// absent.
+std::string ScontrolField(const std::string& line, const std::string& key);
+
+std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options);
+
+}  // namespace cadre::backends

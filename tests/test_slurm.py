@@ -1,0 +1,163 @@
+"""`cadre run --backend slurm` on a real Slurm cluster started on this machine (slurm_cluster.py):
+the learner contract from Slurm's facts, a failed learner, a cancel, a pending job past its
+--queue-timeout, a job Slurm refuses, and no Slurm at all."""
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from runner_helpers import CADRE, ROOT, Job
+from slurm_cluster import SlurmCluster, missing_programs
+
+DUMP_ENV = textwrap.dedent("""
+    import json, os, socket
+    env = dict(os.environ)
+    # The learners' names resolve to their nodes' addresses for every program.
+    env["__resolved__"] = {n: socket.gethostbyname(n)
+                           for n in ("learner-1", "learner-2")}
+    path = os.path.join(os.environ["RESULT_DIR"], "env-%s.json" % os.environ["CADRE_RANK"])
+    with open(path, "w") as f:
+        json.dump(env, f)
+    print("dumped rank", os.environ["CADRE_RANK"], flush=True)
+    if os.environ["CADRE_RANK"] == os.environ.get("FAIL_RANK"):
+        raise SystemExit(3)
+""")
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    missing = missing_programs()
+    if missing:
+        pytest.skip("Slurm is not installed here (no %s): scripts/install-deps installs "
+                    "slurm-wlm and munge" % ", ".join(missing))
+    if os.geteuid() != 0:
+        pytest.skip("the test Slurm cluster runs its slurmd daemons as root")
+    cluster = SlurmCluster(nodes=2).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def cadre_slurm(cluster, tmp_path, *args, timeout=120):
+    proc = subprocess.run([CADRE, "run", "--backend", "slurm", "--store-host", "127.0.0.1",
+                           *args], cwd=tmp_path, env=cluster.env, timeout=timeout,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return Job(proc, str(tmp_path))
+
+
+def slurm_job_id(job):
+    with open(os.path.join(job.job_dir, "slurm", "job_id")) as f:
+        return f.read().strip()
+
+
+def load_envs(job_dir):
+    envs = {}
+    for name in os.listdir(job_dir):
+        if name.startswith("env-"):
+            with open(os.path.join(job_dir, name)) as f:
+                env = json.load(f)
+            envs[int(env["CADRE_RANK"])] = env
+    return envs
+
+
+def test_the_contract_from_slurms_facts(slurm, tmp_path):
+    (tmp_path / "dump_env.py").write_text(DUMP_ENV)
+    job = cadre_slurm(slurm, tmp_path, "-n", "2", "--compute", "cpux2", "--framework",
+                      "pytorch-horovod", "--", "python3", "dump_env.py")
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert "submitted Slurm job" in job.stderr
+    assert "[learner-2/1] dumped rank 3" in job.stdout
+    envs = load_envs(job.job_dir)
+    assert sorted(envs) == [0, 1, 2, 3]
+    for rank, env in envs.items():
+        learner, local = rank // 2 + 1, rank % 2
+        # Slurm's own facts, and the contract made from them.
+        assert env["SLURM_NODEID"] == str(learner - 1)
+        assert env["SLURM_LOCALID"] == str(local)
+        assert env["SLURM_JOB_NODELIST"] == "node[1-2]"
+        assert env["LEARNER_ID"] == str(learner)
+        assert env["NUM_LEARNERS"] == "2"
+        assert env["CADRE_LOCAL_RANK"] == str(local)
+        assert env["CADRE_SIZE"] == "4" and env["HOROVOD_SIZE"] == "4"
+        assert env["CADRE_HOST"] == f"learner-{learner}"
+        assert env["CADRE_LEARNER_ADDRESS"] == f"127.0.0.{learner + 1}"  # the node's NodeAddr
+        assert env["__resolved__"] == {"learner-1": "127.0.0.2", "learner-2": "127.0.0.3"}
+        assert env["CADRE_STORE"].startswith("127.0.0.1:")
+        assert env["RESULT_DIR"] == job.job_dir
+        assert env["CADRE_JOB_TOKEN"] == open(os.path.join(job.job_dir, "token")).read()
+    status = job.status()
+    assert status["state"] == "completed"
+    assert slurm.job_state(slurm_job_id(job)) == "COMPLETED"
+    assert oct(os.stat(os.path.join(job.job_dir, "token")).st_mode & 0o777) == "0o600"
+
+
+def test_a_failed_learner_fails_the_job_by_name(slurm, tmp_path):
+    (tmp_path / "dump_env.py").write_text(DUMP_ENV)
+    job = cadre_slurm(slurm, tmp_path, "-n", "2", "--compute", "cpux2", "--framework",
+                      "pytorch-horovod", "--", "sh", "-c",
+                      "FAIL_RANK=3 python3 dump_env.py && sleep 60")
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "learner-2 slot 1 exited with code 3" in job.stderr
+    assert job.status()["state"] == "failed"
+    # srun ended the other slots at once (--kill-on-bad-exit) rather than after their sleep.
+    assert slurm.job_state(slurm_job_id(job)) in ("FAILED", "CANCELLED")
+
+
+def test_ctrl_c_cancels_the_slurm_job(slurm, tmp_path):
+    proc = subprocess.Popen([CADRE, "run", "--backend", "slurm", "--store-host", "127.0.0.1",
+                             "-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
+                             "--", "sh", "-c", "echo up; sleep 120"],
+                            cwd=tmp_path, env=slurm.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        # Every slot has said it is up: the job runs on the cluster.
+        deadline = time.monotonic() + 60
+        seen = 0
+        while seen < 4 and time.monotonic() < deadline and proc.poll() is None:
+            line = proc.stdout.readline()
+            seen += line.rstrip().endswith("] up")
+        assert seen == 4, "the slots never started"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "cancelling job" in err
+    job = Job(subprocess.CompletedProcess([], proc.returncode, out, err), str(tmp_path))
+    assert job.status()["state"] == "stopped"
+    assert slurm.job_state(slurm_job_id(job)) == "CANCELLED"
+
+
+def test_a_job_pending_past_its_queue_timeout_is_cancelled(slurm, tmp_path):
+    # The cluster's "closed" partition is down: jobs queue there and never start.
+    job = cadre_slurm(slurm, tmp_path, "-n", "1", "--partition", "closed", "--queue-timeout", "2",
+                      "--", "true")
+    assert job.returncode == 1, job.stderr
+    assert "still pending after 2.0 s (--queue-timeout)" in job.stderr
+    assert job.status()["state"] == "failed"
+    assert slurm.job_state(slurm_job_id(job)) == "CANCELLED"
+
+
+def test_a_job_slurm_refuses_is_an_error_naming_sbatch(slurm, tmp_path):
+    job = cadre_slurm(slurm, tmp_path, "-n", "1", "--partition", "nosuch", "--", "true")
+    assert job.returncode == 1
+    assert "sbatch refused the job" in job.stderr
+    assert "nvalid partition" in job.stderr, job.stderr
+
+
+def test_no_sbatch_is_one_clear_error_before_anything_starts(tmp_path):
+    # No Slurm cluster needed: the engine's commands are looked for first.
+    env = dict(os.environ, PATH=str(tmp_path / "empty"))
+    proc = subprocess.run([CADRE, "run", "--backend", "slurm", "--", "true"], cwd=tmp_path,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert "the slurm backend needs `sbatch`, which is not on PATH" in proc.stderr
+    assert not (tmp_path / "runs").exists()
