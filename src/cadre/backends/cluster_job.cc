@@ -75,12 +75,12 @@ Status ClusterJob::Prepare(const std::string& engine) {
   for (int id = 1; id <= spec_.nodes; ++id) {
     layout_.hosts.push_back({id, layout_.name_prefix + "-" + std::to_string(id), ""});
   }
-  std::error_code ec;
-  fs::create_directories(layout_.job_dir, ec);
-  if (ec) {
-    return IoError("cannot create the job directory " + layout_.job_dir.string() + ": " +
-                   ec.message());
+  if (spec_.max_restarts > 0 || spec_.elastic()) {
+    return InvalidArgument("max_restarts and min_nodes are the local backend's for now; the " +
+                           engine + " backend runs a job once");
   }
+  CADRE_RETURN_IF_ERROR(launch::MakeJobDirectory(layout_.job_dir));
+  std::error_code ec;
   if (!run_.python.interpreter.empty()) {
     layout_.python_bin_dir = layout_.job_dir / "bin";
     fs::create_directories(layout_.python_bin_dir, ec);
