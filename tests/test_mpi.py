@@ -1,0 +1,68 @@
+"""`cadre run --backend mpi` with emulated nodes: Open MPI's remote-launch agent (plm_rsh_agent)
+is a script that runs the command on this machine instead of over ssh, and the hostfile's hosts
+are 127.0.0.2 and 127.0.0.3, which Open MPI takes for two other nodes."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from runner_helpers import CADRE, Job
+
+AGENT = """#!/bin/sh
+# Open MPI's remote-launch agent for emulated nodes: run the command here instead of over ssh.
+shift
+exec sh -c "$*"
+"""
+
+DUMP = """import os
+print("contract", os.environ["LEARNER_ID"], os.environ["CADRE_RANK"], os.environ["CADRE_HOST"],
+      os.environ["CADRE_LEARNER_ADDRESS"], flush=True)
+if os.environ["CADRE_RANK"] == os.environ.get("FAIL_RANK"):
+    raise SystemExit(4)
+"""
+
+
+@pytest.fixture
+def mpi(tmp_path):
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI is not installed here (no mpirun): scripts/install-deps installs it")
+    agent = tmp_path / "agent.sh"
+    agent.write_text(AGENT)
+    agent.chmod(0o755)
+    (tmp_path / "hosts.txt").write_text("127.0.0.2\n127.0.0.3\n")
+    (tmp_path / "dump.py").write_text(DUMP)
+
+    def run(*args, env=None):
+        full_env = dict(os.environ, OMPI_MCA_plm_rsh_agent=str(agent), **(env or {}))
+        proc = subprocess.run([CADRE, "run", "--backend", "mpi", "--hostfile", "hosts.txt",
+                               "--store-host", "127.0.0.1", "-n", "2", "--compute", "cpux2",
+                               "--framework", "pytorch-horovod", *args],
+                              cwd=tmp_path, env=full_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+        return Job(proc, str(tmp_path))
+
+    return run
+
+
+def test_open_mpi_ranks_become_the_learner_contract(mpi):
+    job = mpi("--", "python3", "dump.py")
+    assert job.returncode == 0, job.stdout + job.stderr
+    lines = sorted(l.split("] ", 1)[1] for l in job.stdout.splitlines() if "] contract" in l)
+    assert lines == ["contract 1 0 learner-1 127.0.0.2", "contract 1 1 learner-1 127.0.0.2",
+                     "contract 2 2 learner-2 127.0.0.3", "contract 2 3 learner-2 127.0.0.3"]
+    assert job.status()["state"] == "completed"
+
+
+def test_a_failed_mpi_learner_is_named(mpi):
+    job = mpi("--", "sh", "-c", "FAIL_RANK=2 python3 dump.py && sleep 60")
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "learner-2 slot 0 exited with code 4" in job.stderr
+    assert job.status()["state"] == "failed"
+
+
+def test_no_hostfile_is_refused(tmp_path):
+    proc = subprocess.run([CADRE, "run", "--backend", "mpi", "--", "true"], cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "needs --hostfile" in proc.stderr or "needs `mpirun`" in proc.stderr
