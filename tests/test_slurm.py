@@ -161,3 +161,19 @@ def test_no_sbatch_is_one_clear_error_before_anything_starts(tmp_path):
     assert proc.returncode == 2
     assert "the slurm backend needs `sbatch`, which is not on PATH" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+                    reason="Fashion-MNIST is not installed (scripts/install-deps installs it)")
+def test_fashion_mnist_horovod_example_trains_through_slurm(slurm, tmp_path):
+    # The example's script on 2 nodes x 2 slots, a short run (20 batches a rank): it learns.
+    example = os.path.join(ROOT, "examples", "fashion_mnist", "train_horovod.py")
+    job = cadre_slurm(slurm, tmp_path, "-n", "2", "--compute", "cpux2", "--framework",
+                      "pytorch-horovod", "--data-dir", "/usr/share/datasets/fashion-mnist",
+                      "--", "python3", example, "--epochs", "1", "--max-batches", "20",
+                      timeout=600)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr
+    assert "on 4 ranks" in job.stdout
+    with open(os.path.join(job.job_dir, "accuracy.txt")) as f:
+        accuracy = float(f.read())
+    assert accuracy > 0.5, accuracy  # chance is 0.1
