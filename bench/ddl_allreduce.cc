@@ -23,7 +23,7 @@
 #include "cadre/base/env.h"
 #include "cadre/base/status.h"
 #include "cadre/comm/collectives.h"
-#include "cadre/comm/hierarchical_allreduce.h"
+#include "cadre/comm/hierarchical.h"
 #include "cadre/launch/netem/link_spec.h"
 #include "cadre/store/prefix_store.h"
 #include "cadre/store/tcp_store.h"
@@ -207,14 +207,18 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
   co.host = "bench-host-" + std::to_string(host);
   co.bind_address = address;
   co.timeout = std::chrono::seconds(120);
+  co.hierarchy.pipeline_bytes = args.pipeline_bytes;
+  co.hierarchy.pipeline_chunks = args.pipeline_chunks;
+  co.hierarchy.streamed_pipeline_bytes = args.streamed_bytes;
+  co.hierarchy.streamed_pipeline_chunks = args.streamed_chunks;
+  co.hierarchy.host_grid = args.host_grid;
   auto c = comm::Communicator::Create(co);
-  comm::HierarchyOptions ho;
-  ho.pipeline_bytes = args.pipeline_bytes;
-  ho.pipeline_chunks = args.pipeline_chunks;
-  ho.streamed_pipeline_bytes = args.streamed_bytes;
-  ho.streamed_pipeline_chunks = args.streamed_chunks;
-  ho.host_grid = args.host_grid;
-  auto hier = comm::Hierarchy::Create(*c, ho);
+  // The hierarchy's levels, innermost first: the slots of a host, then the grid of hosts.
+  std::vector<int> levels = {c->topology().local_size};
+  for (int d :
+       args.host_grid.empty() ? comm::ChooseHostGrid(c->topology().cross_size) : args.host_grid) {
+    levels.push_back(d);
+  }
 
   std::vector<Algo> algos = {
       {"flat ring",
@@ -223,7 +227,12 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
          x.algorithm = comm::AllreduceAlgorithm::kRing;
          comm::Allreduce(*c, x);
        }},
-      {"hierarchical", [&](const comm::AllreduceOptions& o) { hier->Allreduce(o); }},
+      {"hierarchical",
+       [&](const comm::AllreduceOptions& o) {
+         comm::AllreduceOptions x = o;
+         x.algorithm = comm::AllreduceAlgorithm::kHierarchical;
+         comm::Allreduce(*c, x);
+       }},
   };
   const bool lead = rank == 0;
   if (lead) {
@@ -231,8 +240,8 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
     std::printf(
         "# %d hosts x %d slots, link %s; hierarchical levels %s, pipeline chunks >= %zu bytes x "
         "hosts, <= %zu (streamed between two hosts: >= %zu bytes, <= %zu)\n",
-        hosts, args.slots, link.c_str(), comm::GridToString(hier->levels()).c_str(),
-        args.pipeline_bytes, args.pipeline_chunks, args.streamed_bytes, args.streamed_chunks);
+        hosts, args.slots, link.c_str(), comm::GridToString(levels).c_str(), args.pipeline_bytes,
+        args.pipeline_chunks, args.streamed_bytes, args.streamed_chunks);
     std::printf("# bound = 2(N-1)/N x S / rate, N = hosts; busbw = 2(N-1)/N x S / time\n");
     std::printf("%10s  %-13s %10s %12s %10s %9s\n", "bytes", "algorithm", "time ms", "busbw Mbit/s",
                 "bound ms", "of bound");

@@ -8,9 +8,9 @@
 
 #include "bindings.h"
 #include "cadre/base/env.h"
-#include "cadre/engine/comm_backend.h"
+#include "cadre/comm/hierarchical.h"
 #include "cadre/engine/engine.h"
-#include "cadre/engine/store_backend.h"
+#include "cadre/engine/group.h"
 #include "cadre/store/prefix_store.h"
 #include "cadre/store/tcp_store.h"
 
@@ -25,37 +25,35 @@ using engine::Handle;
 using engine::OpType;
 using engine::Request;
 
-// Where ranks meet: the job's store (CADRE_STORE), under a prefix per engine so that process
-// sets and re-initialisations do not clash.
-std::unique_ptr<engine::CollectiveBackend> MakeBackend(const std::string& kind, int rank, int size,
-                                                       double timeout_s,
-                                                       const std::string& prefix) {
-  const Duration timeout(static_cast<int64_t>(timeout_s * 1000));
-  if (kind == "local") {
-    // A group of one needs no peers and no store (a script run without a launcher).
-    if (size != 1) throw Error(InvalidArgument("the 'local' engine backend serves size 1 only"));
-    return engine::InProcessGroup::Create(1, timeout)->Backend(0);
+// The edge of the engine's configuration: the job's store (CADRE_STORE, under a prefix per
+// engine so that process sets and re-initialisations do not clash), the token, this learner's
+// host and address and the host grid come from the environment here; engine::CreateEngineGroup
+// chooses and assembles the communicator from these values.
+std::unique_ptr<comm::Communicator> MakeGroup(const std::string& kind, int rank, int size,
+                                              double timeout_s, const std::string& prefix) {
+  engine::EngineGroupOptions g;
+  ThrowIfError(engine::ParseEngineBackend(kind, &g.backend));
+  comm::CommunicatorOptions& o = g.comm;
+  o.rank = rank;
+  o.size = size;
+  o.timeout = Duration(static_cast<int64_t>(timeout_s * 1000));
+  if (g.backend == engine::EngineBackend::kLocal) return engine::CreateEngineGroup(std::move(g));
+  auto root = store::ConnectStoreFromEnv("engine rank " + std::to_string(rank), o.timeout);
+  o.store = std::make_shared<store::PrefixStore>(prefix, root);
+  o.token = GetEnv("CADRE_JOB_TOKEN").value_or("");
+  o.host = GetEnv("CADRE_HOST").value_or("");
+  // Where to listen for TCP peers: CADRE_BIND_ADDRESS, else this learner's own address from
+  // the contract, else (empty) the address CADRE_HOST resolves to; never every interface
+  // unless asked for with 0.0.0.0.
+  o.bind_address = GetEnv("CADRE_BIND_ADDRESS").value_or("");
+  if (o.bind_address.empty()) o.bind_address = GetEnv("CADRE_LEARNER_ADDRESS").value_or("");
+  // For the hierarchical allreduce: the hosts as a grid "AxB.." (DDL's multi-ring); default
+  // chosen from the number of hosts (comm::ChooseHostGrid).
+  if (auto grid = GetEnv("CADRE_HOST_GRID"); grid && !grid->empty()) {
+    Status s = comm::ParseGrid(*grid, &o.hierarchy.host_grid);
+    if (!s.ok()) throw Error(s.WithContext("CADRE_HOST_GRID"));
   }
-  auto root = store::ConnectStoreFromEnv("engine rank " + std::to_string(rank), timeout);
-  auto scoped = std::make_shared<store::PrefixStore>(prefix, root);
-  if (kind == "store") return std::make_unique<engine::StoreBackend>(scoped, rank, size, timeout);
-  if (kind == "comm" || kind == "auto") {
-    comm::CommunicatorOptions o;
-    o.rank = rank;
-    o.size = size;
-    o.store = scoped;
-    o.token = GetEnv("CADRE_JOB_TOKEN").value_or("");
-    o.host = GetEnv("CADRE_HOST").value_or("");
-    // Where to listen for TCP peers: CADRE_BIND_ADDRESS, else this learner's own address from
-    // the contract, else (empty) the address CADRE_HOST resolves to; never every interface
-    // unless asked for with 0.0.0.0.
-    o.bind_address = GetEnv("CADRE_BIND_ADDRESS").value_or("");
-    if (o.bind_address.empty()) o.bind_address = GetEnv("CADRE_LEARNER_ADDRESS").value_or("");
-    o.timeout = timeout;
-    return std::make_unique<engine::CommBackend>(comm::Communicator::Create(std::move(o)));
-  }
-  throw Error(
-      InvalidArgument("unknown engine backend '" + kind + "' (known: auto, comm, store, local)"));
+  return engine::CreateEngineGroup(std::move(g));
 }
 
 // Raises the handle's stored error in Python (through the module's translator).
@@ -147,7 +145,7 @@ void BindEngine(py::module_& m) {
              // HOROVOD_TIMELINE names one file, written by the global set's rank 0; a process
              // set's engine has a rank 0 of its own that must not write (and clobber) it.
              if (!env_timeline) options.timeline_path.clear();
-             return std::make_unique<Engine>(MakeBackend(backend, rank, size, timeout_s, prefix),
+             return std::make_unique<Engine>(MakeGroup(backend, rank, size, timeout_s, prefix),
                                              std::move(options));
            }),
            py::arg("backend"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),

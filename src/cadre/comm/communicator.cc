@@ -7,6 +7,7 @@
 
 #include "cadre/base/env.h"
 #include "cadre/comm/communicator_impl.h"
+#include "cadre/comm/hierarchical_allreduce.h"
 #include "cadre/store/prefix_store.h"
 #include "cadre/transport/tcp/device.h"
 
@@ -45,8 +46,6 @@ Topology ComputeTopology(int rank, std::vector<std::string> hosts) {
 
 }  // namespace
 
-CommunicatorImpl& Impl(Communicator& comm) { return static_cast<CommunicatorImpl&>(comm); }
-
 std::unique_ptr<Communicator> Communicator::Create(CommunicatorOptions options) {
   if (options.size < 1) {
     throw Error(Code::kInvalidArgument,
@@ -62,6 +61,24 @@ std::unique_ptr<Communicator> Communicator::Create(CommunicatorOptions options) 
     throw Error(Code::kInvalidArgument, "communicator timeout must be positive");
   }
   return std::make_unique<CommunicatorImpl>(std::move(options));
+}
+
+int Communicator::SubgroupIndex(const std::vector<int>& ranks, const std::string& name) const {
+  std::set<int> seen;
+  int index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    int r = ranks[i];
+    if (r < 0 || r >= size() || !seen.insert(r).second) {
+      throw Error(Code::kInvalidArgument, "subgroup '" + name + "': rank " + std::to_string(r) +
+                                              " is out of range or listed twice");
+    }
+    if (r == rank()) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    throw Error(Code::kInvalidArgument,
+                "subgroup '" + name + "' does not contain rank " + std::to_string(rank()));
+  }
+  return index;
 }
 
 CommunicatorImpl::CommunicatorImpl(CommunicatorOptions options) : options_(std::move(options)) {
@@ -225,20 +242,7 @@ void CommunicatorImpl::Fail(const Status& status) {
 std::unique_ptr<Communicator> CommunicatorImpl::Subgroup(const std::vector<int>& ranks,
                                                          const std::string& name) {
   CheckUsable();
-  std::set<int> seen;
-  int index = -1;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    int r = ranks[i];
-    if (r < 0 || r >= topology_.size || !seen.insert(r).second) {
-      throw Error(Code::kInvalidArgument, "subgroup '" + name + "': rank " + std::to_string(r) +
-                                              " is out of range or listed twice");
-    }
-    if (r == topology_.rank) index = static_cast<int>(i);
-  }
-  if (index < 0) {
-    throw Error(Code::kInvalidArgument,
-                "subgroup '" + name + "' does not contain rank " + std::to_string(topology_.rank));
-  }
+  const int index = SubgroupIndex(ranks, name);
   CommunicatorOptions o = options_;
   o.rank = index;
   o.size = static_cast<int>(ranks.size());

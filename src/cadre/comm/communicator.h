@@ -1,4 +1,12 @@
-// Communicator: a group of ranks that can run collectives together.
+// Communicator: a group of ranks that can run collectives together — the one group abstraction
+// of cadre (as c10d's ProcessGroup): the engine, the benchmarks and the tests all run on it.
+//
+// Implementations:
+// - Create() (communicator_impl.h): the communication core, shared memory and TCP;
+// - InProcessGroup (in_process.h): threads of one process as ranks, every collective derived
+//   from one byte exchange, no transport; for tests and for a group of one;
+// - StoreCommunicator (store_communicator.h): the same exchange through a store::Store, between
+//   processes that have nothing but the rendezvous store.
 //
 // Create() rendezvouses through the store (every rank of the group calls it with the same store
 // and size), authenticates each connection with the job token, and learns the topology from the
@@ -17,6 +25,7 @@
 #include <vector>
 
 #include "cadre/base/deadline.h"
+#include "cadre/comm/collective_options.h"
 #include "cadre/store/store.h"
 
 namespace cadre::comm {
@@ -51,6 +60,8 @@ struct CommunicatorOptions {
   // Bytes of each half of a rank's shared-memory slot (the largest piece one step moves);
   // 0 = $CADRE_SHM_SLOT_BYTES, else 1 MiB. Every rank must use the same.
   size_t shm_slot_bytes = 0;
+  // How AllreduceAlgorithm::kHierarchical runs (host grid, pipelining).
+  HierarchyOptions hierarchy;
 };
 
 class Communicator {
@@ -74,6 +85,29 @@ class Communicator {
   // the building blocks of hierarchical algorithms. Created on first use, collectively.
   virtual Communicator& Local() = 0;
   virtual Communicator& Cross() = 0;
+
+  // ---- The implementation side, called by the free functions of collectives.h only ----
+  // Those check the arguments first (types, ops, counts per rank, buffers set, no overlap) and
+  // handle the cases that need no peer (a count of zero, a group of one), so an implementation
+  // sees valid calls that move data. Each completes or throws cadre::Error naming the faulty
+  // rank; after a throw the communicator is broken and CheckUsable() throws kAborted.
+  virtual void CheckUsable() const = 0;
+  // Whether AllreduceAlgorithm::kHierarchical can run here (ShapeOf).
+  virtual bool HierarchicalPossible() const = 0;
+  // Whether StreamedAllreduce keeps several pieces in flight (StreamsPieces).
+  virtual bool StreamsPieces() const = 0;
+  virtual void RunAllreduce(const AllreduceOptions& options) = 0;
+  virtual void RunStreamedAllreduce(const StreamedAllreduceOptions& options) = 0;
+  virtual void RunBroadcast(const BroadcastOptions& options) = 0;
+  virtual void RunAllgather(const AllgatherOptions& options) = 0;
+  virtual void RunReduceScatter(const ReduceScatterOptions& options) = 0;
+  virtual void RunAlltoall(const AlltoallOptions& options) = 0;
+  virtual void RunBarrier(std::optional<Duration> timeout) = 0;
+
+ protected:
+  // For Subgroup(): this rank's index in `ranks`, after checking that they are ranks of this
+  // communicator, each listed once, this one among them (else kInvalidArgument naming `name`).
+  int SubgroupIndex(const std::vector<int>& ranks, const std::string& name) const;
 };
 
 }  // namespace cadre::comm

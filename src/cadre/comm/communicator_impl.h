@@ -21,6 +21,8 @@
 
 namespace cadre::comm {
 
+class Hierarchy;
+
 class CommunicatorImpl final : public Communicator {
  public:
   explicit CommunicatorImpl(CommunicatorOptions options);
@@ -33,13 +35,23 @@ class CommunicatorImpl final : public Communicator {
   Communicator& Local() override;
   Communicator& Cross() override;
 
+  // communicator_collectives.cc
+  void CheckUsable() const override;
+  bool HierarchicalPossible() const override;
+  bool StreamsPieces() const override;
+  void RunAllreduce(const AllreduceOptions& options) override;
+  void RunStreamedAllreduce(const StreamedAllreduceOptions& options) override;
+  void RunBroadcast(const BroadcastOptions& options) override;
+  void RunAllgather(const AllgatherOptions& options) override;
+  void RunReduceScatter(const ReduceScatterOptions& options) override;
+  void RunAlltoall(const AlltoallOptions& options) override;
+  void RunBarrier(std::optional<Duration> timeout) override;
+
   // Null when not in use (see the header comment).
   transport::shm::ShmGroup* shm() const { return shm_.get(); }
   transport::Device* tcp() const { return tcp_.get(); }
   bool use_shm() const { return options_.use_shm; }
 
-  // Throws kAborted when an earlier collective failed.
-  void CheckUsable() const;
   // Marks the communicator broken, makes peers fail fast (closes connections, aborts the shared
   // group) and throws Error(status).
   [[noreturn]] void Fail(const Status& status);
@@ -67,11 +79,10 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<transport::Device> tcp_;
   std::unique_ptr<Communicator> local_;
   std::unique_ptr<Communicator> cross_;
+  std::unique_ptr<Hierarchy> hierarchy_;  // for kHierarchical, made on first use
+  bool warned_not_hierarchical_ = false;
   Status broken_;
   std::string collective_;
 };
-
-// The implementation behind a Communicator reference (every Communicator is one).
-CommunicatorImpl& Impl(Communicator& comm);
 
 }  // namespace cadre::comm

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cadre/base/logging.h"
+#include "cadre/comm/collectives.h"
 
 namespace cadre::comm {
 
@@ -103,27 +104,6 @@ LeveledOptions Pipelining(const AllreduceOptions& o, const HierarchyOptions& h, 
 }
 
 }  // namespace
-
-void HierarchicalAllreduce(Communicator& comm, const AllreduceOptions& options) {
-  const Topology& t = comm.topology();
-  if (!t.homogeneous) return FlatAllreduce(comm, options);
-  std::vector<std::unique_ptr<CommLevel>> owned;
-  std::vector<HierarchyGroup*> levels;
-  // Groups of one rank are skipped without creating them (Local()/Cross() are collective).
-  if (t.local_size > 1) {
-    owned.push_back(std::make_unique<CommLevel>(comm.Local(), AllreduceAlgorithm::kAuto));
-  }
-  if (t.cross_size > 1) {
-    owned.push_back(std::make_unique<CommLevel>(comm.Cross(), AllreduceAlgorithm::kAuto));
-  }
-  for (auto& l : owned) {
-    l->set_call(options);
-    levels.push_back(l.get());
-  }
-  LeveledOptions leveled = Pipelining(options, HierarchyOptions{}, t.cross_size, levels);
-  LeveledAllreduce(levels, options.input, options.output, options.count, options.dtype, options.op,
-                   leveled);
-}
 
 Hierarchy::~Hierarchy() = default;
 

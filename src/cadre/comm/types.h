@@ -24,7 +24,8 @@ inline constexpr int kNumDataTypes = 10;
 size_t ElementSize(DataType dtype);
 std::string_view DataTypeName(DataType dtype);  // "float32", "bfloat16", ...
 
-// Average is not an op of the core: callers reduce with kSum and scale (see DESIGN.md).
+// Average is not an op of the core: callers reduce with kSum and scale (the engine:
+// Request::prescale/postscale).
 enum class ReduceOp : uint8_t { kSum = 0, kMin, kMax, kProduct };
 inline constexpr int kNumReduceOps = 4;
 

@@ -6,6 +6,7 @@
 
 #include "cadre/base/env.h"
 #include "cadre/base/logging.h"
+#include "cadre/comm/collectives.h"
 #include "cadre/engine/dtype.h"
 
 namespace cadre::engine {
@@ -83,17 +84,27 @@ EngineOptions EngineOptions::FromEnv() {
   }
   o.timeline_mark_cycles =
       EnvIntEither("CADRE_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", 0) != 0;
+  // CADRE_ALLREDUCE_ALGORITHM, else Horovod's --hierarchical-allreduce: 1 hierarchical, 0 the
+  // flat ring.
+  if (auto v = GetEnv("CADRE_ALLREDUCE_ALGORITHM"); v && !v->empty()) {
+    Status s = comm::ParseAllreduceAlgorithm(*v, &o.allreduce_algorithm);
+    if (!s.ok()) throw Error(Status(s.code(), "CADRE_ALLREDUCE_ALGORITHM=" + s.message()));
+  } else if (auto h = GetEnv("HOROVOD_HIERARCHICAL_ALLREDUCE"); h && !h->empty()) {
+    o.allreduce_algorithm = EnvBool("HOROVOD_HIERARCHICAL_ALLREDUCE", false)
+                                ? comm::AllreduceAlgorithm::kHierarchical
+                                : comm::AllreduceAlgorithm::kRing;
+  }
   return o;
 }
 
-Engine::Engine(std::unique_ptr<CollectiveBackend> backend, EngineOptions options)
-    : rank_(backend->rank()),
-      size_(backend->size()),
+Engine::Engine(std::unique_ptr<comm::Communicator> comm, EngineOptions options)
+    : rank_(comm->rank()),
+      size_(comm->size()),
       options_(std::move(options)),
-      backend_(std::move(backend)),
+      comm_(std::move(comm)),
       controller_(rank_, size_, options_.fusion_threshold_bytes, options_.cache_capacity,
                   options_.fusion_tensor_limit_bytes),
-      executor_(*backend_, options_.fusion_segment_bytes),
+      executor_(*comm_, options_.fusion_segment_bytes, options_.allreduce_algorithm),
       idle_wait_(options_.cycle_time) {
   if (!options_.timeline_path.empty() && rank_ == 0) {
     timeline_.Start(options_.timeline_path, options_.timeline_mark_cycles);
@@ -321,7 +332,12 @@ std::vector<Message> Engine::Exchange(const Message& mine) {
   std::memcpy(slot.data(), &len, 4);
   if (bytes.size() <= kSlotPayload) std::memcpy(slot.data() + 4, bytes.data(), bytes.size());
   std::vector<uint8_t> all(kSlotBytes * size_);
-  backend_->AllgatherFixed(slot.data(), all.data(), kSlotBytes);
+  comm::AllgatherOptions fixed;
+  fixed.input = slot.data();
+  fixed.output = all.data();
+  fixed.counts.assign(static_cast<size_t>(size_), kSlotBytes);
+  fixed.dtype = DataType::kUInt8;
+  comm::Allgather(*comm_, fixed);
   std::vector<size_t> lens(size_);
   bool overflow = false;
   for (int r = 0; r < size_; ++r) {
@@ -340,7 +356,12 @@ std::vector<Message> Engine::Exchange(const Message& mine) {
   size_t total = 0;
   for (size_t l : lens) total += l;
   std::vector<uint8_t> full(total);
-  backend_->Allgather(bytes.data(), full.data(), lens, DataType::kUInt8);
+  comm::AllgatherOptions sized;
+  sized.input = bytes.data();
+  sized.output = full.data();
+  sized.counts = lens;
+  sized.dtype = DataType::kUInt8;
+  comm::Allgather(*comm_, sized);
   size_t offset = 0;
   for (int r = 0; r < size_; ++r) {
     messages.push_back(Message::Decode(full.data() + offset, lens[r], r));
@@ -382,7 +403,8 @@ void Engine::Execute(const Response& response) {
                               (response.inline_inputs.empty() ? "CADRE_" : "INLINE_") + op_name);
     }
   }
-  if (run) executor_.Run(response, local);  // a backend failure propagates, breaking the engine
+  if (run)
+    executor_.Run(response, local);  // a communicator failure propagates, breaking the engine
   std::vector<std::shared_ptr<Handle>> done;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -8,7 +8,7 @@
 // - The caller's buffers must stay valid and untouched until the handle completes.
 // - Mismatched submissions (same name, different op/dtype/shape/...) complete the handle with
 //   Error(kMismatch) on every rank, with each rank's description; the engine stays usable.
-// - A failure of the backend (a dead or stalled rank) completes every pending handle with that
+// - A failure of the communicator (a dead or stalled rank) completes every pending handle with that
 //   error (naming the rank) and breaks the engine: later submissions throw it at once.
 // - A name pending on some ranks but not others for longer than stall_warning is logged (by rank
 //   0) naming the missing ranks; after stall_shutdown (30 min by default, see
@@ -29,7 +29,8 @@
 
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
-#include "cadre/engine/backend.h"
+#include "cadre/comm/collective_options.h"
+#include "cadre/comm/communicator.h"
 #include "cadre/engine/controller.h"
 #include "cadre/engine/handle.h"
 #include "cadre/engine/operations.h"
@@ -81,17 +82,22 @@ struct EngineOptions {
   // timeline_mark_cycles every negotiation cycle is marked.
   std::string timeline_path;
   bool timeline_mark_cycles = false;
+  // The algorithm of every allreduce the engine runs (comm::Allreduce): kAuto lets comm choose
+  // by size and topology (hierarchical when hosts hold several slots each).
+  comm::AllreduceAlgorithm allreduce_algorithm = comm::AllreduceAlgorithm::kAuto;
 
   // HOROVOD_* / CADRE_* variables: CYCLE_TIME (ms), FUSION_THRESHOLD (bytes), CACHE_CAPACITY,
   // STALL_CHECK_TIME_SECONDS, STALL_SHUTDOWN_TIME_SECONDS, TIMELINE (path),
   // TIMELINE_MARK_CYCLES (0/1). CADRE_ wins. CADRE_
-  // only: INLINE_BYTES, SPIN_US, BATCH_WAIT_MS, FUSION_TENSOR_LIMIT.
+  // only: INLINE_BYTES, SPIN_US, BATCH_WAIT_MS, FUSION_TENSOR_LIMIT, ALLREDUCE_ALGORITHM (else
+  // HOROVOD_HIERARCHICAL_ALLREDUCE: 1 hierarchical, 0 ring).
   static EngineOptions FromEnv();
 };
 
 class Engine {
  public:
-  Engine(std::unique_ptr<CollectiveBackend> backend, EngineOptions options);
+  // The engine owns `comm` and is its only user (its background thread).
+  Engine(std::unique_ptr<comm::Communicator> comm, EngineOptions options);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -126,7 +132,7 @@ class Engine {
 
  private:
   void Loop();
-  // One negotiation cycle; throws cadre::Error when the backend fails. False after shutdown.
+  // One negotiation cycle; throws cadre::Error when the communicator fails. False after shutdown.
   bool RunCycle();
   // Tells the engine thread that something it waits for has changed: sets wake_ (its polling)
   // and notifies cv_ (its sleep).
@@ -139,9 +145,9 @@ class Engine {
   const int rank_;
   const int size_;
   const EngineOptions options_;
-  std::unique_ptr<CollectiveBackend> backend_;  // engine thread only
-  Controller controller_;                       // engine thread only
-  Executor executor_;                           // engine thread only
+  std::unique_ptr<comm::Communicator> comm_;  // engine thread only
+  Controller controller_;                     // engine thread only
+  Executor executor_;                         // engine thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -1,4 +1,5 @@
-// Engines as threads of one process over InProcessGroup (and StoreBackend over a HashStore):
+// Engines as threads of one process over comm::InProcessGroup (and comm::StoreCommunicator over a
+// HashStore):
 // closed-form results for every operation, and the error contracts of engine.h.
 #include "cadre/engine/engine.h"
 
@@ -14,7 +15,9 @@
 
 #include <unistd.h>
 
-#include "cadre/engine/store_backend.h"
+#include "cadre/base/test_ranks.h"
+#include "cadre/comm/in_process.h"
+#include "cadre/comm/store_communicator.h"
 #include "cadre/store/hash_store.h"
 
 namespace cadre::engine {
@@ -70,18 +73,16 @@ TEST(EngineOptionsTest, ReadsCadreOnlyVariablesAndRefusesBadValues) {
 
 std::vector<std::unique_ptr<Engine>> MakeEngines(int size, EngineOptions options = FastOptions(),
                                                  Duration timeout = 20s) {
-  auto group = InProcessGroup::Create(size, timeout);
+  auto group = comm::InProcessGroup::Create(size, timeout);
   std::vector<std::unique_ptr<Engine>> engines;
   for (int r = 0; r < size; ++r)
-    engines.push_back(std::make_unique<Engine>(group->Backend(r), options));
+    engines.push_back(std::make_unique<Engine>(group->Member(r), options));
   return engines;
 }
 
 // Runs body(rank) on one thread per rank.
 void OnEveryRank(int size, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) threads.emplace_back(body, r);
-  for (auto& t : threads) t.join();
+  cadre::testing::RunThreadsAsRanks(size, body);
 }
 
 Request Make(OpType op, const std::string& name, std::vector<int64_t> shape,
@@ -99,38 +100,39 @@ void WaitOk(const std::shared_ptr<Handle>& h) {
   ASSERT_TRUE(h->status().ok()) << h->status().ToString();
 }
 
-// Forwards to another backend, counting the data collectives the engine runs.
-class CountingBackend final : public CollectiveBackend {
+// Forwards to another communicator, counting the allreduces that move data.
+class CountingCommunicator final : public comm::Communicator {
  public:
-  CountingBackend(std::unique_ptr<CollectiveBackend> inner, std::atomic<int>* allreduces)
+  CountingCommunicator(std::unique_ptr<comm::Communicator> inner, std::atomic<int>* allreduces)
       : inner_(std::move(inner)), allreduces_(allreduces) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  void AllgatherFixed(const void* in, void* out, size_t bytes) override {
-    inner_->AllgatherFixed(in, out, bytes);
+  const comm::Topology& topology() const override { return inner_->topology(); }
+  Duration timeout() const override { return inner_->timeout(); }
+  std::unique_ptr<Communicator> Subgroup(const std::vector<int>& ranks,
+                                         const std::string& name) override {
+    return inner_->Subgroup(ranks, name);
   }
-  void Allgather(const void* in, void* out, const std::vector<size_t>& counts,
-                 DataType dtype) override {
-    inner_->Allgather(in, out, counts, dtype);
-  }
-  void Allreduce(void* buffer, size_t count, DataType dtype, ReduceOp op) override {
+  Communicator& Local() override { return inner_->Local(); }
+  Communicator& Cross() override { return inner_->Cross(); }
+  void CheckUsable() const override { inner_->CheckUsable(); }
+  bool HierarchicalPossible() const override { return inner_->HierarchicalPossible(); }
+  bool StreamsPieces() const override { return inner_->StreamsPieces(); }
+  void RunAllreduce(const comm::AllreduceOptions& o) override {
     ++*allreduces_;
-    inner_->Allreduce(buffer, count, dtype, op);
+    inner_->RunAllreduce(o);
   }
-  void Broadcast(void* buffer, size_t count, DataType dtype, int root) override {
-    inner_->Broadcast(buffer, count, dtype, root);
+  void RunStreamedAllreduce(const comm::StreamedAllreduceOptions& o) override {
+    inner_->RunStreamedAllreduce(o);
   }
-  void Alltoall(const void* in, void* out, const std::vector<size_t>& send_counts,
-                const std::vector<size_t>& recv_counts, DataType dtype) override {
-    inner_->Alltoall(in, out, send_counts, recv_counts, dtype);
+  void RunBroadcast(const comm::BroadcastOptions& o) override { inner_->RunBroadcast(o); }
+  void RunAllgather(const comm::AllgatherOptions& o) override { inner_->RunAllgather(o); }
+  void RunReduceScatter(const comm::ReduceScatterOptions& o) override {
+    inner_->RunReduceScatter(o);
   }
-  void ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                     ReduceOp op) override {
-    inner_->ReduceScatter(in, out, counts, dtype, op);
-  }
+  void RunAlltoall(const comm::AlltoallOptions& o) override { inner_->RunAlltoall(o); }
+  void RunBarrier(std::optional<Duration> timeout) override { inner_->RunBarrier(timeout); }
 
  private:
-  std::unique_ptr<CollectiveBackend> inner_;
+  std::unique_ptr<Communicator> inner_;
   std::atomic<int>* allreduces_;
 };
 
@@ -237,14 +239,14 @@ INSTANTIATE_TEST_SUITE_P(Sizes, EngineSizes,
 
 TEST(EngineTest, SmallAllreducesTravelInlineAndLargeOnesRunACollective) {
   const int size = 3;
-  auto group = InProcessGroup::Create(size, 20s);
+  auto group = comm::InProcessGroup::Create(size, 20s);
   std::atomic<int> allreduces{0};
   EngineOptions options = FastOptions();
   options.inline_bytes = 16;
   std::vector<std::unique_ptr<Engine>> engines;
   for (int r = 0; r < size; ++r) {
     engines.push_back(std::make_unique<Engine>(
-        std::make_unique<CountingBackend>(group->Backend(r), &allreduces), options));
+        std::make_unique<CountingCommunicator>(group->Member(r), &allreduces), options));
   }
   OnEveryRank(size, [&](int rank) {
     // 4 floats = 16 bytes: inline. Ranks submit at different times, so payloads arrive in
@@ -405,10 +407,10 @@ TEST(EngineTest, TimelineIsHorovodsFormatAndValidAfterEveryRecord) {
 }
 
 TEST(EngineTest, DeadRankFailsEveryPendingHandleNamingIt) {
-  auto group = InProcessGroup::Create(3, 20s);
+  auto group = comm::InProcessGroup::Create(3, 20s);
   std::vector<std::unique_ptr<Engine>> engines;
   for (int r = 0; r < 2; ++r)
-    engines.push_back(std::make_unique<Engine>(group->Backend(r), FastOptions()));
+    engines.push_back(std::make_unique<Engine>(group->Member(r), FastOptions()));
   std::vector<float> a(2), b(2);
   auto h0 = engines[0]->Enqueue(Make(OpType::kAllreduce, "x", {2}), a.data());
   auto h1 = engines[1]->Enqueue(Make(OpType::kAllreduce, "x", {2}), b.data());
@@ -498,12 +500,12 @@ TEST(EngineTest, AStallShutdownShorterThanTheWarningTimeStillApplies) {
   EXPECT_NE(h->status().message().find("missing from rank(s) 1"), std::string::npos);
 }
 
-TEST(EngineTest, StoreBackendCarriesTheSameProtocol) {
+TEST(EngineTest, StoreCommunicatorCarriesTheSameProtocol) {
   auto store = std::make_shared<store::HashStore>();
   std::vector<std::unique_ptr<Engine>> engines;
   for (int r = 0; r < 2; ++r) {
-    engines.push_back(
-        std::make_unique<Engine>(std::make_unique<StoreBackend>(store, r, 2, 20s), FastOptions()));
+    engines.push_back(std::make_unique<Engine>(
+        std::make_unique<comm::StoreCommunicator>(store, r, 2, 20s), FastOptions()));
   }
   OnEveryRank(2, [&](int rank) {
     // A name longer than a negotiation slot forces the second, sized exchange round.

@@ -1,6 +1,6 @@
 // Request::external (the data path outside the engine, cadre.torch's NCCL path): negotiated like
 // every request, numbered alike on every rank, never touched, never fused with engine data,
-// refused where the other ranks could not follow. Engines are threads over InProcessGroup.
+// refused where the other ranks could not follow. Engines are threads over comm::InProcessGroup.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +8,8 @@
 #include <map>
 #include <thread>
 
+#include "cadre/base/test_ranks.h"
+#include "cadre/comm/in_process.h"
 #include "cadre/engine/engine.h"
 
 namespace cadre::engine {
@@ -20,16 +22,14 @@ std::vector<std::unique_ptr<Engine>> Engines(int size) {
   o.cycle_time = 1ms;
   o.fusion_threshold_bytes = 64;
   o.inline_bytes = 0;  // small engine allreduces must be fusable neighbours, not inline
-  auto group = InProcessGroup::Create(size, 20s);
+  auto group = comm::InProcessGroup::Create(size, 20s);
   std::vector<std::unique_ptr<Engine>> engines;
-  for (int r = 0; r < size; ++r) engines.push_back(std::make_unique<Engine>(group->Backend(r), o));
+  for (int r = 0; r < size; ++r) engines.push_back(std::make_unique<Engine>(group->Member(r), o));
   return engines;
 }
 
 void EachRank(int size, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) threads.emplace_back(body, r);
-  for (auto& t : threads) t.join();
+  cadre::testing::RunThreadsAsRanks(size, body);
 }
 
 Request Allreduce(const std::string& name, int64_t n, bool external) {

@@ -1,5 +1,7 @@
 #include "cadre/engine/operations.h"
 
+#include "cadre/comm/collectives.h"
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -44,6 +46,17 @@ std::vector<int64_t> ReducescatterRows(int64_t rows, int size) {
   return out;
 }
 
+void Executor::AllreduceInPlace(void* buffer, size_t count, comm::DataType dtype,
+                                comm::ReduceOp op) {
+  comm::AllreduceOptions o;
+  o.input = o.output = buffer;
+  o.count = count;
+  o.dtype = dtype;
+  o.op = op;
+  o.algorithm = algorithm_;
+  comm::Allreduce(comm_, o);
+}
+
 void Executor::Run(const Response& response, const std::vector<TensorEntry*>& local) {
   TensorEntry* mine = local.empty() ? nullptr : local[0];
   const Request& req = Any(response.per_rank[0]);
@@ -53,8 +66,14 @@ void Executor::Run(const Response& response, const std::vector<TensorEntry*>& lo
       return Allreduce(response, local);
     case OpType::kAllgather:
       return Allgather(response, mine);
-    case OpType::kBroadcast:
-      return backend_.Broadcast(mine->data, count, req.dtype, req.root);
+    case OpType::kBroadcast: {
+      comm::BroadcastOptions o;
+      o.buffer = mine->data;
+      o.count = count;
+      o.dtype = req.dtype;
+      o.root = req.root;
+      return comm::Broadcast(comm_, o);
+    }
     case OpType::kAlltoall:
       return Alltoall(response, mine);
     case OpType::kReducescatter:
@@ -88,8 +107,8 @@ void Executor::Allreduce(const Response& response, const std::vector<TensorEntry
   }
   if (response.names.size() == 1 && local[0] && !scaled) {
     // One tensor of our own: reduce in place, no copies.
-    backend_.Allreduce(local[0]->data, static_cast<size_t>(first.num_elements()), dtype,
-                       first.reduce_op);
+    AllreduceInPlace(local[0]->data, static_cast<size_t>(first.num_elements()), dtype,
+                     first.reduce_op);
     return;
   }
   std::vector<size_t> bytes;
@@ -123,7 +142,7 @@ void Executor::Allreduce(const Response& response, const std::vector<TensorEntry
     });
     const size_t count = (end - begin) / es;
     Scale(buf, count, dtype, first.prescale);
-    backend_.Allreduce(buf, count, dtype, first.reduce_op);
+    AllreduceInPlace(buf, count, dtype, first.reduce_op);
     Scale(buf, count, dtype, first.postscale);
     each_overlap([&](size_t i, size_t at, uint8_t* src, size_t n) {
       if (local[i]) std::memcpy(static_cast<uint8_t*>(local[i]->data) + at, src, n);
@@ -145,15 +164,20 @@ void Executor::Allgather(const Response& response, TensorEntry* local) {
   std::vector<uint8_t> discard;
   std::vector<uint8_t>& out = local ? local->handle->output() : discard;
   out.resize(static_cast<size_t>(rows) * row * es);
-  backend_.Allgather(local ? local->data : nullptr, out.data(), counts, any.dtype);
+  comm::AllgatherOptions o;
+  o.input = local ? local->data : nullptr;
+  o.output = out.data();
+  o.counts = std::move(counts);
+  o.dtype = any.dtype;
+  comm::Allgather(comm_, o);
   if (local) local->handle->output_shape() = WithRows(local->request, rows);
 }
 
 void Executor::Alltoall(const Response& response, TensorEntry* local) {
   const auto& per_rank = response.per_rank[0];
   const Request& me = local->request;
-  const int size = backend_.size();
-  const int rank = backend_.rank();
+  const int size = comm_.size();
+  const int rank = comm_.rank();
   const size_t row = static_cast<size_t>(me.row_elements());
   std::vector<size_t> send(size), recv(size);
   std::vector<int64_t> received(size);
@@ -167,7 +191,13 @@ void Executor::Alltoall(const Response& response, TensorEntry* local) {
   }
   auto& out = local->handle->output();
   out.resize(static_cast<size_t>(rows) * row * comm::ElementSize(me.dtype));
-  backend_.Alltoall(local->data, out.data(), send, recv, me.dtype);
+  comm::AlltoallOptions o;
+  o.input = local->data;
+  o.output = out.data();
+  o.send_counts = std::move(send);
+  o.recv_counts = std::move(recv);
+  o.dtype = me.dtype;
+  comm::Alltoall(comm_, o);
   local->handle->output_shape() = WithRows(me, rows);
   local->handle->received_splits() = std::move(received);
 }
@@ -175,11 +205,11 @@ void Executor::Alltoall(const Response& response, TensorEntry* local) {
 void Executor::Reducescatter(const Response& response, TensorEntry* local) {
   const Request& me = local->request;
   const size_t row = static_cast<size_t>(me.row_elements());
-  const std::vector<int64_t> rows = ReducescatterRows(me.rows(), backend_.size());
+  const std::vector<int64_t> rows = ReducescatterRows(me.rows(), comm_.size());
   std::vector<size_t> counts;
   for (int64_t r : rows) counts.push_back(static_cast<size_t>(r) * row);
   auto& out = local->handle->output();
-  out.resize(counts[backend_.rank()] * comm::ElementSize(me.dtype));
+  out.resize(counts[comm_.rank()] * comm::ElementSize(me.dtype));
   const void* input = local->data;
   std::vector<uint8_t> scaled;
   if (me.prescale != 1.0) {
@@ -190,9 +220,15 @@ void Executor::Reducescatter(const Response& response, TensorEntry* local) {
     Scale(scaled.data(), static_cast<size_t>(me.num_elements()), me.dtype, me.prescale);
     input = scaled.data();
   }
-  backend_.ReduceScatter(input, out.data(), counts, me.dtype, me.reduce_op);
-  Scale(out.data(), counts[backend_.rank()], me.dtype, me.postscale);
-  local->handle->output_shape() = WithRows(me, rows[backend_.rank()]);
+  comm::ReduceScatterOptions o;
+  o.input = input;
+  o.output = out.data();
+  o.counts = counts;
+  o.dtype = me.dtype;
+  o.op = me.reduce_op;
+  comm::ReduceScatter(comm_, o);
+  Scale(out.data(), counts[comm_.rank()], me.dtype, me.postscale);
+  local->handle->output_shape() = WithRows(me, rows[comm_.rank()]);
 }
 
 }  // namespace cadre::engine

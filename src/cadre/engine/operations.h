@@ -1,5 +1,5 @@
-// Executor: runs negotiated Responses on this rank with the backend — the fusion buffer for
-// allreduces, engine-owned outputs for allgather/alltoall/reducescatter.
+// Executor: runs negotiated Responses on this rank on the engine's communicator — the fusion buffer
+// for allreduces, engine-owned outputs for allgather/alltoall/reducescatter.
 //
 // The FusionBuffer is reused across cycles (grown, never shrunk below its high-water mark up to
 // the fusion threshold) so steady-state steps allocate nothing. Not thread-safe: engine thread.
@@ -8,7 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "cadre/engine/backend.h"
+#include "cadre/comm/collective_options.h"
+#include "cadre/comm/communicator.h"
 #include "cadre/engine/controller.h"
 #include "cadre/engine/handle.h"
 
@@ -32,13 +33,14 @@ class FusionBuffer {
 
 class Executor {
  public:
-  // Fused allreduces run in segments of segment_bytes (see Executor::Allreduce).
-  Executor(CollectiveBackend& backend, size_t segment_bytes)
-      : backend_(backend), segment_bytes_(segment_bytes) {}
+  // Fused allreduces run in segments of segment_bytes (see Executor::Allreduce); every allreduce
+  // with `algorithm` (kAuto: comm's choice by size and topology).
+  Executor(comm::Communicator& comm, size_t segment_bytes, comm::AllreduceAlgorithm algorithm)
+      : comm_(comm), segment_bytes_(segment_bytes), algorithm_(algorithm) {}
 
   // Runs a Response of kind kRun. local[i] is this rank's entry for response.names[i], or null
   // when this rank has joined. Writes engine-owned outputs into the handles but does not
-  // complete them. Throws cadre::Error from the backend.
+  // complete them. Throws cadre::Error from the communicator.
   void Run(const Response& response, const std::vector<TensorEntry*>& local);
 
  private:
@@ -47,8 +49,12 @@ class Executor {
   void Alltoall(const Response& response, TensorEntry* local);
   void Reducescatter(const Response& response, TensorEntry* local);
 
-  CollectiveBackend& backend_;
+  // In place, with algorithm_.
+  void AllreduceInPlace(void* buffer, size_t count, comm::DataType dtype, comm::ReduceOp op);
+
+  comm::Communicator& comm_;
   const size_t segment_bytes_;
+  const comm::AllreduceAlgorithm algorithm_;
   FusionBuffer fusion_;
 };
 

@@ -16,6 +16,9 @@
 
 namespace cadre::engine {
 
+using comm::DataType;
+using comm::ReduceOp;
+
 enum class OpType : uint8_t {
   kAllreduce = 0,
   kAllgather,

@@ -1,4 +1,4 @@
-// The parameter-server view of the learner contract (DESIGN.md section 3): which learners serve,
+// The parameter-server view of the learner contract (docs/manifest.md): which learners serve,
 // where each server listens, and this learner's role, read from the environment the job runner
 // (or a user by hand) sets:
 //   LEARNER_ID (1..N), NUM_LEARNERS, LEARNER_NAME_PREFIX, PS_HOSTS_COUNT, CADRE_JOB_TOKEN,

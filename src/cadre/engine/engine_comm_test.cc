@@ -1,11 +1,11 @@
 // The engine over the real communication core: threads as ranks, each with its own
 // Communicator over one HashStore (shared memory within an emulated host, TCP across).
-#include "cadre/engine/comm_backend.h"
-
 #include <gtest/gtest.h>
 
 #include "cadre/base/test_ranks.h"
+#include "cadre/comm/collectives.h"
 #include "cadre/engine/engine.h"
+#include "cadre/engine/group.h"
 #include "cadre/store/hash_store.h"
 
 namespace cadre::engine {
@@ -18,9 +18,9 @@ void WaitOk(const std::shared_ptr<Handle>& h) {
   ASSERT_TRUE(h->status().ok()) << h->status().ToString();
 }
 
-class CommBackendTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+class EngineOnCommTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
-TEST_P(CommBackendTest, EngineCollectivesMatchClosedForm) {
+TEST_P(EngineOnCommTest, EngineCollectivesMatchClosedForm) {
   const auto [size, use_shm] = GetParam();
   auto store = std::make_shared<store::HashStore>();
   cadre::testing::RunThreadsAsRanks(size, [&](int rank) {
@@ -37,13 +37,17 @@ TEST_P(CommBackendTest, EngineCollectivesMatchClosedForm) {
     eo.cycle_time = 1ms;
     eo.fusion_threshold_bytes = 256;
     eo.fusion_segment_bytes = 40;
-    auto backend = std::make_unique<CommBackend>(comm::Communicator::Create(o));
+    EngineGroupOptions g;
+    g.comm = o;
+    auto group = CreateEngineGroup(g);
     // auto means the hierarchical algorithm exactly when hosts hold several slots each
     // (size 4: two hosts of two ranks; size 3 has hosts of 2 and 1 rank) over shared memory.
     const bool hierarchical = use_shm && size == 4;
-    EXPECT_EQ(backend->algorithm() == comm::AllreduceAlgorithm::kHierarchical, hierarchical)
+    EXPECT_EQ(comm::ChooseAllreduceAlgorithm(eo.allreduce_algorithm, comm::ShapeOf(*group, 0)) ==
+                  comm::AllreduceAlgorithm::kHierarchical,
+              hierarchical)
         << "size " << size << (use_shm ? " shm" : " tcp");
-    Engine e(std::move(backend), eo);
+    Engine e(std::move(group), eo);
     // Twenty allreduces of odd lengths (fused into several buffers), twice (second time
     // through the response cache).
     for (int round = 0; round < 2; ++round) {
@@ -101,7 +105,7 @@ TEST_P(CommBackendTest, EngineCollectivesMatchClosedForm) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(SizesAndTransports, CommBackendTest,
+INSTANTIATE_TEST_SUITE_P(SizesAndTransports, EngineOnCommTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()));
 
 }  // namespace
