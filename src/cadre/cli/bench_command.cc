@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "cadre/base/byte_size.h"
 #include "cadre/base/status.h"
 #include "cadre/cli/commands.h"
 #include "cadre/cli/support.h"
@@ -55,16 +56,8 @@ std::vector<size_t> ParseSizeList(const std::string& text) {
     size_t comma = text.find(',', start);
     std::string item =
         text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    char* end = nullptr;
-    unsigned long long v = std::strtoull(item.c_str(), &end, 10);
-    std::string unit = end ? end : "";
-    size_t mult = unit.empty() || unit == "B"                   ? 1
-                  : unit == "K" || unit == "KiB" || unit == "k" ? 1024
-                  : unit == "M" || unit == "MiB"                ? size_t{1} << 20
-                  : unit == "G" || unit == "GiB"                ? size_t{1} << 30
-                                                                : 0;
-    size_t bytes = static_cast<size_t>(v) * mult;
-    if (item.empty() || end == item.c_str() || mult == 0 || bytes < 4 || bytes % 4 != 0) {
+    uint64_t bytes = 0;
+    if (!ParseByteSize(item, &bytes).ok() || bytes < 4 || bytes % 4 != 0) {
       throw Error(Code::kInvalidArgument, "bench allreduce: --sizes item '" + item +
                                               "' is not a byte count (a multiple of 4, like "
                                               "4096 or 16M)");

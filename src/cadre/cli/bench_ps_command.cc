@@ -19,6 +19,7 @@
 #include <random>
 #include <sstream>
 
+#include "cadre/base/byte_size.h"
 #include "cadre/base/env.h"
 #include "cadre/base/status.h"
 #include "cadre/cli/commands.h"
@@ -55,17 +56,12 @@ struct NodeArgs {
 std::vector<int64_t> ParseSizes(const std::vector<std::string>& sizes) {
   std::vector<int64_t> out;
   for (const std::string& s : sizes) {
-    char* end = nullptr;
-    double v = std::strtod(s.c_str(), &end);
-    std::string unit = end;
-    int64_t mult = unit.empty() || unit == "B"    ? 1
-                   : unit == "K" || unit == "KiB" ? 1024
-                   : unit == "M" || unit == "MiB" ? 1 << 20
-                                                  : -1;
-    if (end == s.c_str() || mult < 0 || v < 4 || v * static_cast<double>(mult) > (1u << 30))
+    uint64_t bytes = 0;
+    if (!ParseByteSize(s, &bytes).ok() || bytes < 4 || bytes > (uint64_t{1} << 30)) {
       throw Error(Code::kInvalidArgument,
                   "bench ps: --sizes '" + s + "' is not a size like 4K, 256K, 64M (4 B to 1 GiB)");
-    out.push_back(static_cast<int64_t>(v * static_cast<double>(mult)));
+    }
+    out.push_back(static_cast<int64_t>(bytes));
   }
   return out;
 }
