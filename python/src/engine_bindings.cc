@@ -110,6 +110,21 @@ void WaitInterruptibly(const Handle& h) {
 
 void BindEngine(py::module_& m) {
   m.attr("COMM_BUILT") = py::bool_(true);
+  // The codes Engine.enqueue takes, by the C++ enums' own names, so that Python never writes
+  // them down again: OPS["allreduce"], DTYPES["bfloat16"] (torch's dtype names), REDUCE_OPS["max"].
+  py::dict ops, dtypes, reduce_ops;
+  for (int op = 0; op <= static_cast<int>(OpType::kJoin); ++op) {
+    ops[py::str(std::string(engine::OpTypeName(static_cast<OpType>(op))))] = op;
+  }
+  for (int t = 0; t < comm::kNumDataTypes; ++t) {
+    dtypes[py::str(std::string(comm::DataTypeName(static_cast<comm::DataType>(t))))] = t;
+  }
+  for (int op = 0; op < comm::kNumReduceOps; ++op) {
+    reduce_ops[py::str(std::string(comm::ReduceOpName(static_cast<comm::ReduceOp>(op))))] = op;
+  }
+  m.attr("OPS") = ops;
+  m.attr("DTYPES") = dtypes;
+  m.attr("REDUCE_OPS") = reduce_ops;
 
   py::class_<Handle, std::shared_ptr<Handle>>(m, "Handle")
       .def("done", &Handle::done)

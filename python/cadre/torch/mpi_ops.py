@@ -42,14 +42,20 @@ Min = "Min"
 Max = "Max"
 Product = "Product"
 
-_OP_ALLREDUCE, _OP_ALLGATHER, _OP_BROADCAST, _OP_ALLTOALL, _OP_REDUCESCATTER, _OP_BARRIER = range(6)
-_REDUCE = {Sum: 0, Average: 0, Min: 1, Max: 2, Product: 3}
-# The engine's element types (comm/types.h), every type Horovod's PyTorch binding takes.
-_DTYPES = {
-    torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3,
-    torch.int32: 4, torch.int64: 5, torch.uint8: 6, torch.int8: 7, torch.int16: 8,
-    torch.bool: 9,
-}
+# The engine's codes, exported by the extension from the C++ enums (engine/request.h,
+# comm/types.h) rather than written down again here.
+_OP_ALLREDUCE = _core.OPS["allreduce"]
+_OP_ALLGATHER = _core.OPS["allgather"]
+_OP_BROADCAST = _core.OPS["broadcast"]
+_OP_ALLTOALL = _core.OPS["alltoall"]
+_OP_REDUCESCATTER = _core.OPS["reducescatter"]
+_OP_BARRIER = _core.OPS["barrier"]
+_REDUCE = {Sum: _core.REDUCE_OPS["sum"], Average: _core.REDUCE_OPS["sum"],
+           Min: _core.REDUCE_OPS["min"], Max: _core.REDUCE_OPS["max"],
+           Product: _core.REDUCE_OPS["product"]}
+# Every element type of the engine, each of which is a torch dtype of the same name: the types
+# Horovod's PyTorch binding takes.
+_DTYPES = {getattr(torch, name): code for name, code in _core.DTYPES.items()}
 
 _handles = {}
 _handles_lock = threading.Lock()
