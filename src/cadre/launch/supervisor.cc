@@ -270,6 +270,12 @@ void LocalJob::Restart() {
   layout_.restart_count = status_.restarts;
   start_began_ = Clock::now();
   MakeSlots();
+  // Emulated nodes: a link that went down (the failure, often) is back for the new start.
+  for (int i = 0; network_ && i < requested_nodes_; ++i) {
+    if (Status st = network_->ReconnectHost(i); !st.ok()) {
+      Warn("cannot bring learner-" + std::to_string(i + 1) + "'s link back up: " + st.message());
+    }
+  }
   if (Status st = StartStore(); !st.ok()) {
     AbortStart("restart " + std::to_string(status_.restarts) + ": " + st.message());
     return;

@@ -323,6 +323,14 @@ Status NetworkEmulator::SetHostConnected(int i, bool connected) {
                     Deadline(command_timeout_));
 }
 
+Status NetworkEmulator::ReconnectHost(int i) {
+  CADRE_RETURN_IF_ERROR(CheckHost(i));
+  CADRE_RETURN_IF_ERROR(
+      RunChecked({"ip", "-n", hosts_[i].netns, "link", "set", hosts_[i].device, "up"},
+                 Deadline(command_timeout_)));
+  return SetHostConnected(i, true);
+}
+
 Status NetworkEmulator::AddHostNamespace(int i, Deadline deadline) {
   const EmulatedHost& h = hosts_[i];
   CADRE_RETURN_IF_ERROR(RunChecked({"ip", "netns", "add", h.netns}, deadline));

@@ -125,6 +125,10 @@ class NetworkEmulator {
   // packets are dropped, connections stall) until it is connected again.
   Status SetHostLink(int i, const LinkSpec& link, bool require_delay_loss = false);
   Status SetHostConnected(int i, bool connected);
+  // Brings host i's link back whichever end went down: its own interface (a learner that took
+  // it down, `ip link set eth0 down`) and the switch's port. cadre run does it for every host
+  // before a restart.
+  Status ReconnectHost(int i);
   // The link host i has now (the options' link unless SetHostLink changed it).
   const LinkSpec& host_link(int i) const { return host_links_.at(i); }
 
