@@ -96,6 +96,25 @@ def test_the_contract_from_slurms_facts(slurm, tmp_path):
     assert oct(os.stat(os.path.join(job.job_dir, "token")).st_mode & 0o777) == "0o600"
 
 
+def test_the_manifest_can_name_the_backend(slurm, tmp_path):
+    (tmp_path / "job.yaml").write_text(textwrap.dedent("""
+        name: from-manifest
+        framework: {name: pytorch-horovod}
+        execution:
+          command: echo "learner $LEARNER_ID of $NUM_LEARNERS"
+          compute_configuration: {name: cpux2, nodes: 2}
+          backend: slurm
+    """))
+    # No --backend: the manifest's execution.backend chooses Slurm.
+    proc = subprocess.run([CADRE, "run", "--store-host", "127.0.0.1", "job.yaml"], cwd=tmp_path,
+                          env=slurm.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=120)
+    job = Job(proc, str(tmp_path))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert "submitted Slurm job" in job.stderr
+    assert "[learner-2/1] learner 2 of 2" in job.stdout
+
+
 def test_a_failed_learner_fails_the_job_by_name(slurm, tmp_path):
     (tmp_path / "dump_env.py").write_text(DUMP_ENV)
     job = cadre_slurm(slurm, tmp_path, "-n", "2", "--compute", "cpux2", "--framework",

@@ -30,7 +30,8 @@ int Render(const RenderFlags& flags) {
     request.gpus = {};
   }
   if (flags.name) request.name.Set(*flags.name, "--name");
-  if (flags.image.empty()) {
+  if (!flags.image.empty()) request.image.Set(flags.image, "--image");
+  if (!request.image.has_value() || request.image->empty()) {
     problems.Add("--image",
                  "the job's container image is needed; it must hold cadre (on PATH, "
                  "with its Python package) and the job's command");
@@ -47,7 +48,7 @@ int Render(const RenderFlags& flags) {
     return 2;
   }
   backends::K8sRenderOptions options;
-  options.image = flags.image;
+  options.image = spec->image;
   options.name_space = flags.name_space;
   options.job_token = launch::NewJobToken();
   options.training_id = launch::NewTrainingId();

@@ -35,7 +35,7 @@ struct RunFlags {
   std::optional<std::string> emulate_network;  // a netem link spec
   bool require_delay = false;
   // Where the learners run (backends/backend.h).
-  std::string backend = "local";
+  std::optional<std::string> backend;  // default: the manifest's execution.backend, else local
   double queue_timeout_seconds = 0;
   std::optional<int> time_limit_minutes;
   std::string partition, hostfile, store_host;
@@ -113,8 +113,12 @@ int Run(const RunFlags& flags) {
     if (!parsed.ok()) problems.Add("--emulate-network", parsed.message());
   }
   backends::BackendOptions backend;
-  if (Status kind = backends::ParseBackendKind(flags.backend, &backend.kind); !kind.ok()) {
-    problems.Add("--backend", kind.message());
+  // --backend, else the manifest's execution.backend, else local.
+  if (flags.backend) request.backend.Set(*flags.backend, "--backend");
+  if (request.backend.has_value()) {
+    if (Status kind = backends::ParseBackendKind(*request.backend, &backend.kind); !kind.ok()) {
+      problems.Add(request.backend.origin, kind.message());
+    }
   }
   if (flags.queue_timeout_seconds < 0) problems.Add("--queue-timeout", "must not be negative");
   backend.queue_timeout =

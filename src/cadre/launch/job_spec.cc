@@ -33,6 +33,8 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
   JobSpec spec;
   spec.manifest_text = request.manifest_text;
   spec.name = request.name.has_value() ? *request.name : "job";
+  if (request.backend.has_value()) spec.backend = *request.backend;
+  if (request.image.has_value()) spec.image = *request.image;
   if (spec.name.empty()) problems->Add(request.name.origin, "must not be empty");
 
   // Framework and its version.

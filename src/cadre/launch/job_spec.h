@@ -38,6 +38,8 @@ struct JobSpec {
   std::filesystem::path data_dir;     // DATA_DIR; empty: the job directory's data/ folder
   std::filesystem::path results_dir;  // job directories are created under it
   std::string manifest_text;
+  std::string backend;  // as the manifest names it (checked by the backends layer); "" if unset
+  std::string image;    // the container image, for Kubernetes
 
   int total_slots() const { return nodes * slots_per_learner; }
   bool is_server(int learner_id) const { return learner_id <= parameter_servers; }

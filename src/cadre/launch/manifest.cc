@@ -30,9 +30,10 @@ const Keys kTopKeys = {"name",
                        "data_stores",
                        "evaluation_metrics",
                        "max_restarts",
-                       "min_nodes"};
+                       "min_nodes",
+                       "image"};
 const Keys kFrameworkKeys = {"name", "version", "command", "runtimes"};
-const Keys kExecutionKeys = {"command", "compute_configuration"};
+const Keys kExecutionKeys = {"command", "compute_configuration", "backend"};
 const Keys kComputeKeys = {"name", "nodes"};
 const Keys kReferenceKeys = {"name", "type", "location", "connection"};
 const Keys kLocationKeys = {"path"};
@@ -243,6 +244,7 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
   if (!top.ok()) return false;
 
   top.String("name", &request->name);
+  top.String("image", &request->image);
   top.CheckScalar("description");
   top.CheckScalar("version");
   top.Int("parameter_servers", &request->parameter_servers);
@@ -276,6 +278,7 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
   if (top.Has("execution")) {
     MapReader execution(top.Get("execution"), "execution", kExecutionKeys, problems);
     execution.String("command", &request->command);
+    execution.String("backend", &request->backend);
     if (execution.Has("compute_configuration")) {
       MapReader compute(execution.Get("compute_configuration"), "execution.compute_configuration",
                         kComputeKeys, problems);

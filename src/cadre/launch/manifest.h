@@ -58,6 +58,8 @@ struct JobRequest {
   Field<int64_t> min_nodes;         // elastic: the fewest learners the job goes on with
   Field<std::string> data_path;     // DATA_DIR
   Field<std::string> results_path;  // where job directories go
+  Field<std::string> backend;       // execution.backend: local, slurm, mpi (docs/backends.md)
+  Field<std::string> image;         // the container image (Kubernetes)
   // Relative paths (data, results) resolve against this; the command runs here too. The
   // manifest's folder, or the current directory for a flags-only job.
   std::filesystem::path base_dir;

@@ -59,6 +59,18 @@ TEST(Manifest, WmlShapeResolvesEveryField) {
   EXPECT_EQ(c.spec->work_dir, "/tmp");
 }
 
+TEST(Manifest, BackendAndImageAreRead) {
+  Checked c = Check(std::string(kWml) + "image: registry.example/cadre:1\n");
+  ASSERT_TRUE(c.spec) << c.problems.ToString();
+  EXPECT_EQ(c.spec->backend, "");
+  EXPECT_EQ(c.spec->image, "registry.example/cadre:1");
+  std::string with_backend = kWml;
+  with_backend.replace(with_backend.find("execution:\n"), 11, "execution:\n  backend: slurm\n");
+  c = Check(with_backend);
+  ASSERT_TRUE(c.spec) << c.problems.ToString();
+  EXPECT_EQ(c.spec->backend, "slurm");
+}
+
 TEST(Manifest, FfdlShape) {
   Checked c = Check(R"(
 name: ffdl-job
