@@ -7,4 +7,6 @@ import pkgutil as _pkgutil
 
 __path__ = _pkgutil.extend_path(__path__, __name__)
 
-__all__ = []
+from cadre.metrics import log_metrics  # noqa: E402
+
+__all__ = ["log_metrics"]

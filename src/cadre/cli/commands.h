@@ -14,5 +14,7 @@ void AddPsServerCommand(CLI::App& app, int* exit_code);
 void AddBenchPsCommand(CLI::App& app, int* exit_code);
 void AddTaskCommand(CLI::App& app, int* exit_code);
 void AddK8sCommand(CLI::App& app, int* exit_code);
+void AddServerCommand(CLI::App& app, int* exit_code);
+void AddClientCommands(CLI::App& app, int* exit_code);
 
 }  // namespace cadre::cli

@@ -14,6 +14,7 @@ constexpr AddCommand kCommands[] = {
     cadre::cli::AddBenchAllreduceCommand, cadre::cli::AddNetemCommand,
     cadre::cli::AddPsServerCommand,       cadre::cli::AddBenchPsCommand,
     cadre::cli::AddTaskCommand,           cadre::cli::AddK8sCommand,
+    cadre::cli::AddServerCommand,         cadre::cli::AddClientCommands,
 };
 
 }  // namespace

@@ -30,6 +30,7 @@ struct RunFlags {
   std::optional<int64_t> nodes, parameter_servers, max_restarts, min_nodes;
   std::optional<std::string> compute, framework, framework_version, name, data_dir, results_dir;
   std::optional<std::string> output_dir;
+  std::optional<std::string> training_id;
   double grace_seconds = 10;
   bool quiet = false;
   std::optional<std::string> emulate_network;  // a netem link spec
@@ -106,6 +107,11 @@ int Run(const RunFlags& flags) {
   if (!(flags.grace_seconds >= 0 && flags.grace_seconds <= 86400)) {
     problems.Add("--grace", "must be 0..86400 seconds, got " + std::to_string(flags.grace_seconds));
   }
+  if (flags.training_id && (flags.training_id->empty() || flags.training_id->size() > 64 ||
+                            flags.training_id->find_first_not_of(
+                                "abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos)) {
+    problems.Add("--training-id", "must be 1-64 lower-case letters, digits or '-'");
+  }
   std::optional<netem::LinkSpec> link;
   if (flags.emulate_network) {
     link.emplace();
@@ -155,6 +161,7 @@ int Run(const RunFlags& flags) {
   options.status_line = !flags.quiet && isatty(STDOUT_FILENO) == 1;
   options.grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_seconds * 1000));
   if (flags.output_dir) options.output_dir = std::filesystem::path(*flags.output_dir);
+  options.training_id = flags.training_id;
   options.python = python;
   options.emulate_network = link;
   options.require_delay_loss = flags.require_delay;
@@ -209,6 +216,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--results-dir", flags->results_dir,
                   "Folder for job directories (default ./runs)");
   cmd->add_option("-o,--output-dir", flags->output_dir, "The job directory itself");
+  cmd->add_option("--training-id", flags->training_id,
+                  "The job's TRAINING_ID (default: a new one); the job service sets it");
   cmd->add_option("--grace", flags->grace_seconds,
                   "Seconds between SIGTERM and SIGKILL when stopping slots (default 10)");
   cmd->add_flag("-q,--quiet", flags->quiet, "Do not show the learners' output (logs still kept)");

@@ -87,7 +87,7 @@ LocalJob::LocalJob(const JobSpec& spec, const RunOptions& options)
 void LocalJob::Warn(const std::string& text) { mux_.Message("cadre: warning: " + text + "\n"); }
 
 Status LocalJob::Prepare() {
-  layout_.training_id = NewTrainingId();
+  layout_.training_id = options_.training_id.value_or(NewTrainingId());
   layout_.job_dir = options_.output_dir ? fs::absolute(*options_.output_dir)
                                         : spec_.results_dir / layout_.training_id;
   layout_.data_dir = spec_.data_dir.empty() ? layout_.job_dir / "data" : spec_.data_dir;

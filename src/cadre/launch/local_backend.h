@@ -33,6 +33,8 @@ struct RunOptions {
   Duration grace = std::chrono::seconds(10);
   // The job directory itself; default <spec.results_dir>/<training id>.
   std::optional<std::filesystem::path> output_dir;
+  // The job's TRAINING_ID; default a new one (NewTrainingId). The job service passes its own.
+  std::optional<std::string> training_id;
   PythonInfo python;  // the interpreter the learners' `python3` means
   int console_fd = 1;
   int message_fd = 2;

@@ -1,0 +1,217 @@
+// The job service's terminal client:
+//
+//   cadre submit job.yaml            zips the manifest's folder, uploads both, prints the id
+//   cadre jobs list                  your trainings: id, state, name, created
+//   cadre jobs get ID                one training's resource (JSON)
+//   cadre jobs logs [-f] ID          its log; -f follows it until the job ends
+//   cadre jobs cancel ID [--hard-delete]
+//
+// The server and token come from --server/--token or CADRE_SERVER/CADRE_TOKEN (default server
+// http://127.0.0.1:8900). Exit codes: 0 done, 1 the server refused or could not be reached
+// (its error printed), 2 bad usage.
+#include <httplib.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "cadre/cli/commands.h"
+#include "cadre/service/service.h"
+#include "cadre/service/zip_folder.h"
+
+namespace cadre::cli {
+namespace {
+
+using nlohmann::json;
+constexpr char kVersion[] = "version=2020-09-01";
+
+struct ClientFlags {
+  std::string server, token;
+};
+
+struct Connection {
+  std::unique_ptr<httplib::Client> client;
+  httplib::Headers headers;
+};
+
+bool Connect(const ClientFlags& flags, const char* who, Connection* c) {
+  std::string server = flags.server;
+  if (server.empty()) {
+    const char* env = std::getenv("CADRE_SERVER");
+    server = env ? env : "http://127.0.0.1:" + std::to_string(service::kDefaultPort);
+  }
+  std::string token = flags.token;
+  if (token.empty()) {
+    const char* env = std::getenv("CADRE_TOKEN");
+    token = env ? env : "";
+  }
+  if (token.empty()) {
+    std::cerr << who << ": no token: pass --token or set CADRE_TOKEN (from `cadre users add`)\n";
+    return false;
+  }
+  c->client = std::make_unique<httplib::Client>(server);
+  c->client->set_connection_timeout(10);
+  c->client->set_read_timeout(3600);
+  c->headers = {{"Authorization", "Bearer " + token}};
+  return true;
+}
+
+// Prints the server's errors (or the transport's); returns 1.
+int Report(const char* who, const httplib::Result& r) {
+  if (!r) {
+    std::cerr << who << ": cannot reach the server: " << httplib::to_string(r.error()) << "\n";
+    return 1;
+  }
+  json body = json::parse(r->body, nullptr, false);
+  if (body.is_object() && body.contains("errors") && body["errors"].is_array()) {
+    for (const auto& e : body["errors"]) {
+      std::cerr << who << ": " << e.value("message", "error") << " (" << e.value("code", "")
+                << ", HTTP " << r->status << ")\n";
+    }
+  } else {
+    std::cerr << who << ": HTTP " << r->status << ": " << r->body << "\n";
+  }
+  return 1;
+}
+
+int Submit(const ClientFlags& flags, const std::string& manifest) {
+  const char* who = "cadre submit";
+  std::ifstream in(manifest);
+  if (!in) {
+    std::cerr << who << ": cannot read " << manifest << "\n";
+    return 2;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string zip;
+  std::filesystem::path folder = std::filesystem::absolute(manifest).parent_path();
+  Status st = service::ZipFolder(folder, 256ull << 20, &zip);
+  if (!st.ok()) {
+    std::cerr << who << ": " << st.message() << "\n";
+    return 1;
+  }
+  Connection c;
+  if (!Connect(flags, who, &c)) return 2;
+  httplib::MultipartFormDataItems items = {
+      {"manifest", text.str(), "manifest.yaml", "application/x-yaml"},
+      {"model_definition", zip, "code.zip", "application/zip"}};
+  auto r = c.client->Post(std::string("/ml/v4/trainings?") + kVersion, c.headers, items);
+  if (!r || r->status != 201) return Report(who, r);
+  json body = json::parse(r->body);
+  std::cout << "cadre submit: " << body["entity"]["status"]["state"].get<std::string>()
+            << "; follow it with: cadre jobs logs -f " << body["metadata"]["id"].get<std::string>()
+            << "\n"
+            << body["metadata"]["id"].get<std::string>() << "\n";
+  return 0;
+}
+
+int List(const ClientFlags& flags) {
+  Connection c;
+  if (!Connect(flags, "cadre jobs list", &c)) return 2;
+  auto r = c.client->Get(std::string("/ml/v4/trainings?limit=200&") + kVersion, c.headers);
+  if (!r || r->status != 200) return Report("cadre jobs list", r);
+  json body = json::parse(r->body);
+  std::printf("%-36s %-10s %-24s %s\n", "ID", "STATE", "CREATED", "NAME");
+  for (const auto& t : body["resources"]) {
+    std::printf("%-36s %-10s %-24s %s\n", t["metadata"]["id"].get<std::string>().c_str(),
+                t["entity"]["status"]["state"].get<std::string>().c_str(),
+                t["metadata"]["created_at"].get<std::string>().c_str(),
+                t["metadata"]["name"].get<std::string>().c_str());
+  }
+  return 0;
+}
+
+int Get(const ClientFlags& flags, const std::string& id) {
+  Connection c;
+  if (!Connect(flags, "cadre jobs get", &c)) return 2;
+  auto r = c.client->Get("/ml/v4/trainings/" + id + "?" + kVersion, c.headers);
+  if (!r || r->status != 200) return Report("cadre jobs get", r);
+  std::cout << json::parse(r->body).dump(2) << "\n";
+  return 0;
+}
+
+int Logs(const ClientFlags& flags, const std::string& id, bool follow) {
+  Connection c;
+  if (!Connect(flags, "cadre jobs logs", &c)) return 2;
+  std::string path =
+      "/ml/v4/trainings/" + id + "/logs?" + kVersion + (follow ? "&follow=true" : "");
+  int status = 0;
+  std::string error_body;
+  auto r = c.client->Get(
+      path, c.headers,
+      [&](const httplib::Response& res) {
+        status = res.status;
+        return true;
+      },
+      [&](const char* data, size_t n) {
+        if (status != 200) {
+          error_body.append(data, n);
+        } else {
+          std::cout.write(data, static_cast<std::streamsize>(n));
+          std::cout.flush();
+        }
+        return true;
+      });
+  if (!r || r->status != 200) {
+    if (r) r->body = error_body;
+    return Report("cadre jobs logs", r);
+  }
+  return 0;
+}
+
+int Cancel(const ClientFlags& flags, const std::string& id, bool hard) {
+  Connection c;
+  if (!Connect(flags, "cadre jobs cancel", &c)) return 2;
+  auto r = c.client->Delete(
+      "/ml/v4/trainings/" + id + "?" + kVersion + (hard ? "&hard_delete=true" : ""), c.headers);
+  if (!r || r->status != 204) return Report("cadre jobs cancel", r);
+  std::cout << "cadre jobs cancel: " << id << (hard ? " canceled and deleted" : " canceled")
+            << "\n";
+  return 0;
+}
+
+void AddConnectionFlags(CLI::App* cmd, ClientFlags* flags) {
+  cmd->add_option("--server", flags->server,
+                  "The server's URL (default $CADRE_SERVER, else http://127.0.0.1:" +
+                      std::to_string(service::kDefaultPort) + ")");
+  cmd->add_option("--token", flags->token, "Your bearer token (default $CADRE_TOKEN)");
+}
+
+}  // namespace
+
+void AddClientCommands(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<ClientFlags>();
+  auto manifest = std::make_shared<std::string>();
+  auto* submit = app.add_subcommand(
+      "submit", "Submit a job to a cadre server: uploads the manifest and its folder's code");
+  submit->add_option("manifest", *manifest, "The job's manifest (.yaml)")->required();
+  AddConnectionFlags(submit, flags.get());
+  submit->callback([=] { *exit_code = Submit(*flags, *manifest); });
+
+  auto* jobs = app.add_subcommand("jobs", "Your jobs on a cadre server: list, get, logs, cancel");
+  jobs->require_subcommand(1);
+  AddConnectionFlags(jobs, flags.get());
+  auto id = std::make_shared<std::string>();
+  auto follow = std::make_shared<bool>(false);
+  auto hard = std::make_shared<bool>(false);
+  auto* list = jobs->add_subcommand("list", "Your trainings, newest first");
+  list->callback([=] { *exit_code = List(*flags); });
+  auto* get = jobs->add_subcommand("get", "One training's resource, as JSON");
+  get->add_option("id", *id, "The training's id")->required();
+  get->callback([=] { *exit_code = Get(*flags, *id); });
+  auto* logs = jobs->add_subcommand("logs", "A training's log");
+  logs->add_option("id", *id, "The training's id")->required();
+  logs->add_flag("-f,--follow", *follow, "Keep printing lines as they are written, to the end");
+  logs->callback([=] { *exit_code = Logs(*flags, *id, *follow); });
+  auto* cancel = jobs->add_subcommand("cancel", "Cancel a training (stops its learners)");
+  cancel->add_option("id", *id, "The training's id")->required();
+  cancel->add_flag("--hard-delete", *hard, "Also delete its record and files");
+  cancel->callback([=] { *exit_code = Cancel(*flags, *id, *hard); });
+  for (auto* sub : {list, get, logs, cancel}) AddConnectionFlags(sub, flags.get());
+}
+
+}  // namespace cadre::cli

@@ -1,0 +1,144 @@
+// `cadre server`: the job service (REST API, SQLite, scheduler, dashboard) on this machine.
+// `cadre users add NAME --plan PLAN`: a user of that server, and their bearer token.
+//
+//   cadre server [--data-dir DIR] [--listen HOST:PORT] [--slots N] [--grace S]
+//   cadre users add NAME --plan PLAN [--data-dir DIR]
+//
+// The token is printed once, alone on the last line of stdout, so scripts can take it with
+// `| tail -n 1`.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "cadre/cli/commands.h"
+#include "cadre/service/service.h"
+
+namespace cadre::cli {
+namespace {
+
+struct ServerFlags {
+  std::string data_dir = "cadre-data";
+  std::string listen = "127.0.0.1:" + std::to_string(service::kDefaultPort);
+  int64_t slots = 0;
+  double grace_seconds = 10;
+  int threads = 64;
+  int64_t max_code_mib = 1024;
+};
+
+bool ParseListen(const std::string& text, std::string* host, int* port) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = text.substr(0, colon);
+  try {
+    size_t used = 0;
+    *port = std::stoi(text.substr(colon + 1), &used);
+    return used == text.size() - colon - 1 && *port >= 0 && *port <= 65535 && !host->empty();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+int RunServer(const ServerFlags& flags) {
+  service::ServiceOptions options;
+  if (!ParseListen(flags.listen, &options.host, &options.port)) {
+    std::cerr << "cadre server: --listen: expected HOST:PORT, got '" << flags.listen << "'\n";
+    return 2;
+  }
+  if (flags.grace_seconds < 0 || flags.slots < 0 || flags.threads < 4) {
+    std::cerr << "cadre server: --grace and --slots must not be negative, --threads at least 4\n";
+    return 2;
+  }
+  options.data_dir = flags.data_dir;
+  options.slots = flags.slots;
+  options.grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_seconds * 1000));
+  options.threads = flags.threads;
+  options.max_unzipped = static_cast<uint64_t>(std::max<int64_t>(1, flags.max_code_mib)) << 20;
+  std::error_code ec;
+  options.cadre = std::filesystem::read_symlink("/proc/self/exe", ec);
+
+  // Every thread the service starts inherits this mask, so only the waiter below sees them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto server = std::make_shared<service::Service>(options);
+  Status st = server->Start();
+  if (!st.ok()) {
+    std::cerr << "cadre server: " << st.message() << "\n";
+    return 1;
+  }
+  const auto& o = server->options();
+  std::string url = "http://" + o.host + ":" + std::to_string(server->port());
+  std::cout << "cadre server: listening on " << url << " (data in " << o.data_dir.string() << ", "
+            << o.slots << " slots)\n"
+            << "cadre server: sign in at " << url << "/ with a token from: cadre users add NAME "
+            << "--plan standard --data-dir " << o.data_dir.string() << "\n"
+            << std::flush;
+  std::thread([server, stop] {
+    int sig = 0;
+    sigwait(&stop, &sig);
+    std::cout << "cadre server: " << strsignal(sig) << "; stopping (running jobs keep running)\n"
+              << std::flush;
+    server->Stop();
+  }).detach();
+  server->Run();
+  return 0;
+}
+
+}  // namespace
+
+void AddServerCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<ServerFlags>();
+  auto* cmd = app.add_subcommand(
+      "server",
+      "The job service: WML v4 trainings API, accounts and plans, live logs and a "
+      "dashboard, with its state in SQLite (docs/service.md)");
+  cmd->add_option("--data-dir", flags->data_dir,
+                  "State and job directories (default ./cadre-data)");
+  cmd->add_option("--listen", flags->listen,
+                  "HOST:PORT to listen on (default 127.0.0.1:" +
+                      std::to_string(service::kDefaultPort) + "; port 0 picks a free one)");
+  cmd->add_option("--slots", flags->slots,
+                  "Learner processes this machine runs at once (default: its cores, at least 4)");
+  cmd->add_option(
+      "--grace", flags->grace_seconds,
+      "Seconds between SIGTERM and SIGKILL when stopping a job's learners (default 10)");
+  cmd->add_option("--threads", flags->threads, "HTTP worker threads (default 64)");
+  cmd->add_option("--max-code-mib", flags->max_code_mib,
+                  "Largest a job's uploaded code may expand to, in MiB (default 1024)");
+  cmd->callback([flags, exit_code] { *exit_code = RunServer(*flags); });
+
+  auto* users = app.add_subcommand("users", "Users of a cadre server");
+  users->require_subcommand(1);
+  auto add = users->add_subcommand("add",
+                                   "Create a user; prints their bearer token once, alone "
+                                   "on the last line");
+  auto name = std::make_shared<std::string>();
+  auto plan = std::make_shared<std::string>();
+  auto data_dir = std::make_shared<std::string>("cadre-data");
+  add->add_option("name", *name, "The user's name")->required();
+  add->add_option("--plan", *plan, "lite, standard or premium")->required();
+  add->add_option("--data-dir", *data_dir, "The server's data directory (default ./cadre-data)");
+  add->callback([name, plan, data_dir, exit_code] {
+    std::string token;
+    Status st = service::AddUser(*data_dir, *name, *plan, &token);
+    if (!st.ok()) {
+      std::cerr << "cadre users add: " << st.message() << "\n";
+      *exit_code = st.code() == Code::kInvalidArgument ? 2 : 1;
+      return;
+    }
+    std::cout << "cadre users add: created " << *name << " (plan " << *plan
+              << "); their token, shown only now:\n"
+              << token << "\n";
+    *exit_code = 0;
+  });
+}
+
+}  // namespace cadre::cli

@@ -1,0 +1,133 @@
+#include "cadre/service/accounts.h"
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#include <stdexcept>
+
+#include "cadre/service/clock.h"
+
+namespace cadre::service {
+namespace {
+
+constexpr char kPrefix[] = "cadre_";
+
+std::string Hex(const unsigned char* data, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    out += kDigits[data[i] >> 4];
+    out += kDigits[data[i] & 15];
+  }
+  return out;
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.' || c == '@';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Plan ReadPlan(Statement& s, int first) {
+  return Plan{s.Text(first), s.Text(first + 1), s.Int(first + 2), s.Int(first + 3),
+              s.Int(first + 4) != 0};
+}
+
+}  // namespace
+
+std::string RandomHex(size_t n) {
+  std::string bytes(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(n)) != 1) {
+    throw std::runtime_error("OpenSSL RAND_bytes failed");
+  }
+  return Hex(reinterpret_cast<const unsigned char*>(bytes.data()), n);
+}
+
+std::string Sha256Hex(const std::string& data) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  return Hex(digest, sizeof(digest));
+}
+
+Status Accounts::AddUser(const std::string& name, const std::string& plan, std::string* token) {
+  if (!ValidName(name)) {
+    return InvalidArgument("user name '" + name + "' must be 1-64 letters, digits or - _ . @");
+  }
+  auto lock = db_.Lock();
+  Transaction tx(db_);
+  CADRE_RETURN_IF_ERROR(tx.status());
+  {
+    Statement known(db_, "SELECT 1 FROM plans WHERE name = ?");
+    known.Bind(1, plan);
+    if (!known.Step()) {
+      CADRE_RETURN_IF_ERROR(known.status());
+      std::string names;
+      Statement all(db_, "SELECT name FROM plans ORDER BY max_nodes");
+      while (all.Step()) names += (names.empty() ? "" : ", ") + all.Text(0);
+      return InvalidArgument("unknown plan '" + plan + "'; plans: " + names);
+    }
+  }
+  {
+    Statement taken(db_, "SELECT 1 FROM users WHERE name = ?");
+    taken.Bind(1, name);
+    if (taken.Step()) return Status(Code::kAlreadyExists, "user '" + name + "' already exists");
+  }
+  Statement insert(db_, "INSERT INTO users (name, plan, created_at) VALUES (?, ?, ?)");
+  insert.Bind(1, name).Bind(2, plan).Bind(3, NowIso());
+  CADRE_RETURN_IF_ERROR(insert.Run());
+  int64_t user_id = db_.last_insert_rowid();
+
+  std::string id = RandomHex(8), secret = RandomHex(24), salt = RandomHex(16);
+  Statement put(db_,
+                "INSERT INTO tokens (id, user_id, salt, hash, created_at) VALUES (?, ?, ?, ?, ?)");
+  put.Bind(1, id)
+      .Bind(2, user_id)
+      .Bind(3, salt)
+      .Bind(4, Sha256Hex(salt + secret))
+      .Bind(5, NowIso());
+  CADRE_RETURN_IF_ERROR(put.Run());
+  CADRE_RETURN_IF_ERROR(tx.Commit());
+  *token = kPrefix + id + "_" + secret;
+  return Status::Ok();
+}
+
+std::optional<User> Accounts::Authenticate(const std::string& token) {
+  const std::string prefix = kPrefix;
+  if (token.size() > 200 || !token.starts_with(prefix)) return std::nullopt;
+  size_t sep = token.find('_', prefix.size());
+  if (sep == std::string::npos) return std::nullopt;
+  std::string id = token.substr(prefix.size(), sep - prefix.size());
+  std::string secret = token.substr(sep + 1);
+  auto lock = db_.Lock();
+  Statement s(db_,
+              "SELECT t.salt, t.hash, u.id, u.name, p.name, p.description, p.max_nodes, "
+              "p.max_active_learners, p.distributed FROM tokens t JOIN users u ON u.id = "
+              "t.user_id JOIN plans p ON p.name = u.plan WHERE t.id = ?");
+  s.Bind(1, id);
+  if (!s.Step()) return std::nullopt;
+  std::string expected = s.Text(1);
+  std::string actual = Sha256Hex(s.Text(0) + secret);
+  if (expected.size() != actual.size() ||
+      CRYPTO_memcmp(expected.data(), actual.data(), expected.size()) != 0) {
+    return std::nullopt;
+  }
+  return User{s.Int(2), s.Text(3), ReadPlan(s, 4)};
+}
+
+std::vector<Plan> Accounts::Plans() {
+  auto lock = db_.Lock();
+  std::vector<Plan> plans;
+  Statement s(db_,
+              "SELECT name, description, max_nodes, max_active_learners, distributed FROM plans "
+              "ORDER BY max_nodes");
+  while (s.Step()) plans.push_back(ReadPlan(s, 0));
+  return plans;
+}
+
+}  // namespace cadre::service

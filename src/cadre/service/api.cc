@@ -1,0 +1,84 @@
+#include "cadre/service/api.h"
+
+#include <charconv>
+
+namespace cadre::service {
+
+void SendJson(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void SendErrors(httplib::Response& res, int status, const std::vector<ApiError>& errors) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& e : errors) {
+    nlohmann::json item = {{"code", e.code}, {"message", e.message}};
+    if (!e.target.empty()) item["target"] = {{"type", "field"}, {"name", e.target}};
+    list.push_back(item);
+  }
+  SendJson(res, status, {{"trace", RandomHex(16)}, {"errors", list}});
+}
+
+void SendError(httplib::Response& res, int status, const std::string& code,
+               const std::string& message, const std::string& target) {
+  SendErrors(res, status, {ApiError{code, message, target}});
+}
+
+std::optional<User> Authenticate(ApiContext& ctx, const httplib::Request& req,
+                                 httplib::Response& res) {
+  std::string header = req.get_header_value("Authorization");
+  const std::string bearer = "Bearer ";
+  if (header.empty()) {
+    SendError(res, 401, "authorization_rejected",
+              "missing Authorization header; send 'Authorization: Bearer <token>' (a token "
+              "comes from `cadre users add`)");
+    return std::nullopt;
+  }
+  std::optional<User> user;
+  if (header.starts_with(bearer)) user = ctx.accounts.Authenticate(header.substr(bearer.size()));
+  if (!user) {
+    SendError(res, 401, "authentication_failed", "the bearer token is not valid");
+    return std::nullopt;
+  }
+  return user;
+}
+
+bool CheckVersion(const httplib::Request& req, httplib::Response& res) {
+  if (!req.has_param("version")) {
+    SendError(res, 400, "missing_version",
+              "missing query parameter 'version' (a date, e.g. version=2020-09-01)", "version");
+    return false;
+  }
+  std::string v = req.get_param_value("version");
+  bool ok = v.size() == 10 && v[4] == '-' && v[7] == '-';
+  for (size_t i = 0; ok && i < v.size(); ++i) {
+    if (i != 4 && i != 7) ok = v[i] >= '0' && v[i] <= '9';
+  }
+  if (!ok) {
+    SendError(res, 400, "invalid_version",
+              "query parameter 'version' must be a date YYYY-MM-DD, got '" + v + "'", "version");
+  }
+  return ok;
+}
+
+bool IntParam(const httplib::Request& req, httplib::Response& res, const std::string& name,
+              int64_t fallback, int64_t min, int64_t max, int64_t* out) {
+  if (!req.has_param(name.c_str())) {
+    *out = fallback;
+    return true;
+  }
+  std::string text = req.get_param_value(name.c_str());
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max) {
+    SendError(res, 400, "invalid_parameter",
+              "query parameter '" + name + "' must be an integer from " + std::to_string(min) +
+                  " to " + std::to_string(max) + ", got '" + text + "'",
+              name);
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+}  // namespace cadre::service

@@ -1,0 +1,65 @@
+// What every route shares: the ApiContext (the service's parts) and the request helpers:
+// bearer authentication, WML-shaped JSON errors, query parameters.
+//
+// Errors are WML's: {"trace": "<id>", "errors": [{"code", "message", "target"?}]} with the HTTP
+// status that fits (400 bad input, 401 no or wrong token, 403 refused by the plan, 404 unknown
+// or not yours, 413 too large).
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cadre/launch/job_spec.h"
+#include "cadre/service/accounts.h"
+#include "cadre/service/scheduler.h"
+#include "cadre/service/service.h"
+#include "cadre/service/training_store.h"
+
+namespace cadre::service {
+
+struct ApiContext {
+  const ServiceOptions& options;
+  Accounts& accounts;
+  TrainingStore& trainings;
+  Scheduler& scheduler;
+  launch::Installed installed;        // what submissions are validated against
+  const std::atomic<bool>& stopping;  // the server is shutting down: streams end
+  // Held while a submission's plan limits are checked and it is recorded, so that concurrent
+  // submissions cannot slip past a limit together.
+  std::mutex submit_mutex;
+};
+
+struct ApiError {
+  std::string code;     // "invalid_parameter", "plan_not_supported", ...
+  std::string message;  // for people
+  std::string target;   // the field at fault ("hardware_spec.nodes"); empty when none
+};
+
+void SendJson(httplib::Response& res, int status, const nlohmann::json& body);
+void SendErrors(httplib::Response& res, int status, const std::vector<ApiError>& errors);
+void SendError(httplib::Response& res, int status, const std::string& code,
+               const std::string& message, const std::string& target = "");
+
+// The caller's user, from `Authorization: Bearer <token>`; otherwise answers 401 and returns
+// nullopt.
+std::optional<User> Authenticate(ApiContext& ctx, const httplib::Request& req,
+                                 httplib::Response& res);
+
+// WML's mandatory `version=YYYY-MM-DD`; answers 400 and returns false when it is missing or
+// malformed.
+bool CheckVersion(const httplib::Request& req, httplib::Response& res);
+
+// An integer query parameter in [min, max], or `fallback` when absent; answers 400 naming the
+// parameter and returns false for anything else.
+bool IntParam(const httplib::Request& req, httplib::Response& res, const std::string& name,
+              int64_t fallback, int64_t min, int64_t max, int64_t* out);
+
+}  // namespace cadre::service

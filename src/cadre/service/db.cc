@@ -1,0 +1,122 @@
+#include "cadre/service/db.h"
+
+#include "cadre/service/schema.h"
+
+namespace cadre::service {
+
+namespace {
+
+Status SqliteError(sqlite3* db, const std::string& what) {
+  return IoError(what + ": " + (db != nullptr ? sqlite3_errmsg(db) : "out of memory"));
+}
+
+}  // namespace
+
+Db::~Db() {
+  if (db_ != nullptr) sqlite3_close_v2(db_);
+}
+
+Status Db::Open(const std::filesystem::path& file, std::unique_ptr<Db>* out) {
+  std::unique_ptr<Db> db(new Db());
+  int rc =
+      sqlite3_open_v2(file.c_str(), &db->db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(db->db_, "cannot open the database " + file.string());
+  sqlite3_busy_timeout(db->db_, 10000);
+  auto lock = db->Lock();
+  CADRE_RETURN_IF_ERROR(
+      db->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+          .WithContext(file.string()));
+  CADRE_RETURN_IF_ERROR(Migrate(*db).WithContext(file.string()));
+  *out = std::move(db);
+  return Status::Ok();
+}
+
+Status Db::Exec(const std::string& sql) {
+  char* error = nullptr;
+  int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
+  if (rc == SQLITE_OK) return Status::Ok();
+  std::string message = error != nullptr ? error : sqlite3_errstr(rc);
+  sqlite3_free(error);
+  return IoError("SQLite: " + message);
+}
+
+Statement::Statement(Db& db, const char* sql) : db_(db) {
+  if (sqlite3_prepare_v2(db.handle(), sql, -1, &stmt_, nullptr) != SQLITE_OK) {
+    status_ = SqliteError(db.handle(), "SQLite prepare");
+  }
+}
+
+Statement::~Statement() { sqlite3_finalize(stmt_); }
+
+Statement& Statement::Bind(int index, int64_t value) {
+  if (stmt_ != nullptr) sqlite3_bind_int64(stmt_, index, value);
+  return *this;
+}
+
+Statement& Statement::Bind(int index, const std::string& value) {
+  if (stmt_ != nullptr) {
+    sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT);
+  }
+  return *this;
+}
+
+Statement& Statement::Bind(int index, std::nullopt_t) {
+  if (stmt_ != nullptr) sqlite3_bind_null(stmt_, index);
+  return *this;
+}
+
+Statement& Statement::BindOptional(int index, const std::optional<std::string>& value) {
+  return value ? Bind(index, *value) : Bind(index, std::nullopt);
+}
+
+Statement& Statement::BindOptional(int index, const std::optional<int64_t>& value) {
+  return value ? Bind(index, *value) : Bind(index, std::nullopt);
+}
+
+bool Statement::Step() {
+  if (stmt_ == nullptr || !status_.ok()) return false;
+  int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc != SQLITE_DONE) status_ = SqliteError(db_.handle(), "SQLite step");
+  return false;
+}
+
+Status Statement::Run() {
+  while (Step()) {
+  }
+  return status_;
+}
+
+int64_t Statement::Int(int column) { return sqlite3_column_int64(stmt_, column); }
+
+std::string Statement::Text(int column) {
+  const unsigned char* text = sqlite3_column_text(stmt_, column);
+  if (text == nullptr) return {};
+  return std::string(reinterpret_cast<const char*>(text),
+                     static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
+}
+
+std::optional<std::string> Statement::OptionalText(int column) {
+  if (sqlite3_column_type(stmt_, column) == SQLITE_NULL) return std::nullopt;
+  return Text(column);
+}
+
+std::optional<int64_t> Statement::OptionalInt(int column) {
+  if (sqlite3_column_type(stmt_, column) == SQLITE_NULL) return std::nullopt;
+  return Int(column);
+}
+
+Transaction::Transaction(Db& db) : db_(db) { begun_ = db_.Exec("BEGIN IMMEDIATE"); }
+
+Transaction::~Transaction() {
+  if (begun_.ok() && !done_) (void)db_.Exec("ROLLBACK");
+}
+
+Status Transaction::Commit() {
+  CADRE_RETURN_IF_ERROR(begun_);
+  done_ = true;
+  return db_.Exec("COMMIT");
+}
+
+}  // namespace cadre::service

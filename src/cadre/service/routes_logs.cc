@@ -1,0 +1,151 @@
+// GET /ml/v4/trainings/{id}/logs?follow=true&since=N&tail=N
+//
+// The job's log: every learner's lines, prefixed with the learner ("[learner-2/1] ..."), and the
+// runner's own messages, in the order they were written (training.log in the job directory, so
+// the log outlives the server and the job). Lines are numbered from 1:
+//   since=N   only lines after line N (a follower that reconnects passes the last one it saw)
+//   tail=N    only the last N lines (of those after `since`), then follow from there
+//   follow    keep the response open and send lines as they are written, until the job ends
+// As text/plain (chunked; `curl -N` shows lines as they come) or, when the client accepts
+// text/event-stream, as server-sent events: `id: <line number>` and `data: <line>`, then a
+// final `event: end` whose data is the job's state. EventSource's Last-Event-ID works as since.
+#include <deque>
+#include <memory>
+#include <thread>
+
+#include "cadre/service/api.h"
+#include "cadre/service/log_reader.h"
+#include "cadre/service/routes.h"
+
+namespace cadre::service {
+namespace {
+
+constexpr auto kFollowPoll = std::chrono::milliseconds(100);
+// How often a follower asks the database whether the job has ended.
+constexpr int kStateCheckEvery = 5;
+
+struct LogStream {
+  LogStream(std::filesystem::path file) : reader(std::move(file)) {}
+  LogReader reader;
+  std::deque<LogLine> first;  // the opening batch (after since and tail)
+  bool sent_first = false;
+  bool follow = false;
+  bool events = false;
+  int polls = 0;
+  int64_t since = 0;  // lines up to this one are not sent, even when written later
+  std::string id;
+  int64_t user_id = 0;
+};
+
+std::string Format(const LogStream& s, const LogLine& line) {
+  if (line.number <= s.since) return {};
+  if (!s.events) return line.text + "\n";
+  return "id: " + std::to_string(line.number) + "\ndata: " + line.text + "\n\n";
+}
+
+bool Send(httplib::DataSink& sink, const std::string& text) {
+  return text.empty() || sink.write(text.data(), text.size());
+}
+
+// One step of the response; false ends it.
+bool Produce(ApiContext& ctx, LogStream& s, httplib::DataSink& sink) {
+  if (!s.sent_first) {
+    s.sent_first = true;
+    std::string text;
+    for (const auto& line : s.first) text += Format(s, line);
+    s.first.clear();
+    if (!Send(sink, text)) return false;
+    if (!s.follow) {
+      sink.done();
+      return true;
+    }
+  }
+  for (;;) {
+    if (ctx.stopping || !sink.is_writable()) return false;
+    std::vector<LogLine> lines = s.reader.Next();
+    if (!lines.empty()) {
+      std::string text;
+      for (const auto& line : lines) text += Format(s, line);
+      return Send(sink, text);
+    }
+    if (++s.polls % kStateCheckEvery == 0) {
+      std::optional<TrainingRecord> r = ctx.trainings.Get(s.id, s.user_id);
+      if (!r || IsFinalState(r->state)) {
+        // The runner has exited: whatever it wrote is all there is.
+        std::string text;
+        for (const auto& line : s.reader.Rest()) text += Format(s, line);
+        if (s.events) text += "event: end\ndata: " + (r ? r->state : "deleted") + "\n\n";
+        if (!Send(sink, text)) return false;
+        sink.done();
+        return true;
+      }
+    }
+    std::this_thread::sleep_for(kFollowPoll);
+  }
+}
+
+void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (!CheckVersion(req, res)) return;
+  std::optional<User> user = Authenticate(ctx, req, res);
+  if (!user) return;
+  std::string id = req.matches[1];
+  std::optional<TrainingRecord> record = ctx.trainings.Get(id, user->id);
+  if (!record) {
+    SendError(res, 404, "training_not_found", "training '" + id + "' does not exist", "id");
+    return;
+  }
+  int64_t since = 0, tail = -1;
+  std::string last_event = req.get_header_value("Last-Event-ID");
+  int64_t since_default = 0;
+  if (!last_event.empty()) {
+    try {
+      since_default = std::max<int64_t>(0, std::stoll(last_event));
+    } catch (const std::exception&) {
+    }
+  }
+  if (!IntParam(req, res, "since", since_default, 0, INT64_MAX, &since)) return;
+  if (req.has_param("tail") && !IntParam(req, res, "tail", 0, 0, 1000000, &tail)) return;
+  std::string follow = req.get_param_value("follow");
+  if (!follow.empty() && follow != "true" && follow != "false") {
+    SendError(res, 400, "invalid_parameter", "follow must be true or false, got '" + follow + "'",
+              "follow");
+    return;
+  }
+
+  auto stream = std::make_shared<LogStream>(record->job_dir / "training.log");
+  stream->id = id;
+  stream->user_id = user->id;
+  stream->since = since;
+  stream->follow = follow == "true" && !IsFinalState(record->state);
+  stream->events = req.get_header_value("Accept").find("text/event-stream") != std::string::npos;
+  // The opening batch: every complete line there is now, after `since`, the last `tail` of them.
+  for (;;) {
+    std::vector<LogLine> lines =
+        IsFinalState(record->state) ? stream->reader.Rest() : stream->reader.Next();
+    if (lines.empty()) break;
+    for (auto& line : lines) {
+      if (line.number <= since) continue;
+      stream->first.push_back(std::move(line));
+      if (tail >= 0 && static_cast<int64_t>(stream->first.size()) > tail) {
+        stream->first.pop_front();
+      }
+    }
+  }
+  // Lines must reach the client as they are written: no caching, no proxy buffering, and no
+  // MIME sniffing (browsers hold back the first KiB of a text/plain stream to sniff it).
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_chunked_content_provider(
+      stream->events ? "text/event-stream" : "text/plain; charset=utf-8",
+      [&ctx, stream](size_t, httplib::DataSink& sink) { return Produce(ctx, *stream, sink); });
+}
+
+}  // namespace
+
+void AddLogRoutes(httplib::Server& server, ApiContext& ctx) {
+  server.Get(R"(/ml/v4/trainings/([^/]+)/logs)",
+             [&ctx](const httplib::Request& req, httplib::Response& res) { Logs(ctx, req, res); });
+}
+
+}  // namespace cadre::service

@@ -1,0 +1,56 @@
+// A job's runner: the `cadre run` process that supervises one job's learners. The service starts
+// it detached (its own session, not the server's child), so that a job outlives the server, even
+// one killed with SIGKILL; a restarted server finds it again by pid and start time.
+//
+// The runner writes everything about the job into its directory: status.json (its state, kept
+// current), training.log (its stdout and stderr: the learners' prefixed lines and its own
+// messages) and runner.pid (written at start, before the runner runs).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "cadre/base/status.h"
+
+namespace cadre::service {
+
+struct RunnerLaunch {
+  std::filesystem::path cadre;     // the cadre program
+  std::filesystem::path manifest;  // the job's manifest
+  std::filesystem::path job_dir;   // `cadre run -o`
+  std::string training_id;
+  std::chrono::milliseconds grace{10000};
+};
+
+struct RunnerProcess {
+  pid_t pid = 0;
+  int64_t start = 0;  // start time in clock ticks since boot; 0 when it could not be read
+};
+
+// Starts the runner; returns once its pid is known.
+Status SpawnRunner(const RunnerLaunch& launch, RunnerProcess* runner);
+
+// Whether that process still runs (a zombie does not; another process reusing the pid does not).
+bool RunnerAlive(const RunnerProcess& runner);
+// The start time of `pid`, or 0.
+int64_t ProcessStartTime(pid_t pid);
+// The pid recorded in job_dir/runner.pid, if any.
+std::optional<pid_t> ReadRunnerPid(const std::filesystem::path& job_dir);
+
+// What status.json says about the job's end.
+struct RunnerOutcome {
+  bool finished = false;  // the runner recorded an end
+  std::string state;      // runner's state: running, completed, failed, stopped
+  std::string failure;    // names the learner and how it ended
+};
+RunnerOutcome ReadOutcome(const std::filesystem::path& job_dir);
+
+// The last `lines` lines of a text file (for failure messages).
+std::string TailOfFile(const std::filesystem::path& file, size_t lines);
+
+}  // namespace cadre::service

@@ -1,0 +1,156 @@
+#include "cadre/service/scheduler.h"
+
+#include <signal.h>
+
+#include "cadre/service/clock.h"
+#include "cadre/service/runner.h"
+
+namespace cadre::service {
+
+void RemoveTraining(TrainingStore& store, const TrainingRecord& record) {
+  std::error_code ec;
+  std::filesystem::remove_all(record.job_dir, ec);
+  (void)store.Remove(record.id);
+}
+
+Scheduler::Scheduler(TrainingStore& store, SchedulerOptions options)
+    : store_(store), options_(std::move(options)) {}
+
+Scheduler::~Scheduler() { Stop(); }
+
+void Scheduler::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Scheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    woken_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Scheduler::Cancel(const TrainingRecord& record) {
+  // Stopping the learners is not left for the next pass: cancel should act at once.
+  if (record.state == kRunning && record.runner_pid) {
+    RunnerProcess runner{static_cast<pid_t>(*record.runner_pid), record.runner_start.value_or(0)};
+    if (RunnerAlive(runner)) kill(runner.pid, SIGTERM);
+  }
+  Wake();
+}
+
+void Scheduler::Loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    woken_ = false;
+    lock.unlock();
+    bool active = Pass();
+    lock.lock();
+    auto period = active ? options_.poll : std::chrono::milliseconds(1000);
+    wake_.wait_for(lock, period, [this] { return stopping_ || woken_; });
+  }
+}
+
+bool Scheduler::CancelRequested(const std::string& id) {
+  std::optional<TrainingRecord> now = store_.GetAny(id);
+  return now && now->cancel_requested;
+}
+
+bool Scheduler::Pass() {
+  for (const auto& record : store_.InStates({kPending, kRunning})) Follow(record);
+
+  int64_t used = 0;
+  std::vector<TrainingRecord> active = store_.InStates({kPending, kRunning});
+  for (const auto& record : active) used += record.slots;
+  std::vector<TrainingRecord> queued = store_.InStates({kQueued});
+  for (const auto& record : queued) {
+    if (record.cancel_requested) {
+      Conclude(record, kCanceled, "canceled before it started", std::nullopt);
+      continue;
+    }
+    // Strictly in order: a job that does not fit holds back the ones behind it.
+    if (used + record.slots > options_.slots) break;
+    Admit(record);
+    used += record.slots;
+  }
+  return !active.empty() || !queued.empty();
+}
+
+void Scheduler::Admit(const TrainingRecord& record) {
+  if (!store_.SetPending(record.id).ok()) return;
+  RunnerLaunch launch{options_.cadre, record.job_dir / "model" / kManifestName, record.job_dir,
+                      record.id, options_.grace};
+  RunnerProcess runner;
+  Status st = SpawnRunner(launch, &runner);
+  if (!st.ok()) {
+    Conclude(record, kFailed, "could not start the job", st.message());
+    return;
+  }
+  if (!store_.SetRunning(record.id, runner.pid, runner.start, NowIso()).ok()) {
+    kill(runner.pid, SIGTERM);
+  }
+}
+
+void Scheduler::SignalRunner(const TrainingRecord& record) {
+  if (!record.runner_pid || signalled_.count(record.id) > 0) return;
+  RunnerProcess runner{static_cast<pid_t>(*record.runner_pid), record.runner_start.value_or(0)};
+  if (RunnerAlive(runner)) kill(runner.pid, SIGTERM);
+  signalled_.insert(record.id);
+}
+
+void Scheduler::Follow(const TrainingRecord& record) {
+  TrainingRecord r = record;
+  if (r.state == kPending) {
+    // The server stopped while starting this job: did the runner get going?
+    std::optional<pid_t> pid = ReadRunnerPid(r.job_dir);
+    if (!pid) {
+      (void)store_.SetQueued(r.id);
+      return;
+    }
+    r.runner_pid = *pid;
+    r.runner_start = ProcessStartTime(*pid);
+    (void)store_.SetRunning(r.id, *r.runner_pid, *r.runner_start, NowIso());
+  }
+  if (!r.runner_pid) return;
+  if (r.cancel_requested) SignalRunner(r);
+  RunnerProcess runner{static_cast<pid_t>(*r.runner_pid), r.runner_start.value_or(0)};
+  RunnerOutcome outcome = ReadOutcome(r.job_dir);
+  if (!outcome.finished) {
+    if (RunnerAlive(runner)) return;
+    outcome = ReadOutcome(r.job_dir);  // it may have finished between the two looks
+  }
+  if (!outcome.finished) {
+    std::string tail = TailOfFile(r.job_dir / "training.log", 5);
+    Conclude(r, kFailed, "the job's runner ended without recording an outcome",
+             "the job's runner (cadre run, pid " + std::to_string(runner.pid) +
+                 ") ended without recording an outcome; it was killed or the machine restarted" +
+                 (tail.empty() ? "" : "; its last output:\n" + tail));
+    return;
+  }
+  if (outcome.state == "completed") {
+    Conclude(r, kCompleted, "training completed", std::nullopt);
+  } else if (outcome.state == "stopped" && (r.cancel_requested || CancelRequested(r.id))) {
+    Conclude(r, kCanceled, "canceled", std::nullopt);
+  } else {
+    Conclude(r, kFailed, "training failed", outcome.failure);
+  }
+}
+
+void Scheduler::Conclude(const TrainingRecord& record, const std::string& state,
+                         const std::string& message, const std::optional<std::string>& failure) {
+  signalled_.erase(record.id);
+  (void)store_.Finish(record.id, state, message, failure);
+  std::optional<TrainingRecord> now = store_.GetAny(record.id);
+  if (now && now->hard_delete) RemoveTraining(store_, *now);
+}
+
+}  // namespace cadre::service

@@ -1,0 +1,153 @@
+#include "cadre/service/service.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "cadre/launch/python_env.h"
+#include "cadre/service/api.h"
+#include "cadre/service/db.h"
+#include "cadre/service/routes.h"
+
+namespace cadre::service {
+namespace fs = std::filesystem;
+
+namespace {
+
+// cpp-httplib 0.11 (Debian) listens with a backlog of 5, compiled into its library: bursts of
+// connections beyond that are reset. listen(2) again on the bound socket raises it.
+constexpr int kListenBacklog = 1024;
+
+Status OpenDatabase(const fs::path& data_dir, std::unique_ptr<Db>* db) {
+  std::error_code ec;
+  fs::create_directories(data_dir / "jobs", ec);
+  if (ec) {
+    return IoError("cannot create the data directory " + data_dir.string() + ": " + ec.message());
+  }
+  return Db::Open(data_dir / "cadre.db", db);
+}
+
+}  // namespace
+
+fs::path DefaultWebDir() {
+#ifdef CADRE_SOURCE_DIR
+  return fs::path(CADRE_SOURCE_DIR) / "web";
+#else
+  return "web";
+#endif
+}
+
+struct Service::Parts {
+  std::unique_ptr<Db> db;
+  std::unique_ptr<Accounts> accounts;
+  std::unique_ptr<TrainingStore> trainings;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<ApiContext> ctx;
+  httplib::Server server;
+  int listen_fd = -1;
+};
+
+Service::Service(ServiceOptions options) : options_(std::move(options)) {}
+
+Service::~Service() {
+  Stop();
+  if (parts_ && parts_->scheduler) parts_->scheduler->Stop();
+}
+
+Status Service::Start() {
+  options_.data_dir = fs::absolute(options_.data_dir);
+  if (options_.slots <= 0) {
+    // At least 4, so that the examples (2 learners x 2 slots) run on a small machine, as they
+    // do with `cadre run`.
+    options_.slots = std::max<int64_t>(4, std::thread::hardware_concurrency());
+  }
+  if (options_.web_dir.empty()) options_.web_dir = DefaultWebDir();
+  auto parts = std::make_unique<Parts>();
+  CADRE_RETURN_IF_ERROR(OpenDatabase(options_.data_dir, &parts->db));
+  parts->accounts = std::make_unique<Accounts>(*parts->db);
+  parts->trainings = std::make_unique<TrainingStore>(*parts->db);
+  parts->scheduler = std::make_unique<Scheduler>(
+      *parts->trainings, SchedulerOptions{options_.slots, options_.cadre, options_.grace,
+                                          std::chrono::milliseconds(100)});
+  launch::PythonInfo python = launch::FindPython();
+  parts->ctx.reset(new ApiContext{options_,
+                                  *parts->accounts,
+                                  *parts->trainings,
+                                  *parts->scheduler,
+                                  launch::Installed{python.torch_version, python.interpreter},
+                                  stopping_,
+                                  {}});
+
+  httplib::Server& server = parts->server;
+  int threads = options_.threads;
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server.set_payload_max_length(options_.max_body);
+  server.set_keep_alive_max_count(10000);
+  server.set_read_timeout(30, 0);
+  int* listen_fd = &parts->listen_fd;
+  server.set_socket_options([listen_fd](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    *listen_fd = sock;
+  });
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413) {
+      SendError(res, 413, "payload_too_large",
+                "the request body is larger than this server accepts");
+    } else if (res.status == 404) {
+      SendError(res, 404, "not_found", "no route " + req.method + " " + req.path);
+    } else {
+      SendError(res, res.status, "bad_request", "the request could not be handled");
+    }
+  });
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        SendError(res, 500, "internal_error", what);
+      });
+  AddTrainingRoutes(server, *parts->ctx);
+  AddLogRoutes(server, *parts->ctx);
+  AddDashboardRoutes(server, *parts->ctx);
+
+  if (options_.port == 0) {
+    port_ = server.bind_to_any_port(options_.host.c_str());
+    if (port_ < 0) return IoError("cannot listen on " + options_.host + " (any port)");
+  } else {
+    if (!server.bind_to_port(options_.host.c_str(), options_.port)) {
+      return IoError("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                     " (in use? choose another with --listen HOST:PORT)");
+    }
+    port_ = options_.port;
+  }
+  if (parts->listen_fd >= 0) listen(parts->listen_fd, kListenBacklog);
+  parts->scheduler->Start();
+  parts_ = std::move(parts);
+  return Status::Ok();
+}
+
+void Service::Run() {
+  if (parts_) parts_->server.listen_after_bind();
+}
+
+void Service::Stop() {
+  stopping_ = true;
+  if (parts_) parts_->server.stop();
+}
+
+Status AddUser(const fs::path& data_dir, const std::string& name, const std::string& plan,
+               std::string* token) {
+  std::unique_ptr<Db> db;
+  CADRE_RETURN_IF_ERROR(OpenDatabase(data_dir, &db));
+  Accounts accounts(*db);
+  return accounts.AddUser(name, plan, token);
+}
+
+}  // namespace cadre::service

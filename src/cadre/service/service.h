@@ -1,0 +1,71 @@
+// Service: `cadre server` as an object. One process serves the WML v4 trainings API and the
+// dashboard over HTTP (cpp-httplib), keeps its state in SQLite under the data directory, and
+// runs jobs through the scheduler.
+//
+// Data directory layout:
+//   cadre.db          users, plans, tokens, trainings (WAL mode)
+//   jobs/<id>/        one job directory per training (its RESULT_DIR; see training_store.h)
+//
+// Routes are registered per resource (routes.h); request helpers are in api.h.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "cadre/base/status.h"
+
+namespace cadre::service {
+
+// The port `cadre server` listens on unless told otherwise.
+inline constexpr int kDefaultPort = 8900;
+
+struct ServiceOptions {
+  std::filesystem::path data_dir = "cadre-data";
+  std::string host = "127.0.0.1";
+  int port = kDefaultPort;      // 0: any free port (see Service::port)
+  int64_t slots = 0;            // 0: this machine's cores, at least 4
+  std::filesystem::path cadre;  // the cadre program that runs each job
+  std::chrono::milliseconds grace{10000};
+  int threads = 64;                    // HTTP worker threads (log followers hold one each)
+  uint64_t max_body = 256ull << 20;    // larger requests are refused (413) before being read
+  uint64_t max_unzipped = 1ull << 30;  // a job's code, expanded
+  std::filesystem::path web_dir;       // the dashboard's files
+};
+
+// The folder of the dashboard's files beside the source tree or the installed program.
+std::filesystem::path DefaultWebDir();
+
+class Service {
+ public:
+  explicit Service(ServiceOptions options);
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // Opens the database (migrating it), starts the scheduler and binds the listening socket.
+  Status Start();
+  int port() const { return port_; }
+  const ServiceOptions& options() const { return options_; }
+  // Serves until Stop(); returns when the listener has closed.
+  void Run();
+  // Safe from any thread.
+  void Stop();
+
+ private:
+  struct Parts;
+  ServiceOptions options_;
+  std::unique_ptr<Parts> parts_;
+  std::atomic<bool> stopping_{false};
+  int port_ = 0;
+};
+
+// Adds a user to the server whose data directory is `data_dir` (creating the database when it
+// does not exist yet; the server may be running). *token is the new bearer token.
+Status AddUser(const std::filesystem::path& data_dir, const std::string& name,
+               const std::string& plan, std::string* token);
+
+}  // namespace cadre::service

@@ -1,0 +1,220 @@
+#include "cadre/service/submission.h"
+
+#include <fstream>
+#include <utility>
+
+#include "cadre/launch/manifest.h"
+#include "cadre/service/scheduler.h"
+
+namespace cadre::service {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Manifest paths and the WML body fields they come from, longest first.
+const std::pair<const char*, const char*> kFieldMap[] = {
+    {"execution.compute_configuration.nodes", "hardware_spec.nodes"},
+    {"execution.compute_configuration.name", "hardware_spec.name"},
+    {"execution.compute_configuration", "hardware_spec"},
+    {"execution.command", "model_definition.command"},
+    {"execution", "model_definition"},
+    {"framework.version", "software_spec.version"},
+    {"framework.name", "software_spec.name"},
+    {"framework", "software_spec"},
+    {"parameter_servers", "hardware_spec.parameter_servers"},
+    {"training_data_reference", "training_data_references[0]"},
+};
+
+bool BodyToManifest(const json& body, json* manifest, std::vector<ApiError>* errors) {
+  auto object_field = [&](const char* name) -> const json* {
+    if (!body.contains(name)) return nullptr;
+    const json& value = body[name];
+    if (!value.is_object()) {
+      errors->push_back({"invalid_parameter", std::string(name) + " must be an object", name});
+      return nullptr;
+    }
+    return &value;
+  };
+  json& m = *manifest;
+  m = json::object();
+  if (body.contains("name")) m["name"] = body["name"];
+  if (const json* def = object_field("model_definition")) {
+    if (def->contains("command")) m["execution"]["command"] = (*def)["command"];
+  }
+  if (const json* hw = object_field("hardware_spec")) {
+    if (hw->contains("name")) m["execution"]["compute_configuration"]["name"] = (*hw)["name"];
+    if (hw->contains("nodes")) m["execution"]["compute_configuration"]["nodes"] = (*hw)["nodes"];
+    if (hw->contains("parameter_servers")) m["parameter_servers"] = (*hw)["parameter_servers"];
+  }
+  if (const json* sw = object_field("software_spec")) {
+    if (sw->contains("name")) m["framework"]["name"] = (*sw)["name"];
+    if (sw->contains("version")) m["framework"]["version"] = (*sw)["version"];
+  }
+  if (body.contains("training_data_references")) {
+    const json& refs = body["training_data_references"];
+    if (!refs.is_array() || refs.size() > 1) {
+      errors->push_back({"invalid_parameter",
+                         "training_data_references must be a list of at most one reference",
+                         "training_data_references"});
+    } else if (refs.size() == 1) {
+      const json& ref = refs[0];
+      std::string type = ref.is_object() ? ref.value("type", "fs") : "";
+      if (!ref.is_object() || type != "fs" || !ref.contains("location") ||
+          !ref["location"].is_object() || !ref["location"].contains("path")) {
+        errors->push_back({"invalid_parameter",
+                           "a data reference is {\"type\": \"fs\", \"location\": {\"path\": "
+                           "\"/a/folder/on/the/server\"}}",
+                           "training_data_references[0]"});
+      } else {
+        m["training_data_reference"] = {{"type", "fs"},
+                                        {"location", {{"path", ref["location"]["path"]}}}};
+      }
+    }
+  }
+  return errors->empty();
+}
+
+}  // namespace
+
+std::string WmlFieldOf(const std::string& manifest_path) {
+  for (const auto& [from, to] : kFieldMap) {
+    std::string prefix = from;
+    if (manifest_path == prefix) return to;
+    if (manifest_path.starts_with(prefix + ".")) return to + manifest_path.substr(prefix.size());
+  }
+  return manifest_path;
+}
+
+bool ReadSubmission(const httplib::Request& req, httplib::Response& res, Submission* out) {
+  if (req.is_multipart_form_data()) {
+    if (!req.has_file("manifest")) {
+      SendError(res, 400, "missing_parameter",
+                "a multipart submission needs a 'manifest' part (the job's YAML manifest)",
+                "manifest");
+      return false;
+    }
+    out->manifest_text = req.get_file_value("manifest").content;
+    if (req.has_file("model_definition")) {
+      out->code_zip = req.get_file_value("model_definition").content;
+    }
+    return true;
+  }
+  std::string type = req.get_header_value("Content-Type");
+  if (type.find("application/json") == std::string::npos) {
+    SendError(res, 400, "invalid_content_type",
+              "send application/json (a WML v4 training body) or multipart/form-data (a "
+              "'manifest' part and an optional 'model_definition' zip), not '" +
+                  type + "'");
+    return false;
+  }
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    SendError(
+        res, 400, "invalid_json",
+        body.is_discarded() ? "the body is not valid JSON" : "the body must be a JSON object");
+    return false;
+  }
+  json manifest;
+  std::vector<ApiError> errors;
+  if (!BodyToManifest(body, &manifest, &errors)) {
+    SendErrors(res, 400, errors);
+    return false;
+  }
+  out->manifest_text = manifest.dump(2);
+  out->from_wml_body = true;
+  for (const char* key : {"name", "description", "tags", "model_definition", "hardware_spec",
+                          "software_spec", "training_data_references", "results_reference"}) {
+    if (body.contains(key)) out->entity[key] = body[key];
+  }
+  return true;
+}
+
+bool PrepareJob(const Submission& submission, const fs::path& job_dir,
+                const launch::Installed& installed, const ZipLimits& limits, httplib::Response& res,
+                PreparedJob* out) {
+  fs::path model = job_dir / "model";
+  std::error_code ec;
+  fs::create_directories(model, ec);
+  if (ec) {
+    SendError(res, 500, "internal_error", "cannot create the job directory: " + ec.message());
+    return false;
+  }
+  if (!submission.code_zip.empty()) {
+    Status st = ExtractZip(submission.code_zip, model, limits);
+    if (!st.ok()) {
+      SendError(res, st.code() == Code::kInvalidArgument ? 400 : 500, "invalid_model_definition",
+                "model_definition: " + st.message(), "model_definition");
+      return false;
+    }
+  }
+  fs::path manifest_file = model / kManifestName;
+  {
+    std::ofstream file(manifest_file, std::ios::trunc);
+    file << submission.manifest_text;
+    if (!file) {
+      SendError(res, 500, "internal_error", "cannot write " + manifest_file.string());
+      return false;
+    }
+  }
+  launch::JobRequest request;
+  launch::Problems problems;
+  request.base_dir = model;
+  request.manifest_text = submission.manifest_text;
+  std::optional<launch::JobSpec> spec;
+  if (launch::ReadManifest(submission.manifest_text, "manifest", &request, &problems)) {
+    spec = launch::BuildJobSpec(request, installed, &problems);
+  }
+  if (!problems.empty()) {
+    std::vector<ApiError> errors;
+    for (const auto& p : problems.list()) {
+      std::string target = submission.from_wml_body ? WmlFieldOf(p.path) : p.path;
+      errors.push_back({"invalid_parameter", target + ": " + p.message, target});
+    }
+    SendErrors(res, 400, errors);
+    return false;
+  }
+  out->spec = std::move(*spec);
+  out->distributed =
+      out->spec.nodes > 1 || out->spec.framework.mode != launch::Mode::kParameterServer;
+  return true;
+}
+
+bool CheckPlan(const User& user, const PreparedJob& job, int64_t active_learners,
+               int64_t server_slots, httplib::Response& res) {
+  const Plan& plan = user.plan;
+  if (job.distributed && !plan.distributed) {
+    SendError(res, 403, "plan_not_supported",
+              "the " + plan.name + " plan does not run distributed jobs (this one has " +
+                  std::to_string(job.spec.nodes) + " learners, framework '" +
+                  std::string(job.spec.framework.name) + "'); use a plan such as standard",
+              "hardware_spec.nodes");
+    return false;
+  }
+  if (job.spec.nodes > plan.max_nodes) {
+    SendError(res, 403, "plan_limit_exceeded",
+              "max_nodes: the " + plan.name + " plan allows " + std::to_string(plan.max_nodes) +
+                  " learners per job, this job has " + std::to_string(job.spec.nodes),
+              "hardware_spec.nodes");
+    return false;
+  }
+  if (active_learners + job.spec.nodes > plan.max_active_learners) {
+    SendError(res, 403, "plan_limit_exceeded",
+              "max_active_learners: the " + plan.name + " plan allows " +
+                  std::to_string(plan.max_active_learners) +
+                  " learners in queued and running jobs together; " +
+                  std::to_string(active_learners) + " are, and this job adds " +
+                  std::to_string(job.spec.nodes));
+    return false;
+  }
+  if (job.spec.total_slots() > server_slots) {
+    SendError(res, 400, "exceeds_capacity",
+              "the job runs " + std::to_string(job.spec.total_slots()) +
+                  " processes (slots) at once; this server has " + std::to_string(server_slots),
+              "hardware_spec");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace cadre::service

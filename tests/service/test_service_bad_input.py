@@ -1,0 +1,113 @@
+"""Every kind of bad input gets its HTTP status and a WML error naming the problem, and the
+server carries on."""
+import json
+import socket
+import urllib.parse
+
+import pytest
+
+from service_helpers import make_zip, wml_body
+
+MANIFEST = ("name: zipped\nframework: {name: pytorch}\n"
+            "execution: {command: python3 train.py, compute_configuration: {name: cpu, nodes: 1}}\n")
+
+
+@pytest.fixture
+def ada(make_server):
+    server = make_server(extra=["--max-code-mib", "4"])
+    return server.client(server.add_user("ada"))
+
+
+def test_malformed_json(ada):
+    r = ada.api("POST", "", body="{\"name\": ", content_type="application/json")
+    assert r.status == 400 and r.error_codes() == ["invalid_json"], r
+    assert r.json()["trace"]
+
+
+@pytest.mark.parametrize("body, target, words", [
+    (wml_body("true", nodes="two"), "hardware_spec.nodes", "integer"),
+    (dict(wml_body("true"), hardware_spec=[1]), "hardware_spec", "object"),
+    (wml_body("true", framework="caffe"), "software_spec.name", "caffe"),
+    (wml_body("true", nodes=0), "hardware_spec.nodes", "at least 1"),
+    (wml_body("true", nodes=10**9), "hardware_spec.nodes", "at most"),
+    (wml_body("true", compute="tpu"), "hardware_spec.name", "tpu"),
+    ({"name": "no-command", "software_spec": {"name": "pytorch"}}, "model_definition.command",
+     ""),
+])
+def test_bad_fields_are_named(ada, body, target, words):
+    r = ada.submit_json(body)
+    assert r.status == 400, r
+    assert target in r.error_targets(), r
+    assert words in json.dumps(r.json()["errors"]), r
+
+
+def test_missing_or_wrong_token(ada):
+    anonymous = ada.__class__(ada.url)
+    r = anonymous.api("GET", "")
+    assert r.status == 401 and "Authorization" in r.json()["errors"][0]["message"], r
+    wrong = ada.__class__(ada.url, ada.token[:-4] + "0000")
+    assert wrong.api("GET", "").status == 401
+    assert ada.__class__(ada.url, "garbage").submit_json(wml_body("true")).status == 401
+
+
+def test_missing_version(ada):
+    r = ada.request("GET", "/ml/v4/trainings")
+    assert r.status == 400 and r.error_codes() == ["missing_version"], r
+    r = ada.request("GET", "/ml/v4/trainings?version=yesterday")
+    assert r.status == 400 and r.error_codes() == ["invalid_version"], r
+
+
+def test_a_huge_body_is_refused_before_it_is_read(ada):
+    host, port = urllib.parse.urlsplit(ada.url).netloc.split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as s:
+        s.sendall((f"POST /ml/v4/trainings?version=2020-09-01 HTTP/1.1\r\nHost: {host}\r\n"
+                   f"Authorization: Bearer {ada.token}\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {2 << 30}\r\n\r\n").encode() + b"{" * 1024)
+        answer = s.recv(4096).decode()
+    assert answer.startswith("HTTP/1.1 413"), answer
+    assert ada.api("GET", "").status == 200  # and the server is fine
+
+
+@pytest.mark.parametrize("name", ["../evil.py", "/tmp/evil.py", "a/../../evil.py"])
+def test_zip_slip_is_refused(ada, name):
+    r = ada.submit_manifest(MANIFEST, code=make_zip({"train.py": "pass", name: "boom"}))
+    assert r.status == 400, r
+    assert r.error_targets() == ["model_definition"]
+    assert "outside" in r.json()["errors"][0]["message"]
+
+
+def test_zip_bomb_is_refused(ada):
+    bomb = make_zip({"train.py": "pass", "zeros.bin": b"\0" * (16 << 20)})
+    assert len(bomb) < 1 << 20
+    r = ada.submit_manifest(MANIFEST, code=bomb)
+    assert r.status == 400, r
+    assert "zip bomb" in r.json()["errors"][0]["message"]
+
+
+def test_not_a_zip_and_no_manifest(ada):
+    r = ada.submit_manifest(MANIFEST, code=b"not a zip at all")
+    assert r.status == 400 and "not a readable zip" in r.json()["errors"][0]["message"], r
+    from service_helpers import multipart
+    body, ctype = multipart([("other", "x", "text/plain", b"x")])
+    r = ada.api("POST", "", body=body, content_type=ctype)
+    assert r.status == 400 and r.error_targets() == ["manifest"], r
+
+
+def test_manifest_problems_are_all_reported(ada):
+    r = ada.submit_manifest("name: bad\nframework: {name: pytorch-horovod}\n"
+                            "execution: {compute_configuration: {name: cpu, nodes: 1}}\n"
+                            "nodez: 3\n")
+    assert r.status == 400, r
+    targets = r.error_targets()
+    assert "execution.command" in targets and "execution.compute_configuration.nodes" in targets
+    assert len(targets) >= 3, r
+
+
+def test_unknown_ids_and_bad_paging(ada):
+    r = ada.api("GET", "/training-does-not-exist")
+    assert r.status == 404 and r.error_codes() == ["training_not_found"], r
+    assert ada.api("DELETE", "/training-does-not-exist").status == 404
+    for query in ("?limit=-1", "?limit=abc", "?start=-5", "?state=sleeping",
+                  "?limit=99999999999999999999999"):
+        r = ada.api("GET", query)
+        assert r.status == 400, (query, r)

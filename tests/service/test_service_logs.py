@@ -1,0 +1,103 @@
+"""Logs: persisted in the job directory, read with since/tail, followed live (plain chunked text
+or server-sent events); and the terminal client (`cadre submit`, `cadre jobs ...`)."""
+import os
+import subprocess
+import threading
+import urllib.request
+
+from service_helpers import CADRE, FINAL, VERSION, wait_for, wml_body
+
+PRINT_AND_HOLD = ("for i in 1 2 3 4 5; do echo line $i; done; "
+                  "for i in $(seq 1200); do [ -e release ] && break; sleep 0.1; done; "
+                  "echo finished")
+
+
+def stream(client, path, accept=None, sink=None):
+    """Reads a streamed response line by line into `sink` (a list) until it ends."""
+    headers = {"Authorization": f"Bearer {client.token}"}
+    if accept:
+        headers["Accept"] = accept
+    req = urllib.request.Request(client.url + path, headers=headers)
+    with urllib.request.urlopen(req, timeout=120) as r:
+        for raw in r:
+            sink.append(raw.decode().rstrip("\n"))
+
+
+def test_follow_since_tail_and_events(server):
+    ada = server.client(server.add_user("ada"))
+    r = ada.submit_json(wml_body(PRINT_AND_HOLD))
+    tid = r.json()["metadata"]["id"]
+    where = r.json()["entity"]["results_reference"]["location"]["path"]
+    logs = f"/ml/v4/trainings/{tid}/logs?version={VERSION}"
+    followed, events = [], []
+    threads = [threading.Thread(target=stream, args=(ada, logs + "&follow=true"),
+                                kwargs={"sink": followed}),
+               threading.Thread(target=stream, args=(ada, logs + "&follow=true&since=2"),
+                                kwargs={"sink": events, "accept": "text/event-stream"})]
+    for t in threads:
+        t.start()
+    # Lines arrive while the job still runs.
+    wait_for("the follower to see line 5", lambda: any(l.endswith("line 5") for l in followed),
+             timeout=120)
+    assert ada.state(tid) == "running"
+    assert not any("finished" in l for l in followed)
+
+    tail = ada.request("GET", logs + "&tail=2")
+    assert tail.status == 200, tail
+    assert [l.split("] ")[-1] for l in tail.body.splitlines()] == ["line 4", "line 5"]
+    since = ada.request("GET", logs + "&since=3")
+    assert [l.split("] ")[-1] for l in since.body.splitlines()] == ["line 4", "line 5"]
+
+    open(os.path.join(where, "model", "release"), "w").close()
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a follower did not end with the job"
+    assert [l.split("] ")[-1] for l in followed[:5]] == [f"line {i}" for i in range(1, 6)]
+    assert any(l.endswith("finished") for l in followed)
+    assert "id: 3" in events and not any(l == "id: 2" for l in events)
+    assert events[-3:] == ["event: end", "data: completed", ""], events[-6:]
+    # The log is kept with the job.
+    assert ada.request("GET", logs).body.count("line ") == 5
+
+
+def test_bad_log_parameters(server):
+    ada = server.client(server.add_user("ada"))
+    tid = ada.submit_json(wml_body("echo hi")).json()["metadata"]["id"]
+    for query in ("since=garbage", "tail=-1", "follow=maybe", "since=-3"):
+        r = ada.request("GET", f"/ml/v4/trainings/{tid}/logs?version={VERSION}&{query}")
+        assert r.status == 400, (query, r)
+        assert r.error_codes() == ["invalid_parameter"]
+    assert ada.request("GET", f"/ml/v4/trainings/nope/logs?version={VERSION}").status == 404
+    ada.wait_state(tid, FINAL)
+
+
+def test_terminal_client(server, tmp_path):
+    token = server.add_user("ada")
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "train.py").write_text("print('hello from the upload')\n")
+    (tmp_path / "job" / "job.yaml").write_text(
+        "name: uploaded\nframework: {name: pytorch}\n"
+        "execution: {command: python3 train.py, compute_configuration: {name: cpu, nodes: 1}}\n")
+    env = dict(os.environ, CADRE_SERVER=server.url, CADRE_TOKEN=token)
+
+    def cadre(*args):
+        return subprocess.run([CADRE, *args], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    submitted = cadre("submit", str(tmp_path / "job" / "job.yaml"))
+    assert submitted.returncode == 0, submitted.stderr
+    tid = submitted.stdout.strip().splitlines()[-1]
+    followed = cadre("jobs", "logs", "-f", tid)
+    assert followed.returncode == 0, followed.stderr
+    assert "hello from the upload" in followed.stdout
+    listed = cadre("jobs", "list")
+    assert tid in listed.stdout and "uploaded" in listed.stdout
+    server.client(token).wait_state(tid, FINAL)
+    assert '"state": "completed"' in cadre("jobs", "get", tid).stdout
+    assert cadre("jobs", "cancel", tid, "--hard-delete").returncode == 0
+    missing = cadre("jobs", "get", tid)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    no_token = subprocess.run([CADRE, "jobs", "list", "--server", server.url],
+                              env={k: v for k, v in env.items() if k != "CADRE_TOKEN"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=60)
+    assert no_token.returncode == 2 and "CADRE_TOKEN" in no_token.stderr
