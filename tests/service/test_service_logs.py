@@ -27,7 +27,7 @@ def test_follow_since_tail_and_events(server):
     ada = server.client(server.add_user("ada"))
     r = ada.submit_json(wml_body(PRINT_AND_HOLD))
     tid = r.json()["metadata"]["id"]
-    where = r.json()["entity"]["results_reference"]["location"]["path"]
+    where = os.path.join(server.data_dir, "trainings", tid)
     logs = f"/ml/v4/trainings/{tid}/logs?version={VERSION}"
     followed, events = [], []
     threads = [threading.Thread(target=stream, args=(ada, logs + "&follow=true"),

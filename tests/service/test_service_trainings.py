@@ -14,15 +14,21 @@ HOLD = ("touch started; for i in $(seq 1200); do [ -e release ] && exit 0; sleep
 
 
 def job_dir(client, training_id):
+    """The job's RESULT_DIR."""
     return client.get(training_id).json()["entity"]["results_reference"]["location"]["path"]
 
 
-def release(client, training_id):
-    open(os.path.join(job_dir(client, training_id), "model", "release"), "w").close()
+def work_dir(server, training_id):
+    """The service's folder for the job: model/ (the code, where the command runs), the log."""
+    return os.path.join(server.data_dir, "trainings", training_id)
 
 
-def wait_started(client, training_id):
-    path = os.path.join(job_dir(client, training_id), "model", "started")
+def release(server, training_id):
+    open(os.path.join(work_dir(server, training_id), "model", "release"), "w").close()
+
+
+def wait_started(server, training_id):
+    path = os.path.join(work_dir(server, training_id), "model", "started")
     wait_for(f"{training_id}'s learner to start", lambda: os.path.exists(path), timeout=120)
 
 
@@ -33,7 +39,7 @@ def test_submit_queue_run_complete_with_logs_and_metrics(make_server):
     assert first.status == 201, first
     first_id = first.json()["metadata"]["id"]
     assert first.headers["Location"] == f"/ml/v4/trainings/{first_id}"
-    wait_started(ada, first_id)
+    wait_started(server, first_id)
     assert ada.state(first_id) == "running"
 
     script = ("import cadre\n"
@@ -48,7 +54,7 @@ def test_submit_queue_run_complete_with_logs_and_metrics(make_server):
     second_id = second.json()["metadata"]["id"]
     # The only slot is taken: the second job waits its turn.
     assert ada.state(second_id) == "queued"
-    release(ada, first_id)
+    release(server, first_id)
     assert ada.wait_state(first_id, FINAL)["state"] == "completed"
     status = ada.wait_state(second_id, FINAL)
     assert status["state"] == "completed", status
@@ -56,7 +62,7 @@ def test_submit_queue_run_complete_with_logs_and_metrics(make_server):
     metrics = status["metrics"]
     assert [m["iteration"] for m in metrics] == [0, 1, 2]
     assert metrics[2]["ml_metrics"] == {"loss": 1.0 / 3, "accuracy": 0.3 * 2}
-    log = open(os.path.join(job_dir(ada, second_id), "training.log")).read()
+    log = open(os.path.join(work_dir(server, second_id), "training.log")).read()
     assert "[learner-1] hello from the learner" in log or "hello from the learner" in log, log
 
     listed = ada.api("GET", "?state=completed&limit=1")
@@ -81,7 +87,7 @@ def test_cancel_stops_every_learner(server):
     r = ada.submit_json(wml_body(HOLD, nodes=2))
     assert r.status == 201, r
     tid = r.json()["metadata"]["id"]
-    wait_started(ada, tid)
+    wait_started(server, tid)
     where = job_dir(ada, tid)
     assert pids_of_processes_mentioning(where)
     assert ada.api("DELETE", f"/{tid}").status == 204
@@ -92,7 +98,8 @@ def test_cancel_stops_every_learner(server):
     # Canceling a queued job and hard-deleting a finished one.
     assert ada.api("DELETE", f"/{tid}?hard_delete=true").status == 204
     assert ada.get(tid).status == 404
-    wait_for("the job directory to be removed", lambda: not os.path.exists(where), timeout=30)
+    wait_for("the job's folders to be removed", lambda: not os.path.exists(where) and
+             not os.path.exists(work_dir(server, tid)), timeout=30)
 
 
 def test_users_see_only_their_own_jobs(server):
@@ -157,7 +164,7 @@ def test_fifty_concurrent_submissions_are_all_recorded_once(make_server):
         assert ada.api("DELETE", f"/{tid}").status == 204
     for tid in ids:
         assert ada.wait_state(tid, FINAL)["state"] == "canceled"
-    release(ada, blocker.json()["metadata"]["id"])
+    release(server, blocker.json()["metadata"]["id"])
 
 
 def test_a_job_survives_the_server_being_killed(make_server, tmp_path):
@@ -167,19 +174,18 @@ def test_a_job_survives_the_server_being_killed(make_server, tmp_path):
     ada = server.client(ada_token)
     r = ada.submit_json(wml_body(HOLD))
     tid = r.json()["metadata"]["id"]
-    wait_started(ada, tid)
+    wait_started(server, tid)
     doomed = ada.submit_json(wml_body(HOLD, name="doomed"))
     doomed_id = doomed.json()["metadata"]["id"]
-    wait_started(ada, doomed_id)
+    wait_started(server, doomed_id)
     where = job_dir(ada, tid)
-    doomed_dir = job_dir(ada, doomed_id)
     server.kill(signal.SIGKILL)
 
     # While the server is down: one job's runner dies too, the other carries on.
-    doomed_runner = int(open(os.path.join(doomed_dir, "runner.pid")).read())
+    doomed_runner = int(open(os.path.join(work_dir(server, doomed_id), "runner.pid")).read())
     os.kill(doomed_runner, signal.SIGKILL)
     assert pids_of_processes_mentioning(where)
-    release_file = os.path.join(where, "model", "release")
+    release_file = os.path.join(work_dir(server, tid), "model", "release")
 
     again = make_server(data_dir=data)
     ada = again.client(ada_token)

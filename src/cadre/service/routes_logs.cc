@@ -6,7 +6,8 @@
 //   since=N   only lines after line N (a follower that reconnects passes the last one it saw)
 //   tail=N    only the last N lines (of those after `since`), then follow from there
 //   follow    keep the response open and send lines as they are written, until the job ends
-// As text/plain (chunked; `curl -N` shows lines as they come) or, when the client accepts
+// As text (chunked; `curl -N` shows lines as they come; application/octet-stream while following,
+// so that nothing on the way compresses and holds lines back) or, when the client accepts
 // text/event-stream, as server-sent events: `id: <line number>` and `data: <line>`, then a
 // final `event: end` whose data is the job's state. EventSource's Last-Event-ID works as since.
 #include <deque>
@@ -112,7 +113,7 @@ void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
     return;
   }
 
-  auto stream = std::make_shared<LogStream>(record->job_dir / "training.log");
+  auto stream = std::make_shared<LogStream>(record->work_dir / "training.log");
   stream->id = id;
   stream->user_id = user->id;
   stream->since = since;
@@ -136,9 +137,14 @@ void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_header("X-Content-Type-Options", "nosniff");
-  res.set_chunked_content_provider(
-      stream->events ? "text/event-stream" : "text/plain; charset=utf-8",
-      [&ctx, stream](size_t, httplib::DataSink& sink) { return Produce(ctx, *stream, sink); });
+  // cpp-httplib gzips text/* (but not text/event-stream) for clients that accept it, and its
+  // compressor holds everything back until the end: a followed plain log goes out as bytes.
+  const char* type = stream->events   ? "text/event-stream"
+                     : stream->follow ? "application/octet-stream"
+                                      : "text/plain; charset=utf-8";
+  res.set_chunked_content_provider(type, [&ctx, stream](size_t, httplib::DataSink& sink) {
+    return Produce(ctx, *stream, sink);
+  });
 }
 
 }  // namespace

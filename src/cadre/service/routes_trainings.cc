@@ -23,9 +23,10 @@ void Submit(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
 
   std::string id = launch::NewTrainingId();
   fs::path job_dir = ctx.options.data_dir / "jobs" / id;
+  fs::path work_dir = ctx.options.data_dir / "trainings" / id;
   PreparedJob job;
   ZipLimits limits{ctx.options.max_unzipped, 10000};
-  bool ok = PrepareJob(submission, job_dir, ctx.installed, limits, res, &job);
+  bool ok = PrepareJob(submission, work_dir, ctx.installed, limits, res, &job);
   std::lock_guard<std::mutex> lock(ctx.submit_mutex);
   ok = ok &&
        CheckPlan(*user, job, ctx.trainings.ActiveLearners(user->id), ctx.scheduler.slots(), res);
@@ -46,6 +47,7 @@ void Submit(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
     record.nodes = job.spec.nodes;
     record.slots = job.spec.total_slots();
     record.job_dir = job_dir;
+    record.work_dir = work_dir;
     record.created_at = NowIso();
     record.entity = submission.entity.dump();
     Status st = ctx.trainings.Insert(&record);
@@ -56,7 +58,7 @@ void Submit(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
   }
   if (!ok) {
     std::error_code ec;
-    fs::remove_all(job_dir, ec);
+    fs::remove_all(work_dir, ec);
     return;
   }
   ctx.scheduler.Wake();

@@ -63,9 +63,9 @@ Status SpawnRunner(const RunnerLaunch& launch, RunnerProcess* runner) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  std::string log = (launch.job_dir / "training.log").string();
-  std::string pid_file = (launch.job_dir / "runner.pid").string();
-  std::string cwd = launch.job_dir.string();
+  std::string log = (launch.work_dir / "training.log").string();
+  std::string pid_file = (launch.work_dir / "runner.pid").string();
+  std::string cwd = launch.work_dir.string();
 
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + strerror(errno));
@@ -135,8 +135,8 @@ bool RunnerAlive(const RunnerProcess& runner) {
   return runner.start == 0 || start == runner.start;
 }
 
-std::optional<pid_t> ReadRunnerPid(const fs::path& job_dir) {
-  std::ifstream in(job_dir / "runner.pid");
+std::optional<pid_t> ReadRunnerPid(const fs::path& work_dir) {
+  std::ifstream in(work_dir / "runner.pid");
   long pid = 0;
   if (!(in >> pid) || pid <= 0) return std::nullopt;
   return static_cast<pid_t>(pid);

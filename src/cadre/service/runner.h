@@ -2,9 +2,9 @@
 // it detached (its own session, not the server's child), so that a job outlives the server, even
 // one killed with SIGKILL; a restarted server finds it again by pid and start time.
 //
-// The runner writes everything about the job into its directory: status.json (its state, kept
-// current), training.log (its stdout and stderr: the learners' prefixed lines and its own
-// messages) and runner.pid (written at start, before the runner runs).
+// The runner writes the job's state into the job directory (status.json, kept current); its
+// stdout and stderr (the learners' prefixed lines and its own messages) go to training.log in
+// the service's work folder, beside runner.pid (written at start, before the runner runs).
 #pragma once
 
 #include <sys/types.h>
@@ -22,7 +22,8 @@ namespace cadre::service {
 struct RunnerLaunch {
   std::filesystem::path cadre;     // the cadre program
   std::filesystem::path manifest;  // the job's manifest
-  std::filesystem::path job_dir;   // `cadre run -o`
+  std::filesystem::path job_dir;   // `cadre run -o`: must not exist yet, or be empty
+  std::filesystem::path work_dir;  // training.log and runner.pid; the runner's cwd
   std::string training_id;
   std::chrono::milliseconds grace{10000};
 };
@@ -39,8 +40,8 @@ Status SpawnRunner(const RunnerLaunch& launch, RunnerProcess* runner);
 bool RunnerAlive(const RunnerProcess& runner);
 // The start time of `pid`, or 0.
 int64_t ProcessStartTime(pid_t pid);
-// The pid recorded in job_dir/runner.pid, if any.
-std::optional<pid_t> ReadRunnerPid(const std::filesystem::path& job_dir);
+// The pid recorded in work_dir/runner.pid, if any.
+std::optional<pid_t> ReadRunnerPid(const std::filesystem::path& work_dir);
 
 // What status.json says about the job's end.
 struct RunnerOutcome {

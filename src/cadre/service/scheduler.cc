@@ -10,6 +10,7 @@ namespace cadre::service {
 void RemoveTraining(TrainingStore& store, const TrainingRecord& record) {
   std::error_code ec;
   std::filesystem::remove_all(record.job_dir, ec);
+  std::filesystem::remove_all(record.work_dir, ec);
   (void)store.Remove(record.id);
 }
 
@@ -87,8 +88,9 @@ bool Scheduler::Pass() {
 
 void Scheduler::Admit(const TrainingRecord& record) {
   if (!store_.SetPending(record.id).ok()) return;
-  RunnerLaunch launch{options_.cadre, record.job_dir / "model" / kManifestName, record.job_dir,
-                      record.id, options_.grace};
+  RunnerLaunch launch{options_.cadre, record.work_dir / "model" / kManifestName,
+                      record.job_dir, record.work_dir,
+                      record.id,      options_.grace};
   RunnerProcess runner;
   Status st = SpawnRunner(launch, &runner);
   if (!st.ok()) {
@@ -111,7 +113,7 @@ void Scheduler::Follow(const TrainingRecord& record) {
   TrainingRecord r = record;
   if (r.state == kPending) {
     // The server stopped while starting this job: did the runner get going?
-    std::optional<pid_t> pid = ReadRunnerPid(r.job_dir);
+    std::optional<pid_t> pid = ReadRunnerPid(r.work_dir);
     if (!pid) {
       (void)store_.SetQueued(r.id);
       return;
@@ -129,7 +131,7 @@ void Scheduler::Follow(const TrainingRecord& record) {
     outcome = ReadOutcome(r.job_dir);  // it may have finished between the two looks
   }
   if (!outcome.finished) {
-    std::string tail = TailOfFile(r.job_dir / "training.log", 5);
+    std::string tail = TailOfFile(r.work_dir / "training.log", 5);
     Conclude(r, kFailed, "the job's runner ended without recording an outcome",
              "the job's runner (cadre run, pid " + std::to_string(runner.pid) +
                  ") ended without recording an outcome; it was killed or the machine restarted" +

@@ -33,7 +33,7 @@ struct SchedulerOptions {
   std::chrono::milliseconds poll{100};     // follow-up period while jobs are active
 };
 
-// The job directory's manifest, written at submission.
+// The manifest the runner runs, in the work folder's model/ (written at submission).
 inline constexpr char kManifestName[] = "cadre-job.yaml";
 
 class Scheduler {

@@ -45,7 +45,8 @@ CREATE TABLE trainings (
   nodes INTEGER NOT NULL,
   slots INTEGER NOT NULL,                -- processes the job runs: what the scheduler admits
   state TEXT NOT NULL,                   -- WML state strings
-  job_dir TEXT NOT NULL,
+  job_dir TEXT NOT NULL,                 -- the runner's job directory: RESULT_DIR
+  work_dir TEXT NOT NULL,                -- the service's: model/ (code), training.log, runner.pid
   created_at TEXT NOT NULL,
   running_at TEXT,
   completed_at TEXT,

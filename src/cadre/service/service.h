@@ -5,6 +5,7 @@
 // Data directory layout:
 //   cadre.db          users, plans, tokens, trainings (WAL mode)
 //   jobs/<id>/        one job directory per training (its RESULT_DIR; see training_store.h)
+//   trainings/<id>/   the service's folder per training: model/ (code), training.log, runner.pid
 //
 // Routes are registered per resource (routes.h); request helpers are in api.h.
 #pragma once

@@ -110,6 +110,7 @@ TEST_F(ServiceDbTest, StoreShowsEachUserOnlyTheirJobs) {
     r.framework = "pytorch";
     r.nodes = 2;
     r.job_dir = dir_ / r.id;
+    r.work_dir = dir_ / ("work-" + r.id);
     r.created_at = "now";
     r.entity = "{}";
     ASSERT_TRUE(store.Insert(&r).ok());

@@ -130,10 +130,10 @@ bool ReadSubmission(const httplib::Request& req, httplib::Response& res, Submiss
   return true;
 }
 
-bool PrepareJob(const Submission& submission, const fs::path& job_dir,
+bool PrepareJob(const Submission& submission, const fs::path& work_dir,
                 const launch::Installed& installed, const ZipLimits& limits, httplib::Response& res,
                 PreparedJob* out) {
-  fs::path model = job_dir / "model";
+  fs::path model = work_dir / "model";
   std::error_code ec;
   fs::create_directories(model, ec);
   if (ec) {

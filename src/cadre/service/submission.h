@@ -38,9 +38,9 @@ struct PreparedJob {
   bool distributed = false;  // more than one learner, or an allreduce framework
 };
 
-// Writes the code and the manifest into job_dir/model and validates the job. On failure answers
-// (400 naming every problem) and returns false; the caller removes job_dir.
-bool PrepareJob(const Submission& submission, const std::filesystem::path& job_dir,
+// Writes the code and the manifest into work_dir/model and validates the job. On failure answers
+// (400 naming every problem) and returns false; the caller removes work_dir.
+bool PrepareJob(const Submission& submission, const std::filesystem::path& work_dir,
                 const launch::Installed& installed, const ZipLimits& limits, httplib::Response& res,
                 PreparedJob* out);
 

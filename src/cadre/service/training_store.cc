@@ -8,7 +8,7 @@ namespace {
 constexpr char kColumns[] =
     "seq, id, user_id, name, framework, nodes, slots, state, job_dir, created_at, running_at, "
     "completed_at, message, failure, runner_pid, runner_start, cancel_requested, hard_delete, "
-    "entity";
+    "entity, work_dir";
 
 TrainingRecord ReadRecord(Statement& s) {
   TrainingRecord r;
@@ -31,6 +31,7 @@ TrainingRecord ReadRecord(Statement& s) {
   r.cancel_requested = s.Int(16) != 0;
   r.hard_delete = s.Int(17) != 0;
   r.entity = s.Text(18);
+  r.work_dir = s.Text(19);
   return r;
 }
 
@@ -59,10 +60,10 @@ Status TrainingStore::Insert(TrainingRecord* r) {
   auto lock = db_.Lock();
   Statement s(db_,
               "INSERT INTO trainings (id, user_id, name, framework, nodes, slots, state, job_dir, "
-              "created_at, entity) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+              "created_at, entity, work_dir) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   s.Bind(1, r->id).Bind(2, r->user_id).Bind(3, r->name).Bind(4, r->framework);
   s.Bind(5, r->nodes).Bind(6, r->slots).Bind(7, r->state).Bind(8, r->job_dir.string());
-  s.Bind(9, r->created_at).Bind(10, r->entity);
+  s.Bind(9, r->created_at).Bind(10, r->entity).Bind(11, r->work_dir.string());
   CADRE_RETURN_IF_ERROR(s.Run());
   r->seq = db_.last_insert_rowid();
   return Status::Ok();

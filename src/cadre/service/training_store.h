@@ -1,9 +1,11 @@
 // TrainingStore: the `trainings` table, one row per submitted job.
 //
-// A record's job directory is the job's RESULT_DIR: the runner (`cadre run -o JOB_DIR`) writes
-// status.json, training.log (every learner's prefixed lines), metrics.jsonl and the learners'
-// learner-N/ folders there, and the job's code sits in JOB_DIR/model (MODEL_DIR). Layers above
-// (deployments of a finished training) find a job's results through Get(id, user).
+// A record's job_dir is the job's RESULT_DIR (<data>/jobs/<id>): the runner (`cadre run -o
+// JOB_DIR`) writes status.json, manifest.yaml, the learners' learner-N/ folders and checkpoints
+// there, and cadre.log_metrics writes metrics.jsonl. Its work_dir (<data>/trainings/<id>) is the
+// service's own: model/ (the uploaded code and the manifest, MODEL_DIR, where the command runs),
+// training.log (the runner's output: every learner's prefixed lines) and runner.pid. Layers
+// above (deployments of a finished training) find a job's results through Get(id, user).
 //
 // States are WML's strings: queued (waiting for slots), pending (its runner is being started),
 // running, completed, failed, canceled. Every read takes the owner's user id: another user's
@@ -43,7 +45,8 @@ struct TrainingRecord {
   int64_t nodes = 1;
   int64_t slots = 1;
   std::string state = kQueued;
-  std::filesystem::path job_dir;
+  std::filesystem::path job_dir;   // RESULT_DIR
+  std::filesystem::path work_dir;  // model/, training.log, runner.pid
   std::string created_at;
   std::optional<std::string> running_at, completed_at, message, failure;
   std::optional<int64_t> runner_pid, runner_start;
