@@ -1,0 +1,86 @@
+// Opens cadre server's dashboard in headless chromium (Debian's) with puppeteer-core and checks
+// what a user sees: sign in with a token, the job in the list, its log lines arriving while it
+// runs, its metric curve drawn, and the cancel button stopping another job.
+//
+//   node dashboard_check.cjs CONFIG.json
+// CONFIG: {deps, chromium, url, token, job, release, hold, screenshot}. Exit 0 when all is as
+// expected; otherwise prints what was not and exits 1. Every wait is bounded.
+"use strict";
+const fs = require("fs");
+const path = require("path");
+
+const config = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+const puppeteer = require(path.join(config.deps, "node_modules", "puppeteer-core"));
+const WAIT = { timeout: 90000 };
+
+async function text(page, selector) {
+  return page.$eval(selector, (el) => el.textContent);
+}
+
+async function main() {
+  const browser = await puppeteer.launch({
+    executablePath: config.chromium,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  });
+  try {
+    const page = await browser.newPage();
+    await page.setViewport({ width: 1000, height: 900 });
+    page.on("pageerror", (e) => console.error("page error:", e.message));
+    page.on("console", (m) => console.error("page console:", m.text()));
+    page.on("requestfailed", (r) => console.error("request failed:", r.url(), r.failure()));
+    await page.goto(config.url, { waitUntil: "load", ...WAIT });
+
+    // Sign in: a wrong token is refused, the right one shows the job list.
+    await page.waitForSelector("#sign-in:not([hidden])", WAIT);
+    await page.type("#token", "cadre_wrong_token");
+    await page.click("#sign-in-form button");
+    await page.waitForFunction(
+      () => document.getElementById("sign-in-error").textContent.length > 0, WAIT);
+    await page.$eval("#token", (el) => { el.value = ""; });
+    await page.type("#token", config.token);
+    await page.click("#sign-in-form button");
+    const link = `#job-rows a[href="#/jobs/${config.job}"]`;
+    await page.waitForSelector(link, WAIT);
+
+    // The job's page: log lines arrive while it runs.
+    await page.click(link);
+    await page.waitForFunction(
+      () => document.getElementById("log").textContent.includes("epoch 1 done"), WAIT);
+    const state = await text(page, "#job-state");
+    if (state !== "running") throw new Error(`expected the job running while its log streams, got ${state}`);
+    fs.writeFileSync(config.release, "");  // let the job finish
+    await page.waitForFunction(
+      () => document.getElementById("job-state").textContent === "completed", WAIT);
+    await page.waitForFunction(
+      () => document.getElementById("log").textContent.includes("training finished"), WAIT);
+    // Its loss curve is drawn through every logged point.
+    await page.waitForFunction(() => {
+      const line = document.querySelector("#chart polyline.curve-loss");
+      return line && line.getAttribute("points").trim().split(" ").length >= 3;
+    }, WAIT);
+    await page.screenshot({ path: config.screenshot, fullPage: true });
+
+    // Cancel from the dashboard.
+    await page.goto(`${config.url}#/jobs/${config.hold}`, { waitUntil: "load", ...WAIT });
+    await page.waitForFunction(
+      () => document.getElementById("job-state").textContent === "running", WAIT);
+    await page.click("#cancel");
+    await page.waitForFunction(
+      () => document.getElementById("job-state").textContent === "canceled", WAIT);
+  } catch (e) {
+    // What the page showed when it went wrong, for the test's output.
+    const pages = await browser.pages();
+    if (pages.length > 0) {
+      const page = pages[pages.length - 1];
+      await page.screenshot({ path: config.screenshot.replace(/\.png$/, ".failed.png") });
+      console.error("page text at the failure:\n" + (await page.evaluate(() => document.body.innerText)));
+    }
+    throw e;
+  } finally {
+    await browser.close();
+  }
+}
+
+main().then(() => { console.log("dashboard check passed"); },
+            (e) => { console.error(`dashboard check failed: ${e.stack || e}`); process.exit(1); });

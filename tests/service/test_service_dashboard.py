@@ -1,0 +1,61 @@
+"""The dashboard in a real browser: Debian's chromium, headless, driven by puppeteer-core
+(installed by scripts/install-deps). It signs in, sees a job's log lines arrive while it runs and
+its loss curve drawn, and cancels another job. The screenshot is kept as a test artifact in
+<build>/test-artifacts/dashboard.png."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from service_helpers import BUILD, wml_body
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEPS = os.environ.get("CADRE_BROWSER_DEPS", os.path.join(
+    os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cadre", "browser-test"))
+
+TRAIN = ("import time, os, cadre\n"
+         "for epoch in range(1, 4):\n"
+         "    cadre.log_metrics(epoch, loss=1.0 / epoch, accuracy=0.2 * epoch)\n"
+         "    print(f'epoch {epoch} done', flush=True)\n"
+         "for _ in range(1200):\n"
+         "    if os.path.exists('release'):\n"
+         "        break\n"
+         "    time.sleep(0.1)\n"
+         "print('training finished', flush=True)\n")
+
+
+def test_dashboard_in_headless_chromium(make_server, tmp_path):
+    chromium = shutil.which("chromium")
+    node = shutil.which("node")
+    if not (chromium and node and os.path.isdir(os.path.join(DEPS, "node_modules",
+                                                             "puppeteer-core"))):
+        pytest.fail(f"the browser test needs chromium, node and puppeteer-core in {DEPS}: "
+                    "run scripts/install-deps")
+    server = make_server(slots=2)
+    token = server.add_user("ada")
+    ada = server.client(token)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(TRAIN)
+    job = ada.submit_json(wml_body(f"python3 {code / 'train.py'}", name="dashboard-job"))
+    assert job.status == 201, job
+    job_id = job.json()["metadata"]["id"]
+    hold = ada.submit_json(wml_body("exec sleep 600", name="to-cancel"))
+    assert hold.status == 201, hold
+
+    artifacts = os.path.join(BUILD, "test-artifacts")
+    os.makedirs(artifacts, exist_ok=True)
+    screenshot = os.path.join(artifacts, "dashboard.png")
+    if os.path.exists(screenshot):
+        os.remove(screenshot)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "deps": DEPS, "chromium": chromium, "url": server.url + "/", "token": token,
+        "job": job_id, "release": os.path.join(server.data_dir, "trainings", job_id, "model", "release"),
+        "hold": hold.json()["metadata"]["id"], "screenshot": screenshot}))
+    run = subprocess.run([node, os.path.join(HERE, "browser", "dashboard_check.cjs"), str(config)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=400)
+    assert run.returncode == 0, run.stdout
+    assert os.path.getsize(screenshot) > 1000

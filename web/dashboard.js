@@ -1,0 +1,192 @@
+// cadre's dashboard. Talks to the trainings API with the bearer token kept in sessionStorage.
+// Routes: #/ (the job list), #/jobs/<id> (one job: state, live log, metric curves, cancel).
+"use strict";
+
+const VERSION = "2020-09-01";
+const COLORS = ["#e63946", "#1d6fb8", "#2a9d8f", "#f4a261", "#6a4c93"];
+const $ = (id) => document.getElementById(id);
+let refreshTimer = null;
+let logAbort = null;
+
+function token() { return sessionStorage.getItem("cadre-token"); }
+
+async function api(method, path) {
+  const sep = path.includes("?") ? "&" : "?";
+  const r = await fetch(`${path}${sep}version=${VERSION}`, {
+    method, headers: { Authorization: `Bearer ${token()}` } });
+  if (r.status === 401) { signOut(); throw new Error("signed out"); }
+  return r;
+}
+
+function show(section) {
+  for (const id of ["sign-in", "jobs", "job"]) $(id).hidden = id !== section;
+}
+
+function stopUpdates() {
+  clearTimeout(refreshTimer);
+  refreshTimer = null;
+  if (logAbort) { logAbort.abort(); logAbort = null; }
+}
+
+function signOut() {
+  sessionStorage.removeItem("cadre-token");
+  stopUpdates();
+  $("who").textContent = "";
+  $("sign-out").hidden = true;
+  show("sign-in");
+}
+
+async function signIn(candidate) {
+  const r = await fetch("/v1/me", { headers: { Authorization: `Bearer ${candidate}` } });
+  if (!r.ok) {
+    $("sign-in-error").textContent = "That token is not valid on this server.";
+    return false;
+  }
+  const me = await r.json();
+  sessionStorage.setItem("cadre-token", candidate);
+  $("who").textContent = `${me.name} (${me.plan.name} plan)`;
+  $("sign-out").hidden = false;
+  $("sign-in-error").textContent = "";
+  return true;
+}
+
+function cell(text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (cls) td.className = cls;
+  return td;
+}
+
+async function showJobs() {
+  show("jobs");
+  const r = await api("GET", "/ml/v4/trainings?limit=200");
+  const list = await r.json();
+  const rows = $("job-rows");
+  rows.replaceChildren();
+  for (const t of list.resources) {
+    const tr = document.createElement("tr");
+    const link = document.createElement("a");
+    link.href = `#/jobs/${t.metadata.id}`;
+    link.textContent = t.metadata.id;
+    const id = document.createElement("td");
+    id.appendChild(link);
+    const state = t.entity.status.state;
+    tr.append(id, cell(t.metadata.name), cell(state, `state state-${state}`),
+              cell(String((t.entity.hardware_spec || {}).nodes || 1)), cell(t.metadata.created_at));
+    rows.appendChild(tr);
+  }
+  $("no-jobs").hidden = list.resources.length > 0;
+  refreshTimer = setTimeout(route, 2000);
+}
+
+// Draws each metric as a polyline over the iterations, each scaled to its own range.
+function drawChart(points) {
+  const svg = $("chart");
+  const legend = $("legend");
+  svg.replaceChildren();
+  legend.replaceChildren();
+  const names = [...new Set(points.flatMap((p) => Object.keys(p.ml_metrics || {})))];
+  const xs = points.map((p) => p.iteration);
+  const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+  const ns = "http://www.w3.org/2000/svg";
+  names.forEach((name, i) => {
+    const series = points.filter((p) => typeof (p.ml_metrics || {})[name] === "number");
+    if (series.length === 0) return;
+    const ys = series.map((p) => p.ml_metrics[name]);
+    const [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+    const sx = (x) => 20 + (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5) * 600;
+    const sy = (y) => 220 - (y1 > y0 ? (y - y0) / (y1 - y0) : 0.5) * 200;
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", series.map((p) => `${sx(p.iteration)},${sy(p.ml_metrics[name])}`).join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", COLORS[i % COLORS.length]);
+    line.setAttribute("stroke-width", "2");
+    line.setAttribute("class", `curve curve-${name}`);
+    svg.appendChild(line);
+    const label = document.createElement("span");
+    label.style.color = COLORS[i % COLORS.length];
+    label.textContent = `${name}: ${ys[ys.length - 1].toPrecision(4)}`;
+    legend.appendChild(label);
+  });
+}
+
+// Follows the job's log as server-sent events over a streamed fetch (EventSource cannot send the
+// token): each event's data is one line.
+async function followLog(id) {
+  const log = $("log");
+  log.textContent = "";
+  logAbort = new AbortController();
+  try {
+    const r = await fetch(`/ml/v4/trainings/${id}/logs?follow=true&version=${VERSION}`, {
+      headers: { Authorization: `Bearer ${token()}`, Accept: "text/event-stream" },
+      signal: logAbort.signal });
+    const reader = r.body.getReader();
+    const decoder = new TextDecoder();
+    let pending = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      pending += decoder.decode(value, { stream: true });
+      const events = pending.split("\n\n");
+      pending = events.pop();
+      let text = "";
+      for (const event of events) {
+        const fields = event.split("\n");
+        if (fields.includes("event: end")) continue;
+        for (const f of fields) if (f.startsWith("data: ")) text += f.slice(6) + "\n";
+      }
+      const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+      log.textContent += text;
+      if (atBottom) log.scrollTop = log.scrollHeight;
+    }
+  } catch (e) {
+    if (e.name !== "AbortError") log.textContent += `\n(log stream ended: ${e.message})\n`;
+  }
+}
+
+async function refreshJob(id) {
+  const r = await api("GET", `/ml/v4/trainings/${id}`);
+  if (r.status === 404) { $("job-state").textContent = "not found"; return; }
+  const t = await r.json();
+  const s = t.entity.status;
+  $("job-name").textContent = t.metadata.name;
+  $("job-id").textContent = t.metadata.id;
+  $("job-state").textContent = s.state;
+  $("job-state").className = `state state-${s.state}`;
+  $("job-message").textContent = s.message ? `(${s.message.text})` : "";
+  $("job-failure").textContent = s.failure ? s.failure.errors.map((e) => e.message).join("\n") : "";
+  $("cancel").hidden = ["completed", "failed", "canceled"].includes(s.state);
+  drawChart(s.metrics || []);
+  if (!["completed", "failed", "canceled"].includes(s.state)) {
+    refreshTimer = setTimeout(() => refreshJob(id), 1000);
+  }
+}
+
+async function showJob(id) {
+  show("job");
+  $("cancel").onclick = async () => { await api("DELETE", `/ml/v4/trainings/${id}`); };
+  followLog(id);
+  await refreshJob(id);
+}
+
+async function route() {
+  stopUpdates();
+  if (!token()) { show("sign-in"); return; }
+  const m = location.hash.match(/^#\/jobs\/([\w-]+)$/);
+  try {
+    if (m) await showJob(m[1]); else await showJobs();
+  } catch (e) {
+    if (e.message !== "signed out") console.error(e);
+  }
+}
+
+$("sign-in-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  if (await signIn($("token").value.trim())) route();
+});
+$("sign-out").addEventListener("click", signOut);
+window.addEventListener("hashchange", route);
+(async () => {
+  if (token() && !(await signIn(token()))) signOut();
+  route();
+})();
