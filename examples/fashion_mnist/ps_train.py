@@ -11,8 +11,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+import cadre
 import cadre.ps as ps  # PS
-from train_horovod import Net, load  # the Horovod example's model and data loading
+from train_horovod import LABELS, Net, load  # the Horovod example's model and data loading
 
 parser = argparse.ArgumentParser(description="Fashion-MNIST, PyTorch, parameter-server mode")
 parser.add_argument("--mode", choices=["sync", "async"], default="sync")
@@ -71,6 +72,10 @@ def main():
         os.makedirs(args.result_dir, exist_ok=True)
         with open(os.path.join(args.result_dir, "accuracy.txt"), "w") as f:
             f.write("%.4f\n" % accuracy)
+        # Serving: the trained model, for `cadre serve` and deployments (the first worker only).
+        saved = cadre.save_model(model, x[:1], path=os.path.join(args.result_dir, "model"),
+                                 labels=LABELS)
+        print("model saved to %s" % saved, flush=True)
 
 
 if __name__ == "__main__":

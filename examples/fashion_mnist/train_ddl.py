@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import cadre
 import cadre.ddl as ddl  # DDL
 
 parser = argparse.ArgumentParser(description="Fashion-MNIST, PyTorch, DDL mode")
@@ -22,6 +23,9 @@ parser.add_argument("--max-batches", type=int, default=0, help="stop each epoch 
 parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR",
                                                          "/usr/share/datasets/fashion-mnist"))
 parser.add_argument("--result-dir", default=os.environ.get("RESULT_DIR", "."))
+# The classes of Fashion-MNIST, in label order: the saved model answers with these names.
+LABELS = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+          "Bag", "Ankle boot"]
 
 
 def read_idx(path):
@@ -92,6 +96,10 @@ def main():
         os.makedirs(args.result_dir, exist_ok=True)
         with open(os.path.join(args.result_dir, "accuracy.txt"), "w") as f:
             f.write("%.4f\n" % accuracy)
+        # Serving: the trained model, for `cadre serve` and deployments (rank 0 only).
+        saved = cadre.save_model(model, x[:1], path=os.path.join(args.result_dir, "model"),
+                                 labels=LABELS)
+        print("model saved to %s" % saved, flush=True)
 
 
 if __name__ == "__main__":

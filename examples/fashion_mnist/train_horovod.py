@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import cadre
 import cadre.torch as hvd  # Horovod
 
 parser = argparse.ArgumentParser(description="Fashion-MNIST, PyTorch, Horovod mode")
@@ -38,6 +39,9 @@ parser.add_argument("--result-dir", default=os.environ.get("RESULT_DIR", "."))
 parser.add_argument("--checkpoint-dir", default=os.environ.get("CHECKPOINT_DIR", ""),
                     help="where the per-epoch checkpoint goes (empty: none)")
 parser.add_argument("--log-interval", type=int, default=100, help="batches between loss lines")
+# The classes of Fashion-MNIST, in label order: the saved model answers with these names.
+LABELS = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+          "Bag", "Ankle boot"]
 
 
 def save_checkpoint(path, epoch, model, optimizer):
@@ -159,6 +163,10 @@ def main():
         os.makedirs(args.result_dir, exist_ok=True)
         with open(os.path.join(args.result_dir, "accuracy.txt"), "w") as f:
             f.write("%.4f\n" % accuracy)
+        # Serving: the trained model, for `cadre serve` and deployments (rank 0 only).
+        saved = cadre.save_model(model, x[:1], path=os.path.join(args.result_dir, "model"),
+                                 labels=LABELS)
+        print("model saved to %s" % saved, flush=True)
 
 
 if __name__ == "__main__":
