@@ -1,0 +1,181 @@
+// Open Inference Protocol v2 bodies (codec.h).
+#include <set>
+
+#include "cadre/serving/codec.h"
+#include "cadre/serving/json_values.h"
+
+namespace cadre::serving {
+namespace {
+
+using nlohmann::json;
+
+json SpecJson(const TensorSpec& spec) {
+  return {{"name", spec.name}, {"datatype", DataTypeName(spec.dtype)}, {"shape", spec.shape}};
+}
+
+std::string Names(const std::vector<TensorSpec>& specs) {
+  std::string s;
+  for (const TensorSpec& spec : specs) s += (s.empty() ? "'" : ", '") + spec.name + "'";
+  return s;
+}
+
+// Checks a request's shape for `spec` (the batch first, then the row shape) and its size
+// against the body's: every element takes at least one byte of JSON.
+Status CheckShape(const std::string& where, const TensorSpec& spec,
+                  const std::vector<int64_t>& shape, size_t body_bytes) {
+  std::string expected = "; the model expects " + ShapeString(spec.shape) + " (-1: any size)";
+  if (shape.size() != spec.shape.size()) {
+    return InvalidArgument(where + ".shape " + ShapeString(shape) + " has " +
+                           std::to_string(shape.size()) + " dimensions" + expected);
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 0 || (d > 0 && spec.shape[d] >= 0 && shape[d] != spec.shape[d])) {
+      return InvalidArgument(where + ".shape " + ShapeString(shape) + " differs at dimension " +
+                             std::to_string(d) + expected);
+    }
+  }
+  if (shape[0] == 0) return InvalidArgument(where + ".shape: an empty batch (0 rows)");
+  if (!NumElements(shape, static_cast<int64_t>(body_bytes))) {
+    return InvalidArgument(where + ".shape " + ShapeString(shape) +
+                           " holds more elements than the request has bytes");
+  }
+  return Status::Ok();
+}
+
+Status DecodeInput(const json& in, size_t index, const ModelSignature& signature, size_t body_bytes,
+                   std::vector<HostTensor>* tensors, std::set<size_t>* seen) {
+  std::string where = "inputs[" + std::to_string(index) + "]";
+  if (!in.is_object()) return InvalidArgument(where + ": expected an object");
+  if (!in.contains("name") || !in["name"].is_string()) {
+    return InvalidArgument(where + ".name: missing; the model takes " + Names(signature.inputs));
+  }
+  std::string name = in["name"].get<std::string>();
+  const TensorSpec* spec = signature.FindInput(name);
+  if (!spec) {
+    return InvalidArgument(where + ".name: the model has no input '" + name + "'; it takes " +
+                           Names(signature.inputs));
+  }
+  where += " ('" + name + "')";
+  size_t slot = static_cast<size_t>(spec - signature.inputs.data());
+  if (!seen->insert(slot).second) return InvalidArgument(where + ": given twice");
+  if (!in.contains("datatype") || !in["datatype"].is_string()) {
+    return InvalidArgument(where + ".datatype: missing; the model expects " +
+                           std::string(DataTypeName(spec->dtype)));
+  }
+  std::string dtype = in["datatype"].get<std::string>();
+  if (dtype != DataTypeName(spec->dtype)) {
+    return InvalidArgument(where + ".datatype: " + dtype + " given; the model expects " +
+                           std::string(DataTypeName(spec->dtype)));
+  }
+  if (!in.contains("shape") || !in["shape"].is_array()) {
+    return InvalidArgument(where + ".shape: missing; the model expects " +
+                           ShapeString(spec->shape) + " (-1: any size)");
+  }
+  HostTensor t;
+  t.dtype = spec->dtype;
+  for (const json& d : in["shape"]) {
+    if (!d.is_number_integer()) {
+      return InvalidArgument(where + ".shape: dimensions are whole numbers, not " +
+                             json_values::Brief(d));
+    }
+    t.shape.push_back(d.get<int64_t>());
+  }
+  CADRE_RETURN_IF_ERROR(CheckShape(where, *spec, t.shape, body_bytes));
+  if (!in.contains("data")) return InvalidArgument(where + ".data: missing");
+  t.data.assign(static_cast<size_t>(t.elements()) * ElementSize(t.dtype), std::byte{0});
+  int64_t filled = 0;
+  CADRE_RETURN_IF_ERROR(json_values::FillElements(in["data"], where + ".data", t, &filled));
+  if (filled != t.elements()) {
+    return InvalidArgument(where + ".data: " + std::to_string(filled) + " values for shape " +
+                           ShapeString(t.shape) + ", which holds " + std::to_string(t.elements()));
+  }
+  (*tensors)[slot] = std::move(t);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DecodeV2Request(std::string_view body, const ModelSignature& signature, V2Request* out) {
+  json doc;
+  CADRE_RETURN_IF_ERROR(json_values::Parse(body, &doc));
+  if (!doc.is_object()) return InvalidArgument("the body must be a JSON object");
+  V2Request req;
+  if (doc.contains("id")) {
+    if (!doc["id"].is_string()) return InvalidArgument("id: expected a string");
+    req.id = doc["id"].get<std::string>();
+  }
+  if (!doc.contains("inputs") || !doc["inputs"].is_array()) {
+    return InvalidArgument("inputs: missing; expected a list of {name, shape, datatype, data}");
+  }
+  req.inputs.resize(signature.inputs.size());
+  std::set<size_t> seen;
+  for (size_t i = 0; i < doc["inputs"].size(); ++i) {
+    CADRE_RETURN_IF_ERROR(
+        DecodeInput(doc["inputs"][i], i, signature, body.size(), &req.inputs, &seen));
+  }
+  for (size_t i = 0; i < signature.inputs.size(); ++i) {
+    if (!seen.count(i)) {
+      return InvalidArgument("inputs: the model's input '" + signature.inputs[i].name +
+                             "' is missing");
+    }
+    if (req.inputs[i].rows() != req.inputs[0].rows()) {
+      return InvalidArgument("inputs: '" + signature.inputs[i].name + "' has " +
+                             std::to_string(req.inputs[i].rows()) + " rows and '" +
+                             signature.inputs[0].name + "' " +
+                             std::to_string(req.inputs[0].rows()) + "; the batch must agree");
+    }
+  }
+  if (doc.contains("outputs")) {
+    if (!doc["outputs"].is_array()) return InvalidArgument("outputs: expected a list");
+    for (size_t i = 0; i < doc["outputs"].size(); ++i) {
+      const json& o = doc["outputs"][i];
+      std::string where = "outputs[" + std::to_string(i) + "].name";
+      if (!o.is_object() || !o.contains("name") || !o["name"].is_string()) {
+        return InvalidArgument(where + ": missing");
+      }
+      size_t k = 0;
+      while (k < signature.outputs.size() && signature.outputs[k].name != o["name"]) ++k;
+      if (k == signature.outputs.size()) {
+        return InvalidArgument(where + ": the model has no output '" +
+                               o["name"].get<std::string>() + "'; it has " +
+                               Names(signature.outputs));
+      }
+      req.outputs.push_back(k);
+    }
+  }
+  if (req.outputs.empty()) {
+    for (size_t k = 0; k < signature.outputs.size(); ++k) req.outputs.push_back(k);
+  }
+  *out = std::move(req);
+  return Status::Ok();
+}
+
+std::string EncodeV2Response(const std::string& model_name, const V2Request& request,
+                             const ModelSignature& signature,
+                             const std::vector<HostTensor>& outputs) {
+  json doc = {{"model_name", model_name}, {"model_version", "1"}};
+  if (!request.id.empty()) doc["id"] = request.id;
+  json outs = json::array();
+  for (size_t k : request.outputs) {
+    const HostTensor& t = outputs[k];
+    outs.push_back({{"name", signature.outputs[k].name},
+                    {"datatype", DataTypeName(t.dtype)},
+                    {"shape", t.shape},
+                    {"data", json_values::Flat(t)}});
+  }
+  doc["outputs"] = std::move(outs);
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string EncodeV2Metadata(const std::string& model_name, const ModelSignature& signature,
+                             const std::string& device) {
+  json inputs = json::array(), outputs = json::array();
+  for (const TensorSpec& s : signature.inputs) inputs.push_back(SpecJson(s));
+  for (const TensorSpec& s : signature.outputs) outputs.push_back(SpecJson(s));
+  json doc = {{"name", model_name}, {"versions", {"1"}},  {"platform", "pytorch_torchscript"},
+              {"inputs", inputs},   {"outputs", outputs}, {"parameters", {{"device", device}}}};
+  if (!signature.labels.empty()) doc["parameters"]["labels"] = signature.labels;
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace cadre::serving

@@ -1,0 +1,154 @@
+// cadre-serve: the scorer as a program of its own (so that the `cadre` program does not link
+// libtorch; `cadre serve` execs it). Serves one model folder saved by cadre.save_model.
+//
+//   cadre-serve MODEL_DIR [--port P] [--host H] [--name NAME] [--device auto|cpu|cuda[:N]]
+//               [--max-batch-size N] [--max-batch-delay MS] [--inference-threads N]
+//               [--intra-op-threads N] [--inter-op-threads N] [--http-threads N]
+//               [--max-request-bytes N] [--port-file PATH]
+//
+// The bearer token, when required, comes from the environment (CADRE_SERVE_TOKEN), never the
+// command line, where other users could read it. SIGTERM or SIGINT: readiness turns 503, the
+// listener closes, queued requests are answered, and the program exits 0.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "cadre/serving/batcher.h"
+#include "cadre/serving/server.h"
+#include "cadre/serving/signature.h"
+#include "cadre/serving/torch_model.h"
+
+namespace {
+
+struct Flags {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string name;
+  std::string device = "auto";
+  int64_t max_batch_size = 32;
+  double max_batch_delay_ms = 0;
+  int inference_threads = 1;
+  int intra_op_threads = 0;
+  int inter_op_threads = 0;
+  int http_threads = 64;
+  size_t max_request_bytes = 32 << 20;
+  std::string port_file;
+};
+
+int Fail(const std::string& message, int code = 1) {
+  std::cerr << "cadre-serve: " << message << "\n";
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"cadre-serve: online scoring of a model saved by cadre.save_model"};
+  app.add_option("model_dir", f.model_dir, "The model folder (model.json, model.pt)")->required();
+  app.add_option("--port", f.port, "Port to listen on (0: any free port)");
+  app.add_option("--host", f.host, "Address to listen on");
+  app.add_option("--name", f.name, "The model's name in the routes (default: the folder's)");
+  app.add_option("--device", f.device, "auto (a GPU when libtorch has CUDA), cpu, cuda, cuda:N");
+  app.add_option("--max-batch-size", f.max_batch_size, "Most rows in one batch (1: no batching)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--max-batch-delay", f.max_batch_delay_ms,
+                 "Milliseconds a batch may wait for more requests (0: only what is waiting)")
+      ->check(CLI::Range(0.0, 10000.0));
+  app.add_option("--inference-threads", f.inference_threads, "Batches run at once")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--intra-op-threads", f.intra_op_threads,
+                 "libtorch threads inside one batch (0: cores / inference threads)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--inter-op-threads", f.inter_op_threads, "libtorch inter-op threads (0: default)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--http-threads", f.http_threads, "Connections served at once")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--max-request-bytes", f.max_request_bytes, "Larger request bodies get 413");
+  app.add_option("--port-file", f.port_file, "Write the port listened on to this file");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  // Signals go to one thread that stops the server; block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  namespace fs = std::filesystem;
+  fs::path dir = fs::absolute(f.model_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();
+  if (f.name.empty()) f.name = dir.filename().string();
+  cadre::serving::ModelSignature signature;
+  if (auto s = cadre::serving::LoadSignature(dir, &signature); !s.ok()) return Fail(s.message(), 2);
+
+  std::string device;
+  if (auto s = cadre::serving::ResolveDevice(f.device, &device); !s.ok())
+    return Fail(s.message(), 2);
+  int intra = f.intra_op_threads;
+  if (intra == 0) {
+    intra =
+        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / f.inference_threads);
+  }
+  cadre::serving::ConfigureTorchThreads(intra, f.inter_op_threads);
+  std::unique_ptr<cadre::serving::Model> model;
+  if (auto s = cadre::serving::LoadTorchModel(dir, signature, device, &model); !s.ok()) {
+    return Fail(s.message(), 2);
+  }
+
+  cadre::serving::Metrics metrics(f.max_batch_size);
+  cadre::serving::BatcherOptions batching;
+  batching.max_batch_size = f.max_batch_size;
+  batching.max_batch_delay =
+      std::chrono::microseconds(static_cast<int64_t>(f.max_batch_delay_ms * 1000));
+  batching.threads = f.inference_threads;
+  cadre::serving::Batcher batcher(*model, batching, &metrics);
+
+  cadre::serving::ServerOptions options;
+  options.model_name = f.name;
+  options.device = model->device();
+  options.max_request_bytes = f.max_request_bytes;
+  options.http_threads = f.http_threads;
+  if (const char* token = std::getenv("CADRE_SERVE_TOKEN")) options.token = token;
+  cadre::serving::ScoringServer server(options, signature, batcher, metrics);
+  std::string error;
+  int port = server.Bind(f.host, f.port, &error);
+  if (port < 0) return Fail(error);
+  if (!f.port_file.empty()) {
+    std::string tmp = f.port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    fs::rename(tmp, f.port_file);
+  }
+  std::cout << "cadre-serve: model '" << f.name << "' from " << dir.string() << " on device "
+            << model->device() << "\n"
+            << "cadre-serve: batches of up to " << f.max_batch_size << " rows, waiting up to "
+            << f.max_batch_delay_ms << " ms; " << f.inference_threads << " inference thread(s) x "
+            << intra << " intra-op thread(s); " << f.http_threads << " HTTP threads\n"
+            << "cadre-serve: listening on http://" << f.host << ":" << port << " (POST /v2/models/"
+            << f.name << "/infer, /ml/v4/deployments/" << f.name << "/predictions)" << std::endl;
+
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::cout << "cadre-serve: stopping (signal " << sig << ")" << std::endl;
+    server.Stop();
+  });
+  bool ok = server.Listen();
+  if (!ok) {
+    pthread_kill(stopper.native_handle(), SIGTERM);
+  }
+  stopper.join();
+  batcher.Stop();
+  return ok ? 0 : Fail("the server stopped with an error");
+}

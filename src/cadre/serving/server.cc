@@ -1,0 +1,250 @@
+#include "cadre/serving/server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "cadre/serving/codec.h"
+
+namespace cadre::serving {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kJson = "application/json";
+
+int HttpStatus(Code code) {
+  switch (code) {
+    case Code::kInvalidArgument:
+      return 400;
+    case Code::kAuth:
+      return 401;
+    case Code::kNotFound:
+      return 404;
+    case Code::kUnavailable:
+      return 503;
+    case Code::kTimeout:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+bool IsWml(const httplib::Request& req) { return req.path.rfind("/ml/", 0) == 0; }
+
+std::string WmlCode(int status) {
+  switch (status) {
+    case 400:
+      return "invalid_input_data";
+    case 401:
+      return "authentication_token_missing";
+    case 404:
+      return "deployment_not_found";
+    case 413:
+      return "payload_too_large";
+    case 503:
+      return "deployment_unavailable";
+    default:
+      return status >= 500 ? "prediction_failed" : "invalid_request";
+  }
+}
+
+void SetError(const httplib::Request& req, httplib::Response& res, int status,
+              const std::string& message) {
+  res.status = status;
+  json doc;
+  if (IsWml(req)) {
+    doc = {{"errors", {{{"code", WmlCode(status)}, {"message", message}}}},
+           {"status_code", status}};
+  } else {
+    doc = {{"error", message}};
+  }
+  res.set_content(doc.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
+}
+
+bool SameToken(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() != b.size();
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+// cpp-httplib 0.11 listens with a backlog of 5: connections beyond it while the accept thread
+// is busy are reset. Listening again on the bound socket widens the backlog.
+class WideServer final : public httplib::Server {
+ public:
+  bool WidenBacklog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
+};
+
+}  // namespace
+
+ScoringServer::ScoringServer(ServerOptions options, const ModelSignature& signature,
+                             Batcher& batcher, Metrics& metrics)
+    : options_(std::move(options)),
+      signature_(signature),
+      batcher_(batcher),
+      metrics_(metrics),
+      http_(new WideServer) {
+  int threads = std::max(1, options_.http_threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(options_.max_request_bytes);
+  http_->set_keep_alive_max_count(1000000);
+  http_->set_tcp_nodelay(true);
+  Register();
+}
+
+ScoringServer::~ScoringServer() {
+  Stop();
+  delete http_;
+}
+
+int ScoringServer::Bind(const std::string& host, int port, std::string* error) {
+  int bound =
+      port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
+  if (bound < 0) {
+    *error = "cannot listen on " + host + ":" + std::to_string(port) +
+             " (in use, or not an address of this machine)";
+  } else if (!static_cast<WideServer*>(http_)->WidenBacklog()) {
+    *error = std::string("cannot widen the listen backlog: ") + std::strerror(errno);
+    return -1;
+  }
+  return bound;
+}
+
+bool ScoringServer::Listen() { return http_->listen_after_bind(); }
+
+void ScoringServer::Stop() {
+  stopping_ = true;
+  http_->stop();
+}
+
+void ScoringServer::Register() {
+  httplib::Server& http = *http_;
+  const std::string name = options_.model_name;
+
+  // Body-less errors (httplib's own 404 and 413, a bad request line) get a JSON body too.
+  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
+                                                                 httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    std::string message = res.status == 413   ? "the request body is larger than this server takes"
+                          : res.status == 404 ? "no route " + req.method + " " + req.path
+                                              : "malformed request";
+    SetError(req, res, res.status, message);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = std::string("internal error: ") + e.what();
+        } catch (...) {
+        }
+        SetError(req, res, 500, what);
+      });
+  // 413 from the announced length, before the body is read (also for Expect: 100-continue).
+  const size_t max_bytes = options_.max_request_bytes;
+  http.set_expect_100_continue_handler(
+      [max_bytes](const httplib::Request& req, httplib::Response& res) {
+        const std::string length = req.get_header_value("Content-Length");
+        if (!length.empty() && std::strtoull(length.c_str(), nullptr, 10) > max_bytes) return 413;
+        return 100;
+      });
+  const std::string token = options_.token;
+  http.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
+    if (token.empty() || req.path.rfind("/v2/health/", 0) == 0) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    std::string auth = req.get_header_value("Authorization");
+    if (auth.rfind("Bearer ", 0) == 0 && SameToken(auth.substr(7), token)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.set_header("WWW-Authenticate", "Bearer");
+    SetError(req, res, 401,
+             auth.empty() ? "missing bearer token (Authorization: Bearer TOKEN)"
+                          : "the bearer token is not valid for this model");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  auto unknown = [name](const httplib::Request& req, httplib::Response& res,
+                        const std::string& asked) {
+    SetError(req, res, 404,
+             "model '" + asked + "' is not served here (this server serves '" + name + "')");
+  };
+
+  http.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"live":true})", kJson);
+  });
+  http.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
+    res.status = stopping_ ? 503 : 200;
+    res.set_content(stopping_ ? R"({"ready":false})" : R"({"ready":true})", kJson);
+  });
+  http.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"name":"cadre-serve","version":"1","extensions":[]})", kJson);
+  });
+  http.Get(R"(/v2/models/([^/]+))",
+           [this, name, unknown](const httplib::Request& req, httplib::Response& res) {
+             if (req.matches[1] != name) return unknown(req, res, req.matches[1]);
+             res.set_content(EncodeV2Metadata(name, signature_, options_.device), kJson);
+           });
+  http.Get(R"(/v2/models/([^/]+)/ready)",
+           [this, name, unknown](const httplib::Request& req, httplib::Response& res) {
+             if (req.matches[1] != name) return unknown(req, res, req.matches[1]);
+             res.status = stopping_ ? 503 : 200;
+             res.set_content(json({{"name", name}, {"ready", !stopping_}}).dump(), kJson);
+           });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
+  });
+
+  http.Post(R"(/v2/models/([^/]+)/infer)",
+            [this, name, unknown](const httplib::Request& req, httplib::Response& res) {
+              auto start = Clock::now();
+              if (req.matches[1] != name) {
+                unknown(req, res, req.matches[1]);
+              } else {
+                V2Request request;
+                std::vector<HostTensor> outputs;
+                Status s = DecodeV2Request(req.body, signature_, &request);
+                if (s.ok()) s = batcher_.Infer(std::move(request.inputs), &outputs);
+                if (s.ok()) {
+                  res.status = 200;
+                  res.set_content(EncodeV2Response(name, request, signature_, outputs), kJson);
+                } else {
+                  SetError(req, res, HttpStatus(s.code()), s.message());
+                }
+              }
+              metrics_.CountRequest("v2_infer", res.status,
+                                    std::chrono::duration<double>(Clock::now() - start).count());
+            });
+  http.Post(R"(/ml/v4/deployments/([^/]+)/predictions)",
+            [this, name, unknown](const httplib::Request& req, httplib::Response& res) {
+              auto start = Clock::now();
+              if (req.matches[1] != name) {
+                unknown(req, res, req.matches[1]);
+              } else {
+                WmlRequest request;
+                Status s = DecodeWmlRequest(req.body, signature_, &request);
+                std::vector<std::vector<HostTensor>> outputs(request.groups.size());
+                for (size_t g = 0; s.ok() && g < request.groups.size(); ++g) {
+                  s = batcher_.Infer(std::move(request.groups[g]), &outputs[g]);
+                }
+                if (s.ok()) {
+                  res.status = 200;
+                  res.set_content(EncodeWmlResponse(signature_, outputs), kJson);
+                } else {
+                  SetError(req, res, HttpStatus(s.code()), s.message());
+                }
+              }
+              metrics_.CountRequest("wml_predictions", res.status,
+                                    std::chrono::duration<double>(Clock::now() - start).count());
+            });
+}
+
+}  // namespace cadre::serving

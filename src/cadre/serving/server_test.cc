@@ -1,0 +1,176 @@
+#include "cadre/serving/server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cadre/serving/fake_model.h"
+
+namespace cadre::serving {
+namespace {
+
+using nlohmann::json;
+using testing::FakeModel;
+using testing::FakeSignature;
+
+// A ScoringServer for FakeModel on a free loopback port, served by a thread.
+class ServerTest : public ::testing::Test {
+ protected:
+  void Start(ServerOptions options) {
+    options.model_name = "fake";
+    batcher_ = std::make_unique<Batcher>(model_, BatcherOptions{}, &metrics_);
+    server_ = std::make_unique<ScoringServer>(options, signature_, *batcher_, metrics_);
+    std::string error;
+    port_ = server_->Bind("127.0.0.1", 0, &error);
+    ASSERT_GT(port_, 0) << error;
+    thread_ = std::thread([this] { server_->Listen(); });
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    client_->set_read_timeout(60, 0);
+    client_->set_connection_timeout(10, 0);
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  httplib::Result Post(const std::string& path, const std::string& body,
+                       httplib::Headers headers = {}) {
+    return client_->Post(path.c_str(), headers, body, "application/json");
+  }
+
+  FakeModel model_;
+  ModelSignature signature_ = FakeSignature(2, {"neg", "pos"});
+  Metrics metrics_{32};
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<ScoringServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+const std::string kV2 = R"({"id": "a", "inputs": [{"name": "x", "shape": [2, 2],
+    "datatype": "FP32", "data": [1, 2, 3, 4]}]})";
+const std::string kWml = R"({"input_data": [{"fields": ["x"], "values": [[[1, -5]]]}]})";
+
+TEST_F(ServerTest, ScoresThroughBothProtocols) {
+  Start({});
+  auto r = Post("/v2/models/fake/infer", kV2);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json doc = json::parse(r->body);
+  EXPECT_EQ(doc["id"], "a");
+  EXPECT_EQ(doc["outputs"][0]["data"], json({3.0, 5.0, 7.0, 9.0}));
+  r = Post("/ml/v4/deployments/fake/predictions", kWml);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  doc = json::parse(r->body);
+  EXPECT_EQ(doc["predictions"][0]["fields"], json({"prediction", "y"}));
+  EXPECT_EQ(doc["predictions"][0]["values"][0], json({"neg", {3.0, -9.0}}));
+}
+
+TEST_F(ServerTest, HealthAndMetadata) {
+  ServerOptions options;
+  options.device = "cpu";
+  Start(options);
+  EXPECT_EQ(client_->Get("/v2/health/live")->status, 200);
+  EXPECT_EQ(client_->Get("/v2/health/ready")->status, 200);
+  EXPECT_EQ(client_->Get("/v2/models/fake/ready")->status, 200);
+  auto r = client_->Get("/v2/models/fake");
+  ASSERT_EQ(r->status, 200);
+  json doc = json::parse(r->body);
+  EXPECT_EQ(doc["inputs"][0], json({{"name", "x"}, {"datatype", "FP32"}, {"shape", {-1, 2}}}));
+  EXPECT_EQ(doc["outputs"][0]["name"], "y");
+  EXPECT_EQ(doc["parameters"]["device"], "cpu");
+}
+
+TEST_F(ServerTest, ErrorsAreJsonWithTheRightStatus) {
+  ServerOptions options;
+  options.max_request_bytes = 4096;
+  Start(options);
+  auto r = Post("/v2/models/other/infer", kV2);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_NE(json::parse(r->body)["error"].get<std::string>().find("'other' is not served here"),
+            std::string::npos);
+  r = client_->Get("/nowhere");
+  EXPECT_EQ(r->status, 404);
+  EXPECT_TRUE(json::parse(r->body).contains("error"));
+  r = Post("/v2/models/fake/infer", R"({"inputs": [{"name": "x", "shape": [1, 3],
+      "datatype": "FP32", "data": [1, 2, 3]}]})");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("the model expects [-1, 2]"), std::string::npos) << r->body;
+  r = Post("/ml/v4/deployments/fake/predictions", R"({"values": []})");
+  EXPECT_EQ(r->status, 400);
+  json wml = json::parse(r->body);
+  EXPECT_EQ(wml["status_code"], 400);
+  EXPECT_EQ(wml["errors"][0]["code"], "invalid_input_data");
+  EXPECT_NE(wml["errors"][0]["message"].get<std::string>().find("input_data: missing"),
+            std::string::npos);
+  r = Post("/v2/models/fake/infer", std::string(5000, ' '));
+  EXPECT_EQ(r->status, 413);
+  EXPECT_TRUE(json::parse(r->body).contains("error"));
+  // The connection and the server are still good.
+  EXPECT_EQ(Post("/v2/models/fake/infer", kV2)->status, 200);
+}
+
+TEST_F(ServerTest, AModelErrorIs500AndTheNextRequestIsServed) {
+  Start({});
+  auto r = Post("/v2/models/fake/infer", R"({"inputs": [{"name": "x", "shape": [1, 2],
+      "datatype": "FP32", "data": [-999, 0]}]})");
+  EXPECT_EQ(r->status, 500);
+  EXPECT_NE(r->body.find("the fake model refuses -999"), std::string::npos) << r->body;
+  EXPECT_EQ(Post("/v2/models/fake/infer", kV2)->status, 200);
+  std::string metrics = client_->Get("/metrics")->body;
+  EXPECT_NE(metrics.find(R"(cadre_serving_requests_total{route="v2_infer",code="500"} 1)"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(cadre_serving_requests_total{route="v2_infer",code="200"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(cadre_serving_errors_total{route="v2_infer"} 1)"), std::string::npos);
+  EXPECT_NE(metrics.find("cadre_serving_batch_rows_count 2"), std::string::npos);
+  EXPECT_NE(metrics.find("cadre_serving_queue_rows 0"), std::string::npos);
+}
+
+TEST_F(ServerTest, ATokenIsRequiredWhenSet) {
+  ServerOptions options;
+  options.token = "s3cret";
+  Start(options);
+  EXPECT_EQ(client_->Get("/v2/health/live")->status, 200);
+  auto r = Post("/v2/models/fake/infer", kV2);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_NE(r->body.find("missing bearer token"), std::string::npos);
+  EXPECT_EQ(Post("/v2/models/fake/infer", kV2, {{"Authorization", "Bearer nope"}})->status, 401);
+  EXPECT_EQ(Post("/v2/models/fake/infer", kV2, {{"Authorization", "Bearer s3cret"}})->status, 200);
+}
+
+TEST_F(ServerTest, ManyClientsAtOnceEachGetTheirAnswer) {
+  Start({});
+  std::vector<std::thread> clients;
+  std::vector<int> wrong(16, 0);
+  for (int c = 0; c < 16; ++c) {
+    clients.emplace_back([&, c] {
+      httplib::Client client("127.0.0.1", port_);
+      client.set_read_timeout(60, 0);
+      for (int i = 0; i < 20; ++i) {
+        float v = float(c * 1000 + i);
+        json body = {
+            {"inputs",
+             {{{"name", "x"}, {"shape", {1, 2}}, {"datatype", "FP32"}, {"data", {v, -v}}}}}};
+        auto r = client.Post("/v2/models/fake/infer", body.dump(), "application/json");
+        if (!r || r->status != 200 ||
+            json::parse(r->body)["outputs"][0]["data"] != json({2.0 * v + 1, -2.0 * v + 1})) {
+          ++wrong[c];
+          ADD_FAILURE() << "client " << c << " request " << i << ": "
+                        << (r ? std::to_string(r->status) + " " + r->body
+                              : httplib::to_string(r.error()));
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(wrong, std::vector<int>(16, 0));
+}
+
+}  // namespace
+}  // namespace cadre::serving
