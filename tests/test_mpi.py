@@ -57,7 +57,7 @@ def test_open_mpi_ranks_become_the_learner_contract(mpi):
 def test_a_failed_mpi_learner_is_named(mpi):
     job = mpi("--", "sh", "-c", "FAIL_RANK=2 python3 dump.py && sleep 60")
     assert job.returncode == 1, job.stdout + job.stderr
-    assert "learner-2 slot 0 exited with code 4" in job.stderr
+    assert "learner-2 slot 0 exited with code 4" in job.stderr, job.stderr
     assert job.status()["state"] == "failed"
 
 
