@@ -67,7 +67,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--python", default="/usr/bin/python3")
     args = parser.parse_args()
-    cadre = os.path.join(args.build, "cadre")
+    cadre = os.path.join(os.path.abspath(args.build), "cadre")  # the jobs run in a temporary folder
     rows = []
     print("%-8s %10s %10s %10s" % ("run", "runner_s", "startup_s", "total_s"))
     for i in range(args.repeat):
