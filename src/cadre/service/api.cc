@@ -43,6 +43,21 @@ std::optional<User> Authenticate(ApiContext& ctx, const httplib::Request& req,
   return user;
 }
 
+std::optional<TrainingRecord> CallersTraining(ApiContext& ctx, const httplib::Request& req,
+                                              httplib::Response& res) {
+  if (!CheckVersion(req, res)) return std::nullopt;
+  std::optional<User> user = Authenticate(ctx, req, res);
+  if (!user) return std::nullopt;
+  std::string id = req.matches[1];
+  std::optional<TrainingRecord> record = ctx.trainings.Get(id, user->id);
+  if (!record) SendTrainingNotFound(res, id);
+  return record;
+}
+
+void SendTrainingNotFound(httplib::Response& res, const std::string& id) {
+  SendError(res, 404, "training_not_found", "training '" + id + "' does not exist", "id");
+}
+
 bool CheckVersion(const httplib::Request& req, httplib::Response& res) {
   if (!req.has_param("version")) {
     SendError(res, 400, "missing_version",

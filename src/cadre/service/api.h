@@ -57,6 +57,14 @@ std::optional<User> Authenticate(ApiContext& ctx, const httplib::Request& req,
 // malformed.
 bool CheckVersion(const httplib::Request& req, httplib::Response& res);
 
+// The caller's training `req.matches[1]`, after CheckVersion and Authenticate; otherwise the
+// answer is sent (400, 401, or 404 for a training that does not exist or is not the caller's)
+// and nullopt returned.
+std::optional<TrainingRecord> CallersTraining(ApiContext& ctx, const httplib::Request& req,
+                                              httplib::Response& res);
+// 404 training_not_found for `id`.
+void SendTrainingNotFound(httplib::Response& res, const std::string& id);
+
 // An integer query parameter in [min, max], or `fallback` when absent; answers 400 naming the
 // parameter and returns false for anything else.
 bool IntParam(const httplib::Request& req, httplib::Response& res, const std::string& name,

@@ -86,15 +86,8 @@ bool Produce(ApiContext& ctx, LogStream& s, httplib::DataSink& sink) {
 }
 
 void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  if (!CheckVersion(req, res)) return;
-  std::optional<User> user = Authenticate(ctx, req, res);
-  if (!user) return;
-  std::string id = req.matches[1];
-  std::optional<TrainingRecord> record = ctx.trainings.Get(id, user->id);
-  if (!record) {
-    SendError(res, 404, "training_not_found", "training '" + id + "' does not exist", "id");
-    return;
-  }
+  std::optional<TrainingRecord> record = CallersTraining(ctx, req, res);
+  if (!record) return;
   int64_t since = 0, tail = -1;
   std::string last_event = req.get_header_value("Last-Event-ID");
   int64_t since_default = 0;
@@ -114,8 +107,8 @@ void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
   }
 
   auto stream = std::make_shared<LogStream>(record->work_dir / "training.log");
-  stream->id = id;
-  stream->user_id = user->id;
+  stream->id = record->id;
+  stream->user_id = record->user_id;
   stream->since = since;
   stream->follow = follow == "true" && !IsFinalState(record->state);
   stream->events = req.get_header_value("Accept").find("text/event-stream") != std::string::npos;

@@ -96,15 +96,8 @@ void List(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
 }
 
 void Get(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  if (!CheckVersion(req, res)) return;
-  std::optional<User> user = Authenticate(ctx, req, res);
-  if (!user) return;
-  std::string id = req.matches[1];
-  std::optional<TrainingRecord> record = ctx.trainings.Get(id, user->id);
-  if (!record) {
-    SendError(res, 404, "training_not_found", "training '" + id + "' does not exist", "id");
-    return;
-  }
+  std::optional<TrainingRecord> record = CallersTraining(ctx, req, res);
+  if (!record) return;
   SendJson(res, 200, TrainingResource(*record, true));
 }
 
@@ -120,7 +113,7 @@ void Delete(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
   }
   std::optional<TrainingRecord> before = ctx.trainings.RequestCancel(id, user->id, hard == "true");
   if (!before) {
-    SendError(res, 404, "training_not_found", "training '" + id + "' does not exist", "id");
+    SendTrainingNotFound(res, id);
     return;
   }
   if (IsFinalState(before->state)) {
