@@ -84,6 +84,9 @@ Status Service::Start() {
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server.set_payload_max_length(options_.max_body);
   server.set_keep_alive_max_count(10000);
+  // cpp-httplib writes a response's headers and body separately: with Nagle's algorithm on, the
+  // body waits for the client's delayed ACK (40 ms on Linux) on every kept-alive request.
+  server.set_tcp_nodelay(true);
   server.set_read_timeout(30, 0);
   int* listen_fd = &parts->listen_fd;
   server.set_socket_options([listen_fd](socket_t sock) {
