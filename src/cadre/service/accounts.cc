@@ -104,20 +104,44 @@ std::optional<User> Accounts::Authenticate(const std::string& token) {
   if (sep == std::string::npos) return std::nullopt;
   std::string id = token.substr(prefix.size(), sep - prefix.size());
   std::string secret = token.substr(sep + 1);
-  auto lock = db_.Lock();
-  Statement s(db_,
-              "SELECT t.salt, t.hash, u.id, u.name, p.name, p.description, p.max_nodes, "
-              "p.max_active_learners, p.distributed FROM tokens t JOIN users u ON u.id = "
-              "t.user_id JOIN plans p ON p.name = u.plan WHERE t.id = ?");
-  s.Bind(1, id);
-  if (!s.Step()) return std::nullopt;
-  std::string expected = s.Text(1);
-  std::string actual = Sha256Hex(s.Text(0) + secret);
-  if (expected.size() != actual.size() ||
-      CRYPTO_memcmp(expected.data(), actual.data(), expected.size()) != 0) {
+  std::optional<TokenRow> row = FindToken(id);
+  if (!row) return std::nullopt;
+  std::string actual = Sha256Hex(row->salt + secret);
+  if (row->hash.size() != actual.size() ||
+      CRYPTO_memcmp(row->hash.data(), actual.data(), actual.size()) != 0) {
     return std::nullopt;
   }
-  return User{s.Int(2), s.Text(3), ReadPlan(s, 4)};
+  return row->user;
+}
+
+std::optional<Accounts::TokenRow> Accounts::FindToken(const std::string& id) {
+  // Bounded: ids that do not exist are never kept, and at this size the cache starts over.
+  constexpr size_t kMaxTokens = 100000;
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    auto it = tokens_.find(id);
+    if (it != tokens_.end() && now - it->second.read_at < keep_tokens_) return it->second;
+  }
+  std::optional<TokenRow> row;
+  {
+    auto lock = db_.Lock();
+    Statement s(db_,
+                "SELECT t.salt, t.hash, u.id, u.name, p.name, p.description, p.max_nodes, "
+                "p.max_active_learners, p.distributed FROM tokens t JOIN users u ON u.id = "
+                "t.user_id JOIN plans p ON p.name = u.plan WHERE t.id = ?");
+    s.Bind(1, id);
+    if (s.Step())
+      row = TokenRow{s.Text(0), s.Text(1), User{s.Int(2), s.Text(3), ReadPlan(s, 4)}, now};
+  }
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (!row) {
+    tokens_.erase(id);
+    return std::nullopt;
+  }
+  if (tokens_.size() >= kMaxTokens) tokens_.clear();
+  tokens_[id] = *row;
+  return row;
 }
 
 std::vector<Plan> Accounts::Plans() {

@@ -4,12 +4,20 @@
 // salted SHA-256 stored in its place (the secret itself is never stored) with a constant-time
 // comparison. Plans are rows of the `plans` table (schema.cc), so limits are data.
 //
-// Thread-safe: every call takes the Db's lock.
+// A token's row (its salt and hash, the user and plan) is kept in memory for a few seconds after
+// it was read, so that a client polling the API does not cost a database read per request; the
+// secret is still hashed with its salt and compared in constant time on every request. Changes
+// another process makes to the database (`cadre users add`) are seen within that time.
+//
+// Thread-safe: every call takes the Db's lock or the cache's.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cadre/base/status.h"
@@ -33,7 +41,8 @@ struct User {
 
 class Accounts {
  public:
-  explicit Accounts(Db& db) : db_(db) {}
+  explicit Accounts(Db& db, std::chrono::milliseconds keep_tokens = std::chrono::seconds(5))
+      : db_(db), keep_tokens_(keep_tokens) {}
 
   // Creates the user and returns a new token in *token. kAlreadyExists for a taken name,
   // kInvalidArgument for a bad name or an unknown plan (the message lists the plans).
@@ -45,7 +54,18 @@ class Accounts {
   std::vector<Plan> Plans();
 
  private:
+  struct TokenRow {
+    std::string salt, hash;
+    User user;
+    std::chrono::steady_clock::time_point read_at;
+  };
+  // The row of token `id`, from the cache while it is fresh, else from the database.
+  std::optional<TokenRow> FindToken(const std::string& id);
+
   Db& db_;
+  const std::chrono::milliseconds keep_tokens_;
+  std::mutex cache_mutex_;
+  std::unordered_map<std::string, TokenRow> tokens_;  // by token id; guarded by cache_mutex_
 };
 
 // Hex of n random bytes from OpenSSL.

@@ -12,8 +12,41 @@ Status SqliteError(sqlite3* db, const std::string& what) {
 
 }  // namespace
 
+// Enough for every statement the service runs; beyond it, statements are prepared each time.
+constexpr size_t kMaxCachedStatements = 256;
+
 Db::~Db() {
+  for (auto& [sql, cached] : statements_) sqlite3_finalize(cached.stmt);
   if (db_ != nullptr) sqlite3_close_v2(db_);
+}
+
+sqlite3_stmt* Db::Acquire(const char* sql) {
+  auto it = statements_.find(sql);
+  if (it != statements_.end() && !it->second.in_use) {
+    it->second.in_use = true;
+    return it->second.stmt;
+  }
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(stmt);
+    return nullptr;
+  }
+  if (it == statements_.end() && statements_.size() < kMaxCachedStatements) {
+    statements_.emplace(sql, Cached{stmt, true});
+  }
+  return stmt;
+}
+
+void Db::Release(sqlite3_stmt* stmt) {
+  if (stmt == nullptr) return;
+  auto it = statements_.find(sqlite3_sql(stmt));
+  if (it != statements_.end() && it->second.stmt == stmt) {
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    it->second.in_use = false;
+    return;
+  }
+  sqlite3_finalize(stmt);
 }
 
 Status Db::Open(const std::filesystem::path& file, std::unique_ptr<Db>* out) {
@@ -41,13 +74,11 @@ Status Db::Exec(const std::string& sql) {
   return IoError("SQLite: " + message);
 }
 
-Statement::Statement(Db& db, const char* sql) : db_(db) {
-  if (sqlite3_prepare_v2(db.handle(), sql, -1, &stmt_, nullptr) != SQLITE_OK) {
-    status_ = SqliteError(db.handle(), "SQLite prepare");
-  }
+Statement::Statement(Db& db, const char* sql) : db_(db), stmt_(db.Acquire(sql)) {
+  if (stmt_ == nullptr) status_ = SqliteError(db.handle(), "SQLite prepare");
 }
 
-Statement::~Statement() { sqlite3_finalize(stmt_); }
+Statement::~Statement() { db_.Release(stmt_); }
 
 Statement& Statement::Bind(int index, int64_t value) {
   if (stmt_ != nullptr) sqlite3_bind_int64(stmt_, index, value);

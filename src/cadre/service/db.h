@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "cadre/base/status.h"
 
@@ -38,9 +39,22 @@ class Db {
   int changes() { return sqlite3_changes(db_); }
 
  private:
+  friend class Statement;
+  // A prepared statement for `sql`, reused across calls: preparing (parsing and planning the
+  // SQL) costs more than running the service's small queries. One in use already (a nested
+  // statement with the same text) gets a fresh one. The caller holds the lock.
+  sqlite3_stmt* Acquire(const char* sql);
+  // Gives `stmt` back, reset and unbound (a stepped statement holds a read transaction open).
+  void Release(sqlite3_stmt* stmt);
+
   Db() = default;
   sqlite3* db_ = nullptr;
   std::mutex mutex_;
+  struct Cached {
+    sqlite3_stmt* stmt = nullptr;
+    bool in_use = false;
+  };
+  std::unordered_map<std::string, Cached> statements_;  // guarded by mutex_
 };
 
 // A prepared statement. Bind parameters are 1-based, as in SQLite. Use while holding the Db's lock.
