@@ -12,6 +12,7 @@ void AddBenchAllreduceCommand(CLI::App& app, int* exit_code);
 void AddNetemCommand(CLI::App& app, int* exit_code);
 void AddPsServerCommand(CLI::App& app, int* exit_code);
 void AddBenchPsCommand(CLI::App& app, int* exit_code);
+void AddBenchServerCommand(CLI::App& app, int* exit_code);
 void AddTaskCommand(CLI::App& app, int* exit_code);
 void AddK8sCommand(CLI::App& app, int* exit_code);
 void AddServerCommand(CLI::App& app, int* exit_code);

@@ -15,7 +15,7 @@ constexpr AddCommand kCommands[] = {
     cadre::cli::AddPsServerCommand,       cadre::cli::AddBenchPsCommand,
     cadre::cli::AddTaskCommand,           cadre::cli::AddK8sCommand,
     cadre::cli::AddServerCommand,         cadre::cli::AddClientCommands,
-    cadre::cli::AddServeCommand,
+    cadre::cli::AddServeCommand,          cadre::cli::AddBenchServerCommand,
 };
 
 }  // namespace
