@@ -12,7 +12,8 @@ from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrup
 @pytest.fixture
 def single(monkeypatch):
     for name in ("CADRE_SIZE", "CADRE_RANK", "HOROVOD_SIZE", "HOROVOD_RANK", "CADRE_STORE",
-                 "CADRE_MAX_RESTARTS", "CHECKPOINT_DIR", "CADRE_RESTART_COUNT"):
+                 "CADRE_MAX_RESTARTS", "CHECKPOINT_DIR", "CADRE_RESTART_COUNT",
+                 "CADRE_ELASTIC_UPDATES"):
         monkeypatch.delenv(name, raising=False)
     hvd.init()
     yield
@@ -140,6 +141,42 @@ def test_under_restarts_a_peer_failure_is_left_to_the_runner(single, tmp_path, m
     with pytest.raises(HorovodInternalError):
         train(state)
     assert calls == [1]
+
+
+def test_an_announced_rejoin_leaves_at_the_commit_with_the_runners_exit_code(
+        single, tmp_path, monkeypatch):
+    monkeypatch.setenv("CADRE_MAX_RESTARTS", "1")
+    monkeypatch.setenv("CHECKPOINT_DIR", str(tmp_path))
+    updates = tmp_path / "elastic-updates.json"
+    updates.write_text("{}\n")
+    monkeypatch.setenv("CADRE_ELASTIC_UPDATES", str(updates))
+    _, _, state = make_state()
+    commits = []
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, 5):
+            state.commit()
+            commits.append(state.epoch)
+            if state.epoch == 1:  # the runner announces while the job trains
+                updates.write_text('{"learners": 3, "exit_code": 75}\n')
+
+    with pytest.raises(SystemExit) as left:
+        train(state)
+    assert left.value.code == 75
+    # Epochs 0 and 1 went through; the commit of epoch 2 is written, then the rank leaves.
+    assert commits == [0, 1] and state.commits == 3
+    assert (tmp_path / "hvd-elastic-state.pt").exists()
+
+
+def test_a_malformed_or_empty_announcement_is_no_update(single, tmp_path, monkeypatch):
+    updates = tmp_path / "elastic-updates.json"
+    monkeypatch.setenv("CADRE_ELASTIC_UPDATES", str(updates))
+    _, _, state = make_state()
+    for text in (None, "", "{}", "[1]", '{"learners": 3}', "{not json"):
+        if text is not None:
+            updates.write_text(text)
+        state.check_host_updates()  # raises nothing
 
 
 def test_sampler_splits_what_is_left_of_the_epoch(single):

@@ -32,9 +32,9 @@ def steps(job):
         r"^STEP restart=(\d+) size=(\d+) step=(\d+) ", job.logs.get(0, ""), re.M)]
 
 
-def train(tmp_path, name, learners, runner_args=(), kill=None):
+def train(tmp_path, name, learners, runner_args=(), kill=None, script_args=()):
     out = tmp_path / (name + ".pt")
-    script_args = ["--out", str(out)]
+    script_args = ["--out", str(out), *script_args]
     if kill:
         script_args += ["--kill-rank", str(kill[0]), "--kill-step", str(kill[1])]
     cwd = tmp_path / name
@@ -78,6 +78,29 @@ def test_elastic_job_goes_on_with_fewer_learners(tmp_path):
     # written) on 2 ranks; what is left of the epoch is split anew.
     assert again and again[0] in ((2, 4), (2, 5)), seen
     assert all(size == 2 for size, _ in again)
+    assert model["weight"].shape == (1, 4)
+
+
+def test_a_lost_learner_is_taken_back_at_a_commit(tmp_path):
+    job, model = train(tmp_path, "rejoin", 3,
+                       ["--max-restarts", "1", "--min-nodes", "2", "--rejoin-after", "1"],
+                       kill=(2, 3), script_args=["--step-sleep", "0.3"])
+    assert re.search(r"learner-3 is lost: going on with 2 learners", job.stderr), job.describe()
+    assert "the lost learners may return" in job.stderr, job.describe()
+    assert re.search(r"1 learner is back: starting the job again on all 3 learners from their "
+                     r"last commit \(CADRE_RESTART_COUNT=2\)", job.stderr), job.describe()
+    # Taking a learner back is not a restart: the one restart allowed was the loss.
+    assert job.status["nodes"] == 3 and job.status["restarts"] == 1, job.status
+    assert job.status["rejoins"] == 1, job.status
+    seen = steps(job)
+    by_start = {}
+    for r, size, s in seen:
+        by_start.setdefault(r, []).append((size, s))
+    assert sorted(by_start) == [0, 1, 2], seen
+    assert {size for size, _ in by_start[1]} == {2} and {size for size, _ in by_start[2]} == {3}
+    # The survivors left at a commit and the rejoined start resumed from it: every step once.
+    last_on_two = by_start[1][-1][1]
+    assert by_start[2][0][1] == last_on_two + 1, seen
     assert model["weight"].shape == (1, 4)
 
 

@@ -1,13 +1,15 @@
 # One rank of test_torch_elastic.py's jobs: Horovod's elastic pattern (a TorchState with the
 # model, optimizer, ElasticSampler and counters; an @hvd.elastic.run training function that
 # commits after every step), unchanged from how Horovod users write it, plus a fault: in the
-# job's first start, rank KILL_RANK kills itself with SIGKILL before step KILL_STEP.
+# job's first start, rank KILL_RANK kills itself with SIGKILL before step KILL_STEP. With
+# --step-sleep S every step also takes S seconds more (time for the runner to act mid-training).
 #
 # Prints "STEP restart=<n> size=<size> step=<global step> epoch=<e> loss=<loss>" per step on
 # rank 0 and writes the final model to OUT (rank 0).
 import argparse
 import os
 import signal
+import time
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -18,6 +20,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--kill-rank", type=int, default=-1)
 parser.add_argument("--kill-step", type=int, default=-1)
+parser.add_argument("--step-sleep", type=float, default=0.0)
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
@@ -49,6 +52,7 @@ def train(state):
             loss.backward()
             optimizer.step()
             state.sampler.record_batch(i, 8)
+            time.sleep(args.step_sleep)
             if hvd.rank() == 0:
                 print("STEP restart=%d size=%d step=%d epoch=%d loss=%.6f"
                       % (restart, hvd.size(), state.step, state.epoch, loss.item()), flush=True)

@@ -27,7 +27,7 @@ namespace {
 
 struct RunFlags {
   std::vector<std::string> args;  // a manifest, or the command after `--`
-  std::optional<int64_t> nodes, parameter_servers, max_restarts, min_nodes;
+  std::optional<int64_t> nodes, parameter_servers, max_restarts, min_nodes, rejoin_after;
   std::optional<std::string> compute, framework, framework_version, name, data_dir, results_dir;
   std::optional<std::string> output_dir;
   std::optional<std::string> training_id;
@@ -103,6 +103,7 @@ int Run(const RunFlags& flags) {
   if (flags.results_dir) request.results_path.Set(*flags.results_dir, "--results-dir");
   if (flags.max_restarts) request.max_restarts.Set(*flags.max_restarts, "--max-restarts");
   if (flags.min_nodes) request.min_nodes.Set(*flags.min_nodes, "--min-nodes");
+  if (flags.rejoin_after) request.rejoin_after.Set(*flags.rejoin_after, "--rejoin-after");
   // A day at most: beyond that the grace is a mistake (and past int64 milliseconds, undefined).
   if (!(flags.grace_seconds >= 0 && flags.grace_seconds <= 86400)) {
     problems.Add("--grace", "must be 0..86400 seconds, got " + std::to_string(flags.grace_seconds));
@@ -211,6 +212,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--min-nodes", flags->min_nodes,
                   "Horovod elastic: after a learner is lost, go on with the others while at "
                   "least M remain (min_nodes)");
+  cmd->add_option("--rejoin-after", flags->rejoin_after,
+                  "Horovod elastic: take a lost learner back after S seconds, at the learners' "
+                  "next commit (rejoin_after; default 30, -1 never)");
   cmd->add_option("--name", flags->name, "The job's name");
   cmd->add_option("--data-dir", flags->data_dir, "DATA_DIR for the learners");
   cmd->add_option("--results-dir", flags->results_dir,

@@ -159,6 +159,9 @@ std::map<std::string, std::string> ContractToEnv(const LearnerContract& c) {
       {"OMP_NUM_THREADS", Str(c.omp_threads)},
   };
   if (!job.names_resolve) env["CADRE_HOSTS"] = job.hosts_file.string();
+  if (!job.elastic_updates_file.empty()) {
+    env["CADRE_ELASTIC_UPDATES"] = job.elastic_updates_file.string();
+  }
   if (job.mode == "parameter-server") {
     env["PS_HOSTS_COUNT"] = Str(job.parameter_servers);
     env["CADRE_ROLE"] = job.is_server(c.learner_id) ? "ps" : "worker";
@@ -199,6 +202,7 @@ Status ReadContract(const std::map<std::string, std::string>& env, LearnerContra
   job.model_dir = EnvStr(env, "MODEL_DIR");
   job.hosts_file = EnvStr(env, "CADRE_HOSTS");
   job.names_resolve = job.hosts_file.empty();
+  job.elastic_updates_file = EnvStr(env, "CADRE_ELASTIC_UPDATES");
   // Absent outside a restartable runner: the first start, no restarts.
   for (auto [key, field] : {std::pair{"CADRE_RESTART_COUNT", &job.restart_count},
                             std::pair{"CADRE_MAX_RESTARTS", &job.max_restarts}}) {
@@ -245,6 +249,7 @@ std::string JobContractJson(const JobContract& job) {
       {"cores", job.cores},
       {"restart_count", job.restart_count},
       {"max_restarts", job.max_restarts},
+      {"elastic_updates_file", job.elastic_updates_file.string()},
   };
   // The token is not in this file: it travels separately, readable by the job's owner only.
   return j.dump(2) + "\n";
@@ -275,6 +280,7 @@ Status ParseJobContractJson(const std::string& text, JobContract* out) {
     job.cores = j.at("cores").get<int>();
     job.restart_count = j.value("restart_count", 0);
     job.max_restarts = j.value("max_restarts", 0);
+    job.elastic_updates_file = j.value("elastic_updates_file", std::string());
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(std::string("the job's contract file is malformed: ") + e.what());
   }

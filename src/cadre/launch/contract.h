@@ -45,6 +45,9 @@ struct JobContract {
   // Which start of the job this is (CADRE_RESTART_COUNT) and the job's restart budget.
   int restart_count = 0;
   int max_restarts = 0;
+  // Elastic jobs only (CADRE_ELASTIC_UPDATES): where the runner announces that lost learners
+  // may return; hvd.elastic's commit reads it (ElasticUpdateJson). Empty otherwise.
+  std::filesystem::path elastic_updates_file;
 
   bool is_server(int learner_id) const { return learner_id <= parameter_servers; }
   int total_slots() const { return learners * slots_per_learner; }

@@ -171,6 +171,21 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
     }
   }
 
+  if (request.rejoin_after.has_value()) {
+    int64_t s = *request.rejoin_after;
+    if (s < -1 || s > kMaxRejoinAfterS) {
+      problems->Add(request.rejoin_after.origin, "must be -1 (never) or 0.." +
+                                                     std::to_string(kMaxRejoinAfterS) +
+                                                     " seconds, got " + std::to_string(s));
+    } else if (!spec.elastic()) {
+      problems->Add(request.rejoin_after.origin,
+                    "taking a lost learner back needs an elastic job: set min_nodes (or "
+                    "--min-nodes) below nodes");
+    } else {
+      spec.rejoin_after_s = static_cast<int>(s);
+    }
+  }
+
   // Command.
   if (!request.command.has_value() ||
       request.command->find_first_not_of(" \t\n") == std::string::npos) {

@@ -18,6 +18,9 @@ inline constexpr int kMaxLearners = 250;
 inline constexpr int kMaxSlotsPerLearner = 64;
 // Most restarts a job may ask for (a job failing this often has a problem restarts won't fix).
 inline constexpr int kMaxRestarts = 1000;
+// Elastic jobs: when a lost learner is offered back, and the longest wait that can be asked for.
+inline constexpr int kDefaultRejoinAfterS = 30;
+inline constexpr int kMaxRejoinAfterS = 7 * 24 * 3600;
 
 struct JobSpec {
   std::string name;
@@ -33,7 +36,10 @@ struct JobSpec {
   // started again, up to max_restarts times. With min_nodes < nodes (Horovod mode only) the
   // restarted job goes on without the failed learners while at least min_nodes remain.
   int max_restarts = 0;
-  int min_nodes = 1;                  // == nodes unless elastic
+  int min_nodes = 1;  // == nodes unless elastic
+  // Elastic: a lost learner is taken back this long after it was lost (the learners stop at
+  // their next hvd.elastic commit and the job starts again on every learner); -1: never.
+  int rejoin_after_s = kDefaultRejoinAfterS;
   std::filesystem::path work_dir;     // where the command runs; MODEL_DIR
   std::filesystem::path data_dir;     // DATA_DIR; empty: the job directory's data/ folder
   std::filesystem::path results_dir;  // job directories are created under it

@@ -70,6 +70,7 @@ std::string EffectiveManifest(const JobSpec& spec, const JobLayout& layout) {
   }
   out << YAML::Key << "max_restarts" << YAML::Value << spec.max_restarts;
   out << YAML::Key << "min_nodes" << YAML::Value << spec.min_nodes;
+  if (spec.elastic()) out << YAML::Key << "rejoin_after" << YAML::Value << spec.rejoin_after_s;
   for (auto [key, path] : {std::pair{"training_data_reference", layout.data_dir},
                            std::pair{"training_results_reference", spec.results_dir}}) {
     out << YAML::Key << key << YAML::Value << YAML::BeginMap;
@@ -247,6 +248,7 @@ std::string StatusJson(const JobSpec& spec, const JobLayout& layout, const JobSt
       {"min_nodes", spec.min_nodes},
       {"restarts", status.restarts},
       {"restart_causes", status.restart_causes},
+      {"rejoins", status.rejoins},
   };
   return doc.dump(2) + "\n";
 }

@@ -50,6 +50,7 @@ struct JobStatus {
   std::vector<SlotStatus> slots;            // the current start's (learners 1..nodes of it)
   int restarts = 0;                         // restarts so far (CADRE_RESTART_COUNT of the slots)
   std::vector<std::string> restart_causes;  // why each restart happened, in order
+  int rejoins = 0;  // elastic: starts that took lost learners back (not counted as restarts)
 };
 
 // "training-20261130-204512-3f9a" (UTC time plus random suffix: unique and sortable).

@@ -21,6 +21,11 @@ fs::path SlotLogPath(const JobLayout& layout, int learner_id, int local_rank) {
   return LearnerDir(layout, learner_id) / ("slot-" + Str(local_rank) + ".log");
 }
 
+std::string ElasticUpdateJson(std::optional<int> learners) {
+  if (!learners) return "{}\n";
+  return "{\"learners\": " + Str(*learners) + ", \"exit_code\": " + Str(kRejoinExitCode) + "}\n";
+}
+
 JobContract JobContractOf(const JobSpec& spec, const JobLayout& layout) {
   JobContract job;
   job.training_id = layout.training_id;
@@ -46,6 +51,7 @@ JobContract JobContractOf(const JobSpec& spec, const JobLayout& layout) {
   job.cores = layout.machine_cores;
   job.restart_count = layout.restart_count;
   job.max_restarts = spec.max_restarts;
+  job.elastic_updates_file = layout.elastic_updates_file;
   return job;
 }
 

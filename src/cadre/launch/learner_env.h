@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,17 @@ struct JobLayout {
   std::vector<std::vector<int>> slot_cpus;
   std::filesystem::path python_bin_dir;  // first on PATH; empty when no python was found
   std::string python_path;               // prepended to PYTHONPATH
-  int restart_count = 0;  // CADRE_RESTART_COUNT: 0 for the first start, n after n restarts
+  int restart_count = 0;  // CADRE_RESTART_COUNT: 0 for the first start, then 1, 2, ...
+  // Elastic jobs only (CADRE_ELASTIC_UPDATES): where the runner announces that lost learners
+  // may come back, as ElasticUpdateJson.
+  std::filesystem::path elastic_updates_file;
 };
+
+// The text of JobLayout::elastic_updates_file: `{}` while nothing is announced, else
+// {"learners": N, "exit_code": C}: hvd.elastic's next commit makes every rank exit with C, and
+// the runner starts the job again on N learners from that commit.
+inline constexpr int kRejoinExitCode = 75;  // EX_TEMPFAIL
+std::string ElasticUpdateJson(std::optional<int> learners);
 
 // Per-learner folders under the job directory.
 std::filesystem::path LearnerDir(const JobLayout& layout, int learner_id);

@@ -54,6 +54,17 @@ TEST(LearnerEnv, RestartCountAndBudget) {
   auto smaller = ContractEnv(spec, layout, 1, 0);
   EXPECT_EQ(smaller["NUM_LEARNERS"], "1");
   EXPECT_EQ(smaller["CADRE_SIZE"], "1");
+  EXPECT_FALSE(smaller.contains("CADRE_ELASTIC_UPDATES"));  // only elastic jobs have one
+}
+
+TEST(LearnerEnv, ElasticJobsLearnWhereRejoinsAreAnnounced) {
+  JobSpec spec = Spec("pytorch-horovod", "cpu", 2);
+  JobLayout layout = Layout(2);
+  layout.elastic_updates_file = "/jobs/t/state/elastic-updates.json";
+  auto env = ContractEnv(spec, layout, 2, 0);
+  EXPECT_EQ(env["CADRE_ELASTIC_UPDATES"], "/jobs/t/state/elastic-updates.json");
+  EXPECT_EQ(ElasticUpdateJson(std::nullopt), "{}\n");
+  EXPECT_EQ(ElasticUpdateJson(3), "{\"learners\": 3, \"exit_code\": 75}\n");
 }
 
 TEST(LearnerEnv, RanksAndAliasesInAllreduceMode) {

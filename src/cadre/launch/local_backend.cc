@@ -125,6 +125,11 @@ Status LocalJob::Prepare() {
     CADRE_RETURN_IF_ERROR(MakePythonBin(layout_.python_bin_dir, options_.python.interpreter));
   }
   CADRE_RETURN_IF_ERROR(CreateJobDirectory(spec_, layout_));
+  if (spec_.elastic()) {
+    layout_.elastic_updates_file = layout_.job_dir / "state" / "elastic-updates.json";
+    CADRE_RETURN_IF_ERROR(
+        WriteFileAtomically(layout_.elastic_updates_file, ElasticUpdateJson(std::nullopt)));
+  }
 
   CADRE_RETURN_IF_ERROR(StartStore());
   MakeSlots();

@@ -44,6 +44,18 @@ class LocalJob {
   bool RestartWanted() const;
   // Starts the job again after a learner failed: on fewer learners when elastic.
   void Restart();
+  // Elastic, after losing learners: once rejoin_after has passed, announces that they may come
+  // back (ElasticUpdatesPath); the learners stop at their next commit.
+  void MaybeOfferRejoin();
+  // Every slot stopped for the announced rejoin, and nothing else ended the start.
+  bool RejoinWanted() const;
+  // Starts the job again on every requested learner (not counted against max_restarts).
+  void Rejoin();
+  // The shared part of Restart and Rejoin: a new start on spec_.nodes learners. `text` is
+  // written into every slot's log and the runner's output.
+  void StartAgain(const std::string& text);
+  // Writes ElasticUpdateJson(learners) for the learners of the current start.
+  void AnnounceRejoin(std::optional<int> learners);
   void OnSignal(int sig);
   void OnChildExit(pid_t pid, int wait_status);
   void Fail(size_t slot, std::string reason);
@@ -74,6 +86,8 @@ class LocalJob {
   bool servers_stopping_ = false;
   Clock::time_point started_ = Clock::now();
   Clock::time_point start_began_ = started_;  // of the current start (restarts begin anew)
+  std::optional<Clock::time_point> lost_at_;  // elastic: when the job last lost learners
+  bool rejoin_announced_ = false;             // in the current start
 };
 
 }  // namespace cadre::launch

@@ -31,6 +31,7 @@ const Keys kTopKeys = {"name",
                        "evaluation_metrics",
                        "max_restarts",
                        "min_nodes",
+                       "rejoin_after",
                        "image"};
 const Keys kFrameworkKeys = {"name", "version", "command", "runtimes"};
 const Keys kExecutionKeys = {"command", "compute_configuration", "backend"};
@@ -250,6 +251,7 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
   top.Int("parameter_servers", &request->parameter_servers);
   top.Int("max_restarts", &request->max_restarts);
   top.Int("min_nodes", &request->min_nodes);
+  top.Int("rejoin_after", &request->rejoin_after);
 
   MapReader framework(top.Has("framework") ? top.Get("framework") : YAML::Node(YAML::NodeType::Map),
                       "framework", kFrameworkKeys, problems);

@@ -9,7 +9,8 @@
 //   data_stores[{id, type, training_data{container}, training_results{container}}],
 //   evaluation_metrics
 // Either shape may also carry the runner's fault-tolerance fields at the top level:
-//   max_restarts (restarts after a learner fails), min_nodes (go on with fewer learners).
+//   max_restarts (restarts after a learner fails), min_nodes (go on with fewer learners),
+//   rejoin_after (seconds until a lost learner is taken back).
 // Mixing the two in one file is a problem. Unknown keys and wrong types are reported (with a
 // "did you mean") into Problems; reading carries on, so every problem is found in one pass.
 // Flags (`cadre run -n 2 ...`) fill the same JobRequest and override the manifest.
@@ -56,6 +57,7 @@ struct JobRequest {
   Field<int64_t> parameter_servers;
   Field<int64_t> max_restarts;      // restarts of the job after a learner fails
   Field<int64_t> min_nodes;         // elastic: the fewest learners the job goes on with
+  Field<int64_t> rejoin_after;      // elastic: seconds until a lost learner is taken back
   Field<std::string> data_path;     // DATA_DIR
   Field<std::string> results_path;  // where job directories go
   Field<std::string> backend;       // execution.backend: local, slurm, mpi (docs/backends.md)

@@ -339,6 +339,44 @@ max_restarts: "2"
   EXPECT_TRUE(typed.Has("max_restarts", "expected an integer"));
 }
 
+TEST(Manifest, RejoinAfter) {
+  Checked defaulted = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 3}}
+max_restarts: 1
+min_nodes: 2
+)");
+  ASSERT_TRUE(defaulted.spec) << defaulted.problems.ToString();
+  EXPECT_EQ(defaulted.spec->rejoin_after_s, kDefaultRejoinAfterS);
+
+  Checked never = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 3}}
+max_restarts: 1
+min_nodes: 2
+rejoin_after: -1
+)");
+  ASSERT_TRUE(never.spec) << never.problems.ToString();
+  EXPECT_EQ(never.spec->rejoin_after_s, -1);
+
+  Checked bad = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 3}}
+max_restarts: 1
+min_nodes: 2
+rejoin_after: -2
+)");
+  EXPECT_TRUE(bad.Has("rejoin_after", "must be -1 (never) or 0..604800 seconds, got -2"));
+
+  Checked not_elastic = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 3}}
+max_restarts: 1
+rejoin_after: 10
+)");
+  EXPECT_TRUE(not_elastic.Has("rejoin_after", "needs an elastic job"));
+}
+
 TEST(DidYouMean, OnlyCloseWords) {
   EXPECT_EQ(DidYouMean("nodse", {"name", "nodes"}), "nodes");
   EXPECT_EQ(DidYouMean("Nodes", {"name", "nodes"}), "nodes");

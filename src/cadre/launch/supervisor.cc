@@ -121,6 +121,8 @@ void LocalJob::OnChildExit(pid_t pid, int wait_status) {
   if (WIFSIGNALED(wait_status)) s.signal = WTERMSIG(wait_status);
 
   bool server = spec_.is_server(s.learner_id);
+  // Stopping at a commit for an announced rejoin is what the slot was asked to do.
+  if (rejoin_announced_ && s.exit_code == kRejoinExitCode) s.stop_requested = true;
   if (!s.succeeded() && !s.stop_requested && !(server && servers_stopping_)) {
     Fail(index, SlotName(s) + (server ? " (parameter server) " : " ") + s.Describe() + " after " +
                     Seconds(Clock::now() - start_began_));
@@ -220,6 +222,7 @@ void LocalJob::SuperviseStart(int signal_fd) {
     }
     // Cheap, and robust against coalesced SIGCHLDs.
     ReapExited();
+    MaybeOfferRejoin();
     // A failed link relay moves no packet any more: fail the job rather than let learners wait.
     if (network_ && status_.failure.empty() && stop_signal_ == 0) {
       if (Status net = network_->health(); !net.ok()) {
@@ -252,11 +255,68 @@ void LocalJob::Restart() {
       how = "fewer than min_nodes (" + std::to_string(spec_.min_nodes) + ") would remain: " + how;
     }
   }
+  // A rejoin is offered rejoin_after from the latest loss.
+  if (nodes < requested_nodes_) {
+    lost_at_ = Clock::now();
+  } else {
+    lost_at_.reset();
+  }
   ++status_.restarts;
   status_.restart_causes.push_back(status_.failure);
-  std::string text = "cadre: restart " + std::to_string(status_.restarts) + " of " +
-                     std::to_string(spec_.max_restarts) + " after " + status_.failure + "; " + how +
-                     " (CADRE_RESTART_COUNT=" + std::to_string(status_.restarts) + ")";
+  spec_.nodes = nodes;
+  layout_.restart_count = status_.restarts + status_.rejoins;
+  StartAgain("cadre: restart " + std::to_string(status_.restarts) + " of " +
+             std::to_string(spec_.max_restarts) + " after " + status_.failure + "; " + how +
+             " (CADRE_RESTART_COUNT=" + std::to_string(layout_.restart_count) + ")");
+}
+
+void LocalJob::MaybeOfferRejoin() {
+  if (!lost_at_ || rejoin_announced_ || spec_.rejoin_after_s < 0 ||
+      spec_.nodes >= requested_nodes_ || stopping_ || stop_signal_ != 0 ||
+      !status_.failure.empty() ||
+      Clock::now() - *lost_at_ < std::chrono::seconds(spec_.rejoin_after_s)) {
+    return;
+  }
+  AnnounceRejoin(requested_nodes_);
+  if (!rejoin_announced_) return;
+  std::string text = "cadre: the lost learners may return: the job goes on with " +
+                     std::to_string(requested_nodes_) +
+                     " learners from the learners' next commit (rejoin_after " +
+                     std::to_string(spec_.rejoin_after_s) + " s)";
+  for (size_t i = 0; i < mux_.streams(); ++i) mux_.Note(i, text);
+  mux_.Message(text + "\n");
+}
+
+void LocalJob::AnnounceRejoin(std::optional<int> learners) {
+  if (layout_.elastic_updates_file.empty()) return;
+  if (Status st = WriteFileAtomically(layout_.elastic_updates_file, ElasticUpdateJson(learners));
+      !st.ok()) {
+    Warn("cannot announce the elastic membership to the learners: " + st.message());
+    return;
+  }
+  rejoin_announced_ = learners.has_value();
+}
+
+bool LocalJob::RejoinWanted() const {
+  if (!rejoin_announced_ || stop_signal_ != 0 || !status_.failure.empty()) return false;
+  // Every slot left for the rejoin: one that finished instead ends the job as completed.
+  return std::all_of(status_.slots.begin(), status_.slots.end(),
+                     [](const SlotStatus& s) { return s.exit_code == kRejoinExitCode; });
+}
+
+void LocalJob::Rejoin() {
+  int back = requested_nodes_ - spec_.nodes;
+  ++status_.rejoins;
+  lost_at_.reset();
+  spec_.nodes = requested_nodes_;
+  layout_.restart_count = status_.restarts + status_.rejoins;
+  StartAgain("cadre: " + std::to_string(back) + (back == 1 ? " learner is" : " learners are") +
+             " back: starting the job again on all " + std::to_string(spec_.nodes) +
+             " learners from their last commit (CADRE_RESTART_COUNT=" +
+             std::to_string(layout_.restart_count) + ")");
+}
+
+void LocalJob::StartAgain(const std::string& text) {
   mux_.Drain(1000);  // the stopped slots' last lines, before the marker
   for (size_t i = 0; i < mux_.streams(); ++i) mux_.Note(i, text);
   mux_.Message(text + "\n");
@@ -266,9 +326,8 @@ void LocalJob::Restart() {
   stopping_ = false;
   servers_stopping_ = false;
   kill_deadline_.reset();
-  spec_.nodes = nodes;
-  layout_.restart_count = status_.restarts;
   start_began_ = Clock::now();
+  AnnounceRejoin(std::nullopt);
   MakeSlots();
   // Emulated nodes: a link that went down (the failure, often) is back for the new start.
   for (int i = 0; network_ && i < requested_nodes_; ++i) {
@@ -277,7 +336,7 @@ void LocalJob::Restart() {
     }
   }
   if (Status st = StartStore(); !st.ok()) {
-    AbortStart("restart " + std::to_string(status_.restarts) + ": " + st.message());
+    AbortStart("start " + std::to_string(layout_.restart_count + 1) + ": " + st.message());
     return;
   }
   UpdateStatus();
@@ -287,14 +346,20 @@ void LocalJob::Restart() {
   } catch (const Error& e) {
     st = e.status();
   }
-  if (!st.ok()) AbortStart("restart " + std::to_string(status_.restarts) + ": " + st.message());
+  if (!st.ok())
+    AbortStart("start " + std::to_string(layout_.restart_count + 1) + ": " + st.message());
 }
 
 int LocalJob::Supervise(int signal_fd) {
   for (;;) {
     SuperviseStart(signal_fd);
-    if (!RestartWanted()) break;
-    Restart();
+    if (RestartWanted()) {
+      Restart();
+    } else if (RejoinWanted()) {
+      Rejoin();
+    } else {
+      break;
+    }
   }
   mux_.Drain(1000);
   if (size_t lost = mux_.lost_log_lines(); lost > 0) {

@@ -19,7 +19,10 @@ died, ranks disagreed) rolls the state back to the last commit, and ``HostsUpdat
 resets without rolling back. What differs is who replaces the lost worker: under
 ``cadre run --max-restarts N [--min-nodes M]`` the runner stops the job when a learner dies and
 starts it again (on fewer learners while at least M remain), so every commit is also written to
-``$CHECKPOINT_DIR`` and ``run`` resumes from it in the restarted processes. Without restarts
+``$CHECKPOINT_DIR`` and ``run`` resumes from it in the restarted processes. When the lost
+learners may come back (``--rejoin-after``), a commit raises ``HostsUpdatedInterrupt`` on every
+rank; ``run`` then ends the process with the exit code the runner asked for, and the runner
+starts the job again on every learner from that commit. Without restarts
 (a job started by hand, ``max_restarts`` 0) a ``HorovodInternalError`` restores the last commit,
 restarts the engine and calls the function again, as Horovod does. See docs/horovod.md.
 """
@@ -31,7 +34,7 @@ from cadre.torch.basics import HorovodInternalError, HostsUpdatedInterrupt, init
 from cadre.torch.elastic.sampler import ElasticSampler
 from cadre.torch.elastic.state import (ObjectState, State, TorchState,  # noqa: F401
                                        get_handler_registry, runner_restarts,
-                                       set_handler_registry)
+                                       runner_update, set_handler_registry)
 
 __all__ = ["TorchState", "ElasticSampler", "run", "State", "ObjectState"]
 
@@ -39,6 +42,17 @@ __all__ = ["TorchState", "ElasticSampler", "run", "State", "ObjectState"]
 def _reset():
     shutdown()
     init()
+
+
+def _leave_for_rejoin(update, state, when):
+    print("cadre: hvd.elastic: lost learners are coming back; leaving %s for `cadre run` to "
+          "go on with %d learners from commit %d" % (when, update["learners"], state.commits),
+          file=sys.stderr, flush=True)
+    try:
+        shutdown()
+    except Exception:  # noqa: BLE001 - the peers are leaving too; nothing is left to stop
+        pass
+    sys.exit(int(update["exit_code"]))
 
 
 def run(func):
@@ -57,6 +71,11 @@ def run(func):
                     state.sync()
                 return func(state, *args, **kwargs)
             except HorovodInternalError as e:
+                update = runner_update()
+                if update is not None:
+                    # A rejoin was announced: the peer that broke this collective may have
+                    # left for it (the job starts again from the last commit either way).
+                    _leave_for_rejoin(update, state, "after %s" % e)
                 if runner_restarts():
                     # The runner is replacing this job's processes; the restarted ones resume
                     # from the last commit, written to CHECKPOINT_DIR.
@@ -66,6 +85,10 @@ def run(func):
                 state.restore()
                 skip_sync = False
             except HostsUpdatedInterrupt as e:
+                if state.runner_update is not None:
+                    # The commit that raised this is on disk; the runner starts the job again
+                    # on more learners from it.
+                    _leave_for_rejoin(state.runner_update, state, "at this commit")
                 skip_sync = e.skip_sync
             _reset()
             state.on_reset()
@@ -74,6 +97,6 @@ def run(func):
 
 
 def restart_count():
-    """Which start of the job this is (0 first, then 1, 2, ... after restarts): the runner's
-    CADRE_RESTART_COUNT."""
+    """Which start of the job this is (0 first, then 1, 2, ... after restarts and rejoins): the
+    runner's CADRE_RESTART_COUNT."""
     return int(os.environ.get("CADRE_RESTART_COUNT") or 0)

@@ -8,6 +8,7 @@ previous commit or this one), and the first ``sync`` of a restarted process star
 """
 import copy
 import io
+import json
 import os
 
 import torch
@@ -22,6 +23,22 @@ COMMIT_FILE = "hvd-elastic-state.pt"
 def runner_restarts():
     """Whether `cadre run` restarts this job when a learner fails (its max_restarts > 0)."""
     return int(os.environ.get("CADRE_MAX_RESTARTS") or 0) > 0
+
+
+def runner_update():
+    """What `cadre run` announced for an elastic job (its CADRE_ELASTIC_UPDATES file): a dict
+    {"learners": N, "exit_code": C} once lost learners may come back, else None."""
+    path = os.environ.get("CADRE_ELASTIC_UPDATES")
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            update = json.load(f)
+    except (OSError, ValueError):
+        return None  # not written yet, or (never, it is replaced atomically) half written
+    if not isinstance(update, dict) or "learners" not in update or "exit_code" not in update:
+        return None
+    return update
 
 
 def commit_file():
@@ -54,6 +71,7 @@ class State:
         self._rank = get_rank
         self._reset_callbacks = []
         self.commits = 0  # commits so far, counted across restarts
+        self.runner_update = None  # what made check_host_updates raise, under `cadre run`
 
     def register_reset_callbacks(self, callbacks):
         """Functions called after every reset (a new set of ranks), e.g. to rescale the LR."""
@@ -65,12 +83,12 @@ class State:
             callback()
 
     def on_hosts_updated(self, timestamp, update_res):
-        """Horovod's driver notification; cadre's runner restarts processes instead, so no
-        update is ever pending (kept for code that calls it)."""
+        """Horovod's driver notification; cadre's runner announces through a file instead (see
+        check_host_updates), so this is kept only for code that calls it."""
 
     def commit(self):
         """Saves the state as the one to go back to, writes it for restarted processes, then
-        checks for host updates (none are announced under cadre)."""
+        checks for host updates."""
         self.save()
         self.commits += 1
         path = commit_file()
@@ -79,8 +97,22 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt when the set of hosts changed; under cadre a change
-        restarts the processes, so there is never one to report here."""
+        """Raises HostsUpdatedInterrupt on every rank when the set of hosts changed.
+
+        Under ``cadre run --min-nodes`` a change is lost learners coming back: the runner
+        announces it, rank 0 reads the announcement and broadcasts it (so that every rank
+        raises at the same commit, as Horovod's driver notifications are synced), and
+        ``hvd.elastic.run`` then ends the process for the runner to start the job again on
+        more learners from this commit. Lost learners are not announced: the runner restarts
+        the job without them. Outside an elastic job this does nothing, not even a
+        collective."""
+        if not os.environ.get("CADRE_ELASTIC_UPDATES"):
+            return
+        update = runner_update() if self._rank() == 0 else None
+        update = self._bcast_object(update)
+        if update is not None:
+            self.runner_update = update
+            raise HostsUpdatedInterrupt(False)
 
     def resume_from_commit_file(self):
         """Loads the last commit written by an earlier start of this job, if any; True if so."""
