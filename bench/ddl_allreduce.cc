@@ -24,6 +24,7 @@
 #include "cadre/base/status.h"
 #include "cadre/comm/collectives.h"
 #include "cadre/comm/hierarchical.h"
+#include "cadre/config/from_env.h"
 #include "cadre/launch/netem/link_spec.h"
 #include "cadre/store/prefix_store.h"
 #include "cadre/store/tcp_store.h"
@@ -212,6 +213,7 @@ void RunRank(const Args& args, int host, int hosts, int slot, const std::string&
   co.hierarchy.streamed_pipeline_bytes = args.streamed_bytes;
   co.hierarchy.streamed_pipeline_chunks = args.streamed_chunks;
   co.hierarchy.host_grid = args.host_grid;
+  config::ReadCommunicatorTunables(&co);  // CADRE_SHM_SLOT_BYTES, CADRE_SHM_SPIN_US, CADRE_HOSTS
   auto c = comm::Communicator::Create(co);
   // The hierarchy's levels, innermost first: the slots of a host, then the grid of hosts.
   std::vector<int> levels = {c->topology().local_size};

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "bindings.h"
+#include "cadre/config/from_env.h"
 #include "cadre/net/handshake.h"
 #include "cadre/store/tcp_store.h"
 
@@ -31,6 +32,7 @@ void BindComm(py::module_& m) {
              o.host = host;
              o.port = static_cast<uint16_t>(port);
              o.token = RequiredToken(token, "TcpStoreServer");
+             o.hosts_file = config::HostsFileFromEnv();  // a learner's name, as its engine
              return std::make_unique<store::TcpStoreServer>(std::move(o));
            }),
            py::arg("host") = "127.0.0.1", py::arg("port") = 0, py::arg("token") = py::none(),

@@ -7,12 +7,9 @@
 #include <cstring>
 
 #include "bindings.h"
-#include "cadre/base/env.h"
-#include "cadre/comm/hierarchical.h"
+#include "cadre/config/from_env.h"
 #include "cadre/engine/engine.h"
 #include "cadre/engine/group.h"
-#include "cadre/store/prefix_store.h"
-#include "cadre/store/tcp_store.h"
 
 namespace py = pybind11;
 
@@ -24,37 +21,6 @@ using engine::Engine;
 using engine::Handle;
 using engine::OpType;
 using engine::Request;
-
-// The edge of the engine's configuration: the job's store (CADRE_STORE, under a prefix per
-// engine so that process sets and re-initialisations do not clash), the token, this learner's
-// host and address and the host grid come from the environment here; engine::CreateEngineGroup
-// chooses and assembles the communicator from these values.
-std::unique_ptr<comm::Communicator> MakeGroup(const std::string& kind, int rank, int size,
-                                              double timeout_s, const std::string& prefix) {
-  engine::EngineGroupOptions g;
-  ThrowIfError(engine::ParseEngineBackend(kind, &g.backend));
-  comm::CommunicatorOptions& o = g.comm;
-  o.rank = rank;
-  o.size = size;
-  o.timeout = Duration(static_cast<int64_t>(timeout_s * 1000));
-  if (g.backend == engine::EngineBackend::kLocal) return engine::CreateEngineGroup(std::move(g));
-  auto root = store::ConnectStoreFromEnv("engine rank " + std::to_string(rank), o.timeout);
-  o.store = std::make_shared<store::PrefixStore>(prefix, root);
-  o.token = GetEnv("CADRE_JOB_TOKEN").value_or("");
-  o.host = GetEnv("CADRE_HOST").value_or("");
-  // Where to listen for TCP peers: CADRE_BIND_ADDRESS, else this learner's own address from
-  // the contract, else (empty) the address CADRE_HOST resolves to; never every interface
-  // unless asked for with 0.0.0.0.
-  o.bind_address = GetEnv("CADRE_BIND_ADDRESS").value_or("");
-  if (o.bind_address.empty()) o.bind_address = GetEnv("CADRE_LEARNER_ADDRESS").value_or("");
-  // For the hierarchical allreduce: the hosts as a grid "AxB.." (DDL's multi-ring); default
-  // chosen from the number of hosts (comm::ChooseHostGrid).
-  if (auto grid = GetEnv("CADRE_HOST_GRID"); grid && !grid->empty()) {
-    Status s = comm::ParseGrid(*grid, &o.hierarchy.host_grid);
-    if (!s.ok()) throw Error(s.WithContext("CADRE_HOST_GRID"));
-  }
-  return engine::CreateEngineGroup(std::move(g));
-}
 
 // Raises the handle's stored error in Python (through the module's translator).
 void Check(const Handle& h) {
@@ -156,12 +122,16 @@ void BindEngine(py::module_& m) {
   py::class_<Engine>(m, "Engine")
       .def(py::init([](const std::string& backend, int rank, int size, double timeout_s,
                        const std::string& prefix, bool env_timeline) {
-             auto options = engine::EngineOptions::FromEnv();
+             // The Python entry point's edge: the environment becomes values here
+             // (config/from_env.h), and engine/ chooses and assembles the group from them.
+             auto options = config::EngineOptionsFromEnv();
              // HOROVOD_TIMELINE names one file, written by the global set's rank 0; a process
              // set's engine has a rank 0 of its own that must not write (and clobber) it.
              if (!env_timeline) options.timeline_path.clear();
-             return std::make_unique<Engine>(MakeGroup(backend, rank, size, timeout_s, prefix),
-                                             std::move(options));
+             const Duration timeout(static_cast<int64_t>(timeout_s * 1000));
+             auto group = engine::CreateEngineGroup(
+                 config::EngineGroupOptionsFromEnv(backend, rank, size, timeout, prefix));
+             return std::make_unique<Engine>(std::move(group), std::move(options));
            }),
            py::arg("backend"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
            py::arg("prefix"), py::arg("env_timeline") = true,

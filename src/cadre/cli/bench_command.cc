@@ -26,6 +26,7 @@
 #include "cadre/cli/support.h"
 #include "cadre/comm/collectives.h"
 #include "cadre/comm/communicator.h"
+#include "cadre/config/from_env.h"
 #include "cadre/launch/cpu_binding.h"
 #include "cadre/store/tcp_store.h"
 
@@ -89,6 +90,7 @@ int RunRank(int rank, const AllreduceBenchArgs& args, const std::vector<size_t>&
   co.token = token;
   co.use_shm = args.transport == "shm";
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
+  config::ReadCommunicatorTunables(&co);  // CADRE_SHM_SLOT_BYTES, CADRE_SHM_SPIN_US
   auto comm = comm::Communicator::Create(co);
 
   size_t largest = *std::max_element(sizes.begin(), sizes.end());

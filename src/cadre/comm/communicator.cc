@@ -5,7 +5,6 @@
 #include <map>
 #include <set>
 
-#include "cadre/base/env.h"
 #include "cadre/comm/communicator_impl.h"
 #include "cadre/comm/hierarchical_allreduce.h"
 #include "cadre/store/prefix_store.h"
@@ -13,10 +12,6 @@
 
 namespace cadre::comm {
 namespace {
-
-// Per-rank slot half for shared memory; large enough that per-step synchronisation is amortised
-// and small enough to stay near the caches.
-constexpr size_t kDefaultShmSlotBytes = size_t{1} << 20;
 
 std::string ThisHostName() {
   char buf[256] = {};
@@ -118,11 +113,12 @@ void CommunicatorImpl::Rendezvous() {
   if (size == 1) return;
 
   if (options_.use_shm && topology_.cross_size == 1) {
-    size_t slot = options_.shm_slot_bytes;
-    if (slot == 0) slot = static_cast<size_t>(EnvInt("CADRE_SHM_SLOT_BYTES", kDefaultShmSlotBytes));
+    transport::shm::ShmOptions shm;
+    shm.slot_bytes = options_.shm_slot_bytes == 0 ? kDefaultShmSlotBytes : options_.shm_slot_bytes;
+    shm.spin_max = options_.shm_spin_max;
     store::PrefixStore shm_store("shm", store_);
     ThrowIfError(
-        transport::shm::ShmGroup::Create(shm_store, rank, size, names_, slot, deadline, &shm_));
+        transport::shm::ShmGroup::Create(shm_store, rank, size, names_, shm, deadline, &shm_));
     return;
   }
   transport::tcp::ConnectOptions co;
@@ -130,6 +126,7 @@ void CommunicatorImpl::Rendezvous() {
   co.size = size;
   co.token = options_.token;
   co.names = names_;
+  co.hosts_file = options_.hosts_file;
   if (topology_.cross_size == 1) {
     co.bind_address = co.advertise_address = "127.0.0.1";
   } else {

@@ -41,6 +41,12 @@ struct Topology {
   std::vector<std::string> hosts;  // host name of each rank
 };
 
+// Bytes of each half of a rank's shared-memory slot unless CommunicatorOptions says otherwise:
+// large enough that per-step synchronisation is amortised, small enough to stay near the caches.
+inline constexpr size_t kDefaultShmSlotBytes = size_t{1} << 20;
+
+// Everything a communicator is configured with arrives here as values; nothing in comm/ (or
+// below) reads the environment. config/from_env.h fills these from a learner's environment.
 struct CommunicatorOptions {
   int rank = 0;
   int size = 1;
@@ -57,9 +63,14 @@ struct CommunicatorOptions {
   Duration timeout = std::chrono::seconds(60);
   // Use shared memory between ranks on one host (TCP otherwise). Every rank must pass the same.
   bool use_shm = true;
-  // Bytes of each half of a rank's shared-memory slot (the largest piece one step moves);
-  // 0 = $CADRE_SHM_SLOT_BYTES, else 1 MiB. Every rank must use the same.
-  size_t shm_slot_bytes = 0;
+  // Bytes of each half of a rank's shared-memory slot (the largest piece one step moves); 0 means
+  // the default. Every rank must use the same.
+  size_t shm_slot_bytes = kDefaultShmSlotBytes;
+  // The longest busy-wait of a shared-memory wait before it yields (transport::shm::ShmOptions).
+  std::chrono::microseconds shm_spin_max{50};
+  // A hosts(5) file consulted for host names (this rank's and its peers') before getaddrinfo: the
+  // learner contract's CADRE_HOSTS (net/resolver.h); empty: none.
+  std::string hosts_file;
   // How AllreduceAlgorithm::kHierarchical runs (host grid, pipelining).
   HierarchyOptions hierarchy;
 };

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "cadre/base/env.h"
 #include "cadre/base/logging.h"
 #include "cadre/comm/collectives.h"
 #include "cadre/engine/dtype.h"
@@ -18,84 +17,7 @@ namespace {
 constexpr size_t kSlotBytes = 1024;
 constexpr size_t kSlotPayload = kSlotBytes - 4;
 
-int64_t EnvIntEither(const char* cadre_name, const char* horovod_name, int64_t fallback) {
-  return EnvInt(cadre_name, EnvInt(horovod_name, fallback));
-}
-
-Duration EnvSecondsEither(const char* cadre_name, const char* horovod_name, Duration fallback) {
-  return EnvSeconds(cadre_name, EnvSeconds(horovod_name, fallback));
-}
-
 }  // namespace
-
-EngineOptions EngineOptions::FromEnv() {
-  EngineOptions o;
-  // Horovod's HOROVOD_CYCLE_TIME is in milliseconds and may be fractional.
-  auto cycle = GetEnv("CADRE_CYCLE_TIME");
-  if (!cycle) cycle = GetEnv("HOROVOD_CYCLE_TIME");
-  if (cycle) {
-    try {
-      size_t used = 0;
-      double ms = std::stod(*cycle, &used);
-      if (used != cycle->size() || ms < 0) throw std::invalid_argument("bad");
-      if (ms > 1e6) throw std::invalid_argument("too long");
-      o.cycle_time = std::chrono::microseconds(std::llround(ms * 1000));
-    } catch (const std::exception&) {
-      throw Error(InvalidArgument("HOROVOD_CYCLE_TIME/CADRE_CYCLE_TIME=" + *cycle +
-                                  " is not a number of milliseconds (0 to 1000000)"));
-    }
-  }
-  const int64_t fusion = EnvIntEither("CADRE_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD",
-                                      static_cast<int64_t>(o.fusion_threshold_bytes));
-  if (fusion < 0) throw Error(InvalidArgument("fusion threshold must be >= 0"));
-  o.fusion_threshold_bytes = static_cast<size_t>(fusion);
-  const int64_t limit =
-      EnvInt("CADRE_FUSION_TENSOR_LIMIT", static_cast<int64_t>(o.fusion_tensor_limit_bytes));
-  if (limit < 0) throw Error(InvalidArgument("CADRE_FUSION_TENSOR_LIMIT must be >= 0"));
-  o.fusion_tensor_limit_bytes = static_cast<size_t>(limit);
-  const int64_t cache = EnvIntEither("CADRE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY",
-                                     static_cast<int64_t>(o.cache_capacity));
-  if (cache < 0) throw Error(InvalidArgument("cache capacity must be >= 0"));
-  o.cache_capacity = static_cast<size_t>(cache);
-  const int64_t inline_bytes = EnvInt("CADRE_INLINE_BYTES", static_cast<int64_t>(o.inline_bytes));
-  if (inline_bytes < 0 || inline_bytes > 4096) {
-    throw Error(InvalidArgument("CADRE_INLINE_BYTES must be between 0 and 4096"));
-  }
-  o.inline_bytes = static_cast<size_t>(inline_bytes);
-  o.inline_message_bytes = std::max(o.inline_message_bytes, o.inline_bytes);
-  const int64_t batch_wait = EnvInt("CADRE_BATCH_WAIT_MS", o.batch_wait.count());
-  if (batch_wait < 0 || batch_wait > 1000) {
-    throw Error(InvalidArgument("CADRE_BATCH_WAIT_MS must be between 0 and 1000"));
-  }
-  o.batch_wait = Duration(batch_wait);
-  const int64_t spin = EnvInt("CADRE_SPIN_US", o.spin.count());
-  if (spin < 0 || spin > 1'000'000) {
-    throw Error(InvalidArgument("CADRE_SPIN_US must be between 0 and 1000000"));
-  }
-  o.spin = std::chrono::microseconds(spin);
-  o.stall_warning = EnvSecondsEither("CADRE_STALL_CHECK_TIME_SECONDS",
-                                     "HOROVOD_STALL_CHECK_TIME_SECONDS", o.stall_warning);
-  o.stall_shutdown = EnvSecondsEither("CADRE_STALL_SHUTDOWN_TIME_SECONDS",
-                                      "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", o.stall_shutdown);
-  if (auto t = GetEnv("CADRE_TIMELINE")) {
-    o.timeline_path = *t;
-  } else if (auto h = GetEnv("HOROVOD_TIMELINE")) {
-    o.timeline_path = *h;
-  }
-  o.timeline_mark_cycles =
-      EnvIntEither("CADRE_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", 0) != 0;
-  // CADRE_ALLREDUCE_ALGORITHM, else Horovod's --hierarchical-allreduce: 1 hierarchical, 0 the
-  // flat ring.
-  if (auto v = GetEnv("CADRE_ALLREDUCE_ALGORITHM"); v && !v->empty()) {
-    Status s = comm::ParseAllreduceAlgorithm(*v, &o.allreduce_algorithm);
-    if (!s.ok()) throw Error(Status(s.code(), "CADRE_ALLREDUCE_ALGORITHM=" + s.message()));
-  } else if (auto h = GetEnv("HOROVOD_HIERARCHICAL_ALLREDUCE"); h && !h->empty()) {
-    o.allreduce_algorithm = EnvBool("HOROVOD_HIERARCHICAL_ALLREDUCE", false)
-                                ? comm::AllreduceAlgorithm::kHierarchical
-                                : comm::AllreduceAlgorithm::kRing;
-  }
-  return o;
-}
 
 Engine::Engine(std::unique_ptr<comm::Communicator> comm, EngineOptions options)
     : rank_(comm->rank()),

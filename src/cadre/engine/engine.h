@@ -46,6 +46,8 @@ namespace cadre::engine {
 // a real hang ends then instead of never. HOROVOD_STALL_SHUTDOWN_TIME_SECONDS overrides it.
 inline constexpr Duration kDefaultStallShutdown = std::chrono::minutes(30);
 
+// The engine's tunables, as values with their defaults here. The HOROVOD_*/CADRE_* variables that
+// set them are read at the edges only (config::EngineOptionsFromEnv, docs/environment.md).
 struct EngineOptions {
   // How long the background thread sleeps between negotiation cycles when nothing is submitted;
   // a submission wakes it at once. Microseconds: Horovod's HOROVOD_CYCLE_TIME (milliseconds)
@@ -85,13 +87,6 @@ struct EngineOptions {
   // The algorithm of every allreduce the engine runs (comm::Allreduce): kAuto lets comm choose
   // by size and topology (hierarchical when hosts hold several slots each).
   comm::AllreduceAlgorithm allreduce_algorithm = comm::AllreduceAlgorithm::kAuto;
-
-  // HOROVOD_* / CADRE_* variables: CYCLE_TIME (ms), FUSION_THRESHOLD (bytes), CACHE_CAPACITY,
-  // STALL_CHECK_TIME_SECONDS, STALL_SHUTDOWN_TIME_SECONDS, TIMELINE (path),
-  // TIMELINE_MARK_CYCLES (0/1). CADRE_ wins. CADRE_
-  // only: INLINE_BYTES, SPIN_US, BATCH_WAIT_MS, FUSION_TENSOR_LIMIT, ALLREDUCE_ALGORITHM (else
-  // HOROVOD_HIERARCHICAL_ALLREDUCE: 1 hierarchical, 0 ring).
-  static EngineOptions FromEnv();
 };
 
 class Engine {

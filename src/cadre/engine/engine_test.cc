@@ -33,44 +33,6 @@ EngineOptions FastOptions() {
   return o;
 }
 
-// Sets an environment variable for the life of the object.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
-
-TEST(EngineOptionsTest, ReadsCadreOnlyVariablesAndRefusesBadValues) {
-  {
-    ScopedEnv wait("CADRE_BATCH_WAIT_MS", "0");
-    ScopedEnv spin("CADRE_SPIN_US", "7");
-    const EngineOptions o = EngineOptions::FromEnv();
-    EXPECT_EQ(o.batch_wait, Duration::zero());
-    EXPECT_EQ(o.spin, std::chrono::microseconds(7));
-  }
-  {
-    // Horovod's HOROVOD_CYCLE_TIME is in milliseconds and may be fractional.
-    ScopedEnv cycle("HOROVOD_CYCLE_TIME", "0.5");
-    EXPECT_EQ(EngineOptions::FromEnv().cycle_time, std::chrono::microseconds(500));
-  }
-  for (const char* name :
-       {"CADRE_BATCH_WAIT_MS", "CADRE_SPIN_US", "CADRE_INLINE_BYTES", "HOROVOD_CYCLE_TIME"}) {
-    ScopedEnv bad(name, "-1");
-    try {
-      EngineOptions::FromEnv();
-      ADD_FAILURE() << name << "=-1 accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), Code::kInvalidArgument);
-      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-    }
-  }
-}
-
 std::vector<std::unique_ptr<Engine>> MakeEngines(int size, EngineOptions options = FastOptions(),
                                                  Duration timeout = 20s) {
   auto group = comm::InProcessGroup::Create(size, timeout);
@@ -478,13 +440,7 @@ TEST(EngineTest, AStallFailsEveryRankByDefault) {
   EXPECT_EQ(defaults.stall_shutdown, kDefaultStallShutdown);
   EXPECT_GT(kDefaultStallShutdown, std::chrono::minutes(10));
   EXPECT_LE(kDefaultStallShutdown, std::chrono::hours(1));
-  EXPECT_EQ(EngineOptions::FromEnv().stall_shutdown, kDefaultStallShutdown);
-  {
-    ScopedEnv env("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "90");
-    EXPECT_EQ(EngineOptions::FromEnv().stall_shutdown, std::chrono::seconds(90));
-  }
-  ScopedEnv off("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0");  // Horovod's "never", explicitly
-  EXPECT_EQ(EngineOptions::FromEnv().stall_shutdown, Duration::zero());
+  // What the environment makes of it: config/from_env_test.cc.
 }
 
 TEST(EngineTest, AStallShutdownShorterThanTheWarningTimeStillApplies) {

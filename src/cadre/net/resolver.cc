@@ -5,8 +5,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "cadre/base/env.h"
-
 namespace cadre::net {
 namespace {
 
@@ -38,14 +36,14 @@ Status LookupHostsFile(const std::string& path, const std::string& name, std::st
   return NotFound("host '" + name + "' is not in hosts file " + path);
 }
 
-std::string ResolveWithCadreHosts(const std::string& host, std::string* note) {
-  auto path = GetEnv("CADRE_HOSTS");
-  if (!path || host.empty()) return host;
+std::string ResolveWithHostsFile(const std::string& hosts_file, const std::string& host,
+                                 std::string* note) {
+  if (hosts_file.empty() || host.empty()) return host;
   std::string address;
-  Status s = LookupHostsFile(*path, host, &address);
+  Status s = LookupHostsFile(hosts_file, host, &address);
   if (s.ok()) return address;
   if (note != nullptr) {
-    *note = s.code() == Code::kNotFound ? "not in CADRE_HOSTS file " + *path : s.message();
+    *note = s.code() == Code::kNotFound ? "not in CADRE_HOSTS file " + hosts_file : s.message();
   }
   return host;
 }

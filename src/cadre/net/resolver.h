@@ -1,8 +1,9 @@
 // cadre's own host-name lookup, for machines where a job cannot give its learners a private
 // /etc/hosts (no mount namespace): the job runner then writes the learners' names to a
-// hosts(5)-format file and names it in CADRE_HOSTS. Socket::Listen and Socket::Connect consult
-// that file before getaddrinfo, so "learner-2" resolves for cadre's own connections everywhere.
-// The variable is read on every lookup (no cached global state); the file is small.
+// hosts(5)-format file and names it in the learner contract (CADRE_HOSTS, read at the edges:
+// config/from_env.h). Socket::Listen and Socket::Connect consult the file they are given before
+// getaddrinfo, so "learner-2" resolves for cadre's own connections; the file is read on each
+// lookup (it is small, and the runner may rewrite it between restarts).
 #pragma once
 
 #include <string>
@@ -16,9 +17,10 @@ namespace cadre::net {
 // kIo when the file cannot be read.
 Status LookupHostsFile(const std::string& path, const std::string& name, std::string* address);
 
-// The address to use for `host`: its entry in the CADRE_HOSTS file when the variable is set and
-// lists it, otherwise `host` unchanged (for getaddrinfo). When CADRE_HOSTS is set, *note (if not
+// The address to use for `host`: its entry in the hosts file `hosts_file` when that is not empty
+// and lists it, otherwise `host` unchanged (for getaddrinfo). With a hosts file, *note (if not
 // null) receives a phrase for error messages ("not in CADRE_HOSTS file /x/hosts").
-std::string ResolveWithCadreHosts(const std::string& host, std::string* note = nullptr);
+std::string ResolveWithHostsFile(const std::string& hosts_file, const std::string& host,
+                                 std::string* note = nullptr);
 
 }  // namespace cadre::net

@@ -40,18 +40,26 @@ TEST_F(ResolverTest, LooksNamesUpLikeTheCLibrary) {
   EXPECT_EQ(LookupHostsFile(path_ + ".missing", "x", &addr).code(), Code::kIo);
 }
 
-TEST_F(ResolverTest, ConnectUsesCadreHosts) {
+TEST_F(ResolverTest, ConnectUsesTheHostsFile) {
   Socket listener;
   ASSERT_TRUE(Socket::Listen("127.0.0.1", 0, 4, &listener).ok());
-  setenv("CADRE_HOSTS", path_.c_str(), 1);
-  EXPECT_EQ(ResolveWithCadreHosts("learner-1"), "127.0.0.1");
+  EXPECT_EQ(ResolveWithHostsFile(path_, "learner-1"), "127.0.0.1");
   Socket c;
-  Status s = Socket::Connect("learner-1", listener.local_port(), Deadline(5s), &c);
+  Status s = Socket::Connect("learner-1", listener.local_port(), Deadline(5s), &c, path_);
   ASSERT_TRUE(s.ok()) << s.ToString();
   // A name the file does not list goes to getaddrinfo unchanged, with a note for its error.
   std::string note;
-  EXPECT_EQ(ResolveWithCadreHosts("learner-9", &note), "learner-9");
+  EXPECT_EQ(ResolveWithHostsFile(path_, "learner-9", &note), "learner-9");
   EXPECT_NE(note.find("CADRE_HOSTS file " + path_), std::string::npos) << note;
+}
+
+TEST_F(ResolverTest, TheEnvironmentIsNotReadBelowTheEdges) {
+  // CADRE_HOSTS reaches the sockets only as a value (config/from_env.h reads it).
+  setenv("CADRE_HOSTS", path_.c_str(), 1);
+  EXPECT_EQ(ResolveWithHostsFile("", "learner-1"), "learner-1");
+  Socket listener;
+  Status s = Socket::Listen("learner-1", 0, 4, &listener, path_);
+  ASSERT_TRUE(s.ok()) << s.ToString();
 }
 
 }  // namespace

@@ -53,14 +53,15 @@ std::string FormatSockaddr(const sockaddr* sa) {
 }
 
 // Resolves host:port for a stream socket. `passive` resolves a listen address.
-Status Resolve(const std::string& host, uint16_t port, bool passive, addrinfo** out) {
+Status Resolve(const std::string& host, uint16_t port, bool passive, const std::string& hosts_file,
+               addrinfo** out) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
   std::string service = std::to_string(port);
   std::string note;
-  std::string resolved = ResolveWithCadreHosts(host, &note);
+  std::string resolved = ResolveWithHostsFile(hosts_file, host, &note);
   const char* node = resolved.empty() ? nullptr : resolved.c_str();
   if (passive && node == nullptr) hints.ai_family = AF_INET;
   int rc = ::getaddrinfo(node, service.c_str(), &hints, out);
@@ -204,10 +205,11 @@ void Socket::Shutdown() {
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
-Status Socket::Listen(const std::string& host, uint16_t port, int backlog, Socket* out) {
+Status Socket::Listen(const std::string& host, uint16_t port, int backlog, Socket* out,
+                      const std::string& hosts_file) {
   std::string bind_host = host == "0.0.0.0" ? std::string() : host;
   addrinfo* list = nullptr;
-  CADRE_RETURN_IF_ERROR(Resolve(bind_host, port, /*passive=*/true, &list));
+  CADRE_RETURN_IF_ERROR(Resolve(bind_host, port, /*passive=*/true, hosts_file, &list));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(list, &::freeaddrinfo);
   std::string where = HostPort{host.empty() ? "0.0.0.0" : host, port}.ToString();
   Status last = IoError("no address to listen on for " + where);
@@ -235,13 +237,14 @@ Status Socket::Listen(const std::string& host, uint16_t port, int backlog, Socke
   return last;
 }
 
-Status Socket::Connect(const std::string& host, uint16_t port, Deadline deadline, Socket* out) {
+Status Socket::Connect(const std::string& host, uint16_t port, Deadline deadline, Socket* out,
+                       const std::string& hosts_file) {
   std::string where = HostPort{host, port}.ToString();
   auto backoff = std::chrono::milliseconds(5);
   std::string last_error = "no attempt made";
   for (;;) {
     addrinfo* list = nullptr;
-    Status resolved = Resolve(host, port, /*passive=*/false, &list);
+    Status resolved = Resolve(host, port, /*passive=*/false, hosts_file, &list);
     if (resolved.ok()) {
       std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(list, &::freeaddrinfo);
       for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {

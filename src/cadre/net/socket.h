@@ -54,14 +54,17 @@ class Socket {
 
   // Binds and listens on host:port. An empty host or "0.0.0.0" listens on every IPv4 address,
   // "::" on every IPv6 address. Port 0 picks an ephemeral port (see local_port()). SO_REUSEADDR
-  // is set so a restarted server can take its port back at once.
-  static Status Listen(const std::string& host, uint16_t port, int backlog, Socket* out);
+  // is set so a restarted server can take its port back at once. `hosts_file`: see Connect.
+  static Status Listen(const std::string& host, uint16_t port, int backlog, Socket* out,
+                       const std::string& hosts_file = {});
 
   // Connects to host:port. A refused or unreachable connection, or a name that does not resolve
   // yet, is retried with a short back-off until the deadline, because peers start at different
   // times. The connected socket has TCP_NODELAY set. The timeout message names host:port and the
-  // last error seen.
-  static Status Connect(const std::string& host, uint16_t port, Deadline deadline, Socket* out);
+  // last error seen. A non-empty `hosts_file` (the learner contract's CADRE_HOSTS file,
+  // net/resolver.h) is consulted for `host` before getaddrinfo.
+  static Status Connect(const std::string& host, uint16_t port, Deadline deadline, Socket* out,
+                        const std::string& hosts_file = {});
 
   // Accepts one connection on a listening socket, waiting until the deadline. The accepted socket
   // is non-blocking with TCP_NODELAY set.

@@ -29,8 +29,8 @@ Status IntVar(const std::map<std::string, std::string>& env, const char* name, i
 
 }  // namespace
 
-std::string ResolveHostPort(const std::string& host, int port) {
-  std::string resolved = net::ResolveWithCadreHosts(host);
+std::string ResolveHostPort(const std::string& host, int port, const std::string& hosts_file) {
+  std::string resolved = net::ResolveWithHostsFile(hosts_file, host);
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
@@ -61,8 +61,12 @@ Status RoleFromMap(const std::map<std::string, std::string>& env, LearnerRole* o
   auto prefix = env.find("LEARNER_NAME_PREFIX");
   if (prefix == env.end() || prefix->second.empty())
     return InvalidArgument("LEARNER_NAME_PREFIX is not set (the learner contract needs it)");
-  for (int id = 1; id <= r.num_servers; ++id)
-    r.server_addresses.push_back(ResolveHostPort(prefix->second + "-" + std::to_string(id), port));
+  auto hosts = env.find("CADRE_HOSTS");
+  const std::string hosts_file = hosts != env.end() ? hosts->second : std::string();
+  for (int id = 1; id <= r.num_servers; ++id) {
+    r.server_addresses.push_back(
+        ResolveHostPort(prefix->second + "-" + std::to_string(id), port, hosts_file));
+  }
   r.is_server = r.learner_id <= r.num_servers;
   if (r.is_server) {
     auto own = env.find("CADRE_LEARNER_ADDRESS");

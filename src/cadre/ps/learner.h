@@ -34,8 +34,9 @@ struct LearnerRole {
 Status RoleFromMap(const std::map<std::string, std::string>& env, LearnerRole* out);
 Status RoleFromEnvironment(LearnerRole* out);
 
-// "host:port" with `host` turned into a numeric address when it resolves (CADRE_HOSTS first,
-// then the system resolver), so that gRPC and cadre agree on what a learner name means.
-std::string ResolveHostPort(const std::string& host, int port);
+// "host:port" with `host` turned into a numeric address when it resolves (the hosts file
+// `hosts_file`, the contract's CADRE_HOSTS, first when not empty, then the system resolver), so
+// that gRPC and cadre agree on what a learner name means.
+std::string ResolveHostPort(const std::string& host, int port, const std::string& hosts_file);
 
 }  // namespace cadre::ps

@@ -1,6 +1,5 @@
 #include "cadre/store/tcp_store.h"
 
-#include "cadre/base/env.h"
 #include "cadre/base/status.h"
 #include "cadre/net/frame.h"
 #include "cadre/net/handshake.h"
@@ -46,7 +45,7 @@ void TcpStore::EnsureConnectedLocked() {
   std::string where = net::HostPort{options_.host, options_.port}.ToString();
   Deadline deadline(options_.connect_timeout);
   net::Socket s;
-  Status st = net::Socket::Connect(options_.host, options_.port, deadline, &s);
+  Status st = net::Socket::Connect(options_.host, options_.port, deadline, &s, options_.hosts_file);
   std::string peer;
   if (st.ok()) st = net::ClientHandshake(s, options_.token, options_.identity, deadline, &peer);
   if (!st.ok()) throw Error(st.WithContext("cannot reach the store at " + where));
@@ -155,29 +154,6 @@ void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   std::lock_guard<std::mutex> lock(mu_);
   Reply r = Call(wire::kWait, w.data(), timeout);
   if (r.type != wire::kOk) throw Error(ProtocolError("unexpected reply to WAIT"));
-}
-
-std::shared_ptr<Store> ConnectStoreFromEnv(std::string identity, Duration timeout) {
-  auto address = GetEnv("CADRE_STORE");
-  if (!address) {
-    throw Error(InvalidArgument(
-        "CADRE_STORE is not set: it must hold host:port of the job's store (set by cadre run)"));
-  }
-  auto token = GetEnv("CADRE_JOB_TOKEN");
-  if (!token || token->empty()) {
-    throw Error(InvalidArgument(std::string("CADRE_JOB_TOKEN is ") + (token ? "empty" : "not set") +
-                                ": it must hold the job's secret token (set by cadre run)"));
-  }
-  net::HostPort hp;
-  ThrowIfError(net::ParseHostPort(*address, "CADRE_STORE", &hp));
-  TcpStoreOptions options;
-  options.host = hp.host;
-  options.port = hp.port;
-  options.token = *token;
-  options.identity = std::move(identity);
-  options.connect_timeout = timeout;
-  options.timeout = timeout;
-  return std::make_shared<TcpStore>(std::move(options));
 }
 
 }  // namespace cadre::store

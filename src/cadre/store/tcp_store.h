@@ -16,7 +16,8 @@
 // gone or stalls (the client then reconnects on its next call), kAuth for a wrong token.
 //
 // The job runner runs a TcpStoreServer and gives learners CADRE_STORE=host:port and
-// CADRE_JOB_TOKEN; ConnectStoreFromEnv() is the learner's side of that contract.
+// CADRE_JOB_TOKEN; config::ConnectStoreFromEnv() (config/from_env.h) is the learner's side of
+// that contract. Nothing here reads the environment.
 #pragma once
 
 #include <memory>
@@ -45,6 +46,8 @@ struct TcpStoreServerOptions {
   // At most this many connections may be waiting to authenticate; a new one beyond it closes
   // the oldest. Bounds what strangers can hold (descriptors, buffers) however many connect.
   size_t max_unauthenticated = 64;
+  // A hosts(5) file consulted for `host` before getaddrinfo (net/resolver.h); empty: none.
+  std::string hosts_file;
 };
 
 class TcpStoreServerImpl;
@@ -80,6 +83,8 @@ struct TcpStoreOptions {
   Duration connect_timeout = std::chrono::seconds(60);
   // The store's timeout for get()/wait() (Store::timeout()).
   Duration timeout = Store::kDefaultTimeout;
+  // A hosts(5) file consulted for `host` before getaddrinfo (net/resolver.h); empty: none.
+  std::string hosts_file;
 };
 
 class TcpStore final : public Store {
@@ -107,11 +112,5 @@ class TcpStore final : public Store {
   net::Socket socket_;     // GUARDED_BY(mu_); invalid after an I/O error until reconnected
   uint64_t next_tag_ = 1;  // GUARDED_BY(mu_)
 };
-
-// The learner side of the job runner's contract: connects to CADRE_STORE (host:port) with the
-// token in CADRE_JOB_TOKEN. Throws cadre::Error(kInvalidArgument) naming the variable when one is
-// missing or malformed, and the connection errors of TcpStore otherwise.
-std::shared_ptr<Store> ConnectStoreFromEnv(std::string identity = "store-client",
-                                           Duration timeout = Store::kDefaultTimeout);
 
 }  // namespace cadre::store

@@ -70,7 +70,8 @@ class TcpStoreServerImpl {
     if (options_.max_unauthenticated < 1) {
       throw Error(InvalidArgument("TcpStore server: max_unauthenticated must be at least 1"));
     }
-    Status s = net::Socket::Listen(options_.host, options_.port, 512, &listener_);
+    Status s =
+        net::Socket::Listen(options_.host, options_.port, 512, &listener_, options_.hosts_file);
     if (!s.ok()) throw Error(s.WithContext("TcpStore server"));
     port_ = listener_.local_port();
     Status added = loop_.Add(listener_.fd(), EPOLLIN, [this](uint32_t) { OnAcceptable(); });

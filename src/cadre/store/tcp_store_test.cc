@@ -1,7 +1,6 @@
 #include "cadre/store/tcp_store.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <atomic>
 #include <thread>
@@ -240,30 +239,6 @@ TEST(TcpStoreTest, AServerThatStopsAnsweringFailsTheCallWithinTheTimeout) {
     EXPECT_EQ(e.code(), Code::kTimeout) << e.what();
     EXPECT_NE(std::string(e.what()).find("store at 127.0.0.1:"), std::string::npos) << e.what();
   }
-}
-
-TEST(ConnectStoreFromEnvTest, NamesMissingOrMalformedVariables) {
-  unsetenv("CADRE_STORE");
-  unsetenv("CADRE_JOB_TOKEN");
-  EXPECT_NE(WhatOf([] { ConnectStoreFromEnv(); }).find("CADRE_STORE"), std::string::npos);
-  setenv("CADRE_STORE", "127.0.0.1:notaport", 1);
-  setenv("CADRE_JOB_TOKEN", kToken, 1);
-  EXPECT_NE(WhatOf([] { ConnectStoreFromEnv(); }).find("CADRE_STORE='127.0.0.1:notaport'"),
-            std::string::npos);
-  setenv("CADRE_STORE", "127.0.0.1:1", 1);
-  unsetenv("CADRE_JOB_TOKEN");
-  EXPECT_NE(WhatOf([] { ConnectStoreFromEnv(); }).find("CADRE_JOB_TOKEN"), std::string::npos);
-}
-
-TEST(ConnectStoreFromEnvTest, ConnectsWithTheJobsVariables) {
-  TcpStoreServer server(ServerOptions());
-  setenv("CADRE_STORE", server.address().c_str(), 1);
-  setenv("CADRE_JOB_TOKEN", kToken, 1);
-  auto store = ConnectStoreFromEnv("rank 0", 10s);
-  store->set_string("k", "v");
-  EXPECT_EQ(store->get_string("k"), "v");
-  unsetenv("CADRE_STORE");
-  unsetenv("CADRE_JOB_TOKEN");
 }
 
 }  // namespace

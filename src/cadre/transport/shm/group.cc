@@ -11,8 +11,6 @@
 #include <climits>
 #include <thread>
 
-#include "cadre/base/env.h"
-
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CADRE_CPU_RELAX() _mm_pause()
@@ -80,16 +78,20 @@ uint8_t* ShmGroup::slot(int rank, uint32_t step) const {
 }
 
 Status ShmGroup::Create(store::Store& store, int rank, int size, std::vector<std::string> names,
-                        size_t slot_bytes, Deadline deadline, std::unique_ptr<ShmGroup>* out) {
+                        const ShmOptions& options, Deadline deadline,
+                        std::unique_ptr<ShmGroup>* out) {
   std::unique_ptr<ShmGroup> g(new ShmGroup());
   g->rank_ = rank;
   g->size_ = size;
-  g->slot_bytes_ = AlignUp(slot_bytes, 4096);
+  g->slot_bytes_ = AlignUp(options.slot_bytes, 4096);
   g->names_ = std::move(names);
   g->pidfds_.assign(size, -1);
   // Spinning only pays when every rank can hold a core; with more ranks than cores it steals the
   // core from the rank being waited for.
-  g->spin_max_ns_ = size <= CpuCount() ? EnvInt("CADRE_SHM_SPIN_US", 50) * 1000 : 0;
+  g->spin_max_ns_ =
+      size <= CpuCount()
+          ? std::chrono::duration_cast<std::chrono::nanoseconds>(options.spin_max).count()
+          : 0;
   g->spin_ns_ = std::min<int64_t>(g->spin_max_ns_, 5000);
   g->slots_offset_ =
       AlignUp(AlignUp(sizeof(Header), 64) + sizeof(RankState) * static_cast<size_t>(size), 4096);
@@ -226,7 +228,7 @@ Status ShmGroup::WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline) 
   auto& word = state(peer)->flags[flag].value;
   if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
   // Spin only when every rank has its own core, and adaptively: the budget doubles (up to
-  // CADRE_SHM_SPIN_US) while spins succeed, and halves when the peer was not running (other
+  // ShmOptions::spin_max) while spins succeed, and halves when the peer was not running (other
   // programs compete for the cores), so an idle machine gets microsecond latency and a loaded
   // one does not burn the time slice its peer needs. Then yield, which hands the core to the rank
   // we wait for; only then sleep.

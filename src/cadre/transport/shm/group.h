@@ -8,7 +8,7 @@
 // again at step s+2, two halves make reuse safe without an extra "done" flag.
 //
 // Waiting: spin briefly (only when there are at least as many cores as ranks; an adaptive budget
-// up to CADRE_SHM_SPIN_US, default 50), then yield for up to 500 us, then
+// up to ShmOptions::spin_max, default 50 us), then yield for up to 500 us, then
 // sleep on a futex on the peer's flag word, waking every 50 ms to check that the peer process is
 // alive (pidfd) and that no rank aborted the group. Nothing waits past the Deadline.
 // Failures name the peer with the name given at creation ("rank 3").
@@ -39,6 +39,15 @@ struct OpDescriptor {
   bool operator==(const OpDescriptor&) const = default;
 };
 
+// A group's tunables. Every rank of a group must pass the same slot_bytes.
+struct ShmOptions {
+  // Bytes of each half of a rank's slot: the largest piece one step moves (rounded up to pages).
+  size_t slot_bytes = size_t{1} << 20;
+  // The longest busy-wait of one wait before it yields (CADRE_SHM_SPIN_US at the edges); spinning
+  // happens only when the ranks do not outnumber the cores.
+  std::chrono::microseconds spin_max{50};
+};
+
 class ShmGroup {
  public:
   enum Flag { kArrived = 0, kReduced = 1, kNumFlags = 2 };
@@ -47,7 +56,8 @@ class ShmGroup {
   // its name under "shm-segment" in `store` (already prefixed per communicator); the others map
   // it. `names[r]` describes rank r in error messages.
   static Status Create(store::Store& store, int rank, int size, std::vector<std::string> names,
-                       size_t slot_bytes, Deadline deadline, std::unique_ptr<ShmGroup>* out);
+                       const ShmOptions& options, Deadline deadline,
+                       std::unique_ptr<ShmGroup>* out);
   ~ShmGroup();
 
   int rank() const { return rank_; }

@@ -51,7 +51,7 @@ Status ConnectLowerRanks(store::Store& store, const ConnectOptions& o, const std
       return TimeoutError(o.names[peer] + " did not publish its address: " + e.what());
     }
     net::Socket sock;
-    Status s = net::Socket::Connect(addr.host, addr.port, deadline, &sock);
+    Status s = net::Socket::Connect(addr.host, addr.port, deadline, &sock, o.hosts_file);
     if (!s.ok()) return s.WithContext("connecting to " + o.names[peer]);
     std::string peer_id;
     s = net::ClientHandshake(sock, o.token, my_id, deadline, &peer_id);
@@ -113,7 +113,7 @@ Status TcpDevice::Connect(store::Store& store, const ConnectOptions& o, Deadline
   }
   CADRE_RETURN_IF_ERROR(net::ValidateJobToken(o.token));
   net::Socket listener;
-  Status listening = net::Socket::Listen(o.bind_address, 0, o.size + 64, &listener);
+  Status listening = net::Socket::Listen(o.bind_address, 0, o.size + 64, &listener, o.hosts_file);
   if (!listening.ok()) return listening.WithContext(o.names[o.rank] + " listening for its peers");
   std::string advertise = o.advertise_address.empty() ? "127.0.0.1" : o.advertise_address;
   net::HostPort me{advertise, listener.local_port()};

@@ -30,6 +30,9 @@ struct ConnectOptions {
   std::vector<std::string> names;  // names[r] describes rank r in errors ("rank 3 (host a)")
   std::string bind_address;        // listen here; empty = every IPv4 address
   std::string advertise_address;   // what peers connect to; empty = 127.0.0.1
+  // A hosts(5) file consulted for the addresses above and the peers' before getaddrinfo
+  // (net/resolver.h; the learner contract's CADRE_HOSTS); empty: none.
+  std::string hosts_file;
   // How long one accepted connection may take to finish the handshake (from its accept), and how
   // many may be mid-handshake at once (the oldest is dropped beyond that).
   Duration handshake_timeout = std::chrono::seconds(10);

@@ -1,0 +1,158 @@
+#include "cadre/config/from_env.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "cadre/base/env.h"
+#include "cadre/comm/collectives.h"
+#include "cadre/comm/hierarchical.h"
+#include "cadre/net/socket.h"
+#include "cadre/store/prefix_store.h"
+#include "cadre/store/tcp_store.h"
+
+namespace cadre::config {
+
+namespace {
+
+int64_t EnvIntEither(const char* cadre_name, const char* horovod_name, int64_t fallback) {
+  return EnvInt(cadre_name, EnvInt(horovod_name, fallback));
+}
+
+Duration EnvSecondsEither(const char* cadre_name, const char* horovod_name, Duration fallback) {
+  return EnvSeconds(cadre_name, EnvSeconds(horovod_name, fallback));
+}
+
+}  // namespace
+
+std::string HostsFileFromEnv() { return GetEnv("CADRE_HOSTS").value_or(""); }
+
+engine::EngineOptions EngineOptionsFromEnv() {
+  engine::EngineOptions o;
+  // Horovod's HOROVOD_CYCLE_TIME is in milliseconds and may be fractional.
+  auto cycle = GetEnv("CADRE_CYCLE_TIME");
+  if (!cycle) cycle = GetEnv("HOROVOD_CYCLE_TIME");
+  if (cycle) {
+    try {
+      size_t used = 0;
+      double ms = std::stod(*cycle, &used);
+      if (used != cycle->size() || ms < 0) throw std::invalid_argument("bad");
+      if (ms > 1e6) throw std::invalid_argument("too long");
+      o.cycle_time = std::chrono::microseconds(std::llround(ms * 1000));
+    } catch (const std::exception&) {
+      throw Error(InvalidArgument("HOROVOD_CYCLE_TIME/CADRE_CYCLE_TIME=" + *cycle +
+                                  " is not a number of milliseconds (0 to 1000000)"));
+    }
+  }
+  const int64_t fusion = EnvIntEither("CADRE_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD",
+                                      static_cast<int64_t>(o.fusion_threshold_bytes));
+  if (fusion < 0) throw Error(InvalidArgument("fusion threshold must be >= 0"));
+  o.fusion_threshold_bytes = static_cast<size_t>(fusion);
+  const int64_t limit =
+      EnvInt("CADRE_FUSION_TENSOR_LIMIT", static_cast<int64_t>(o.fusion_tensor_limit_bytes));
+  if (limit < 0) throw Error(InvalidArgument("CADRE_FUSION_TENSOR_LIMIT must be >= 0"));
+  o.fusion_tensor_limit_bytes = static_cast<size_t>(limit);
+  const int64_t cache = EnvIntEither("CADRE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY",
+                                     static_cast<int64_t>(o.cache_capacity));
+  if (cache < 0) throw Error(InvalidArgument("cache capacity must be >= 0"));
+  o.cache_capacity = static_cast<size_t>(cache);
+  const int64_t inline_bytes = EnvInt("CADRE_INLINE_BYTES", static_cast<int64_t>(o.inline_bytes));
+  if (inline_bytes < 0 || inline_bytes > 4096) {
+    throw Error(InvalidArgument("CADRE_INLINE_BYTES must be between 0 and 4096"));
+  }
+  o.inline_bytes = static_cast<size_t>(inline_bytes);
+  o.inline_message_bytes = std::max(o.inline_message_bytes, o.inline_bytes);
+  const int64_t batch_wait = EnvInt("CADRE_BATCH_WAIT_MS", o.batch_wait.count());
+  if (batch_wait < 0 || batch_wait > 1000) {
+    throw Error(InvalidArgument("CADRE_BATCH_WAIT_MS must be between 0 and 1000"));
+  }
+  o.batch_wait = Duration(batch_wait);
+  const int64_t spin = EnvInt("CADRE_SPIN_US", o.spin.count());
+  if (spin < 0 || spin > 1'000'000) {
+    throw Error(InvalidArgument("CADRE_SPIN_US must be between 0 and 1000000"));
+  }
+  o.spin = std::chrono::microseconds(spin);
+  o.stall_warning = EnvSecondsEither("CADRE_STALL_CHECK_TIME_SECONDS",
+                                     "HOROVOD_STALL_CHECK_TIME_SECONDS", o.stall_warning);
+  o.stall_shutdown = EnvSecondsEither("CADRE_STALL_SHUTDOWN_TIME_SECONDS",
+                                      "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", o.stall_shutdown);
+  if (auto t = GetEnv("CADRE_TIMELINE")) {
+    o.timeline_path = *t;
+  } else if (auto h = GetEnv("HOROVOD_TIMELINE")) {
+    o.timeline_path = *h;
+  }
+  o.timeline_mark_cycles =
+      EnvIntEither("CADRE_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", 0) != 0;
+  // CADRE_ALLREDUCE_ALGORITHM, else Horovod's --hierarchical-allreduce: 1 hierarchical, 0 the
+  // flat ring.
+  if (auto v = GetEnv("CADRE_ALLREDUCE_ALGORITHM"); v && !v->empty()) {
+    Status s = comm::ParseAllreduceAlgorithm(*v, &o.allreduce_algorithm);
+    if (!s.ok()) throw Error(Status(s.code(), "CADRE_ALLREDUCE_ALGORITHM=" + s.message()));
+  } else if (auto h = GetEnv("HOROVOD_HIERARCHICAL_ALLREDUCE"); h && !h->empty()) {
+    o.allreduce_algorithm = EnvBool("HOROVOD_HIERARCHICAL_ALLREDUCE", false)
+                                ? comm::AllreduceAlgorithm::kHierarchical
+                                : comm::AllreduceAlgorithm::kRing;
+  }
+  return o;
+}
+
+void ReadCommunicatorTunables(comm::CommunicatorOptions* options) {
+  const int64_t slot =
+      EnvInt("CADRE_SHM_SLOT_BYTES", static_cast<int64_t>(options->shm_slot_bytes));
+  if (slot < 0) throw Error(InvalidArgument("CADRE_SHM_SLOT_BYTES must be >= 0"));
+  options->shm_slot_bytes = static_cast<size_t>(slot);
+  const int64_t spin = EnvInt("CADRE_SHM_SPIN_US", options->shm_spin_max.count());
+  if (spin < 0 || spin > 1'000'000) {
+    throw Error(InvalidArgument("CADRE_SHM_SPIN_US must be between 0 and 1000000"));
+  }
+  options->shm_spin_max = std::chrono::microseconds(spin);
+  options->hosts_file = HostsFileFromEnv();
+}
+
+std::shared_ptr<store::Store> ConnectStoreFromEnv(std::string identity, Duration timeout) {
+  auto address = GetEnv("CADRE_STORE");
+  if (!address) {
+    throw Error(InvalidArgument(
+        "CADRE_STORE is not set: it must hold host:port of the job's store (set by cadre run)"));
+  }
+  auto token = GetEnv("CADRE_JOB_TOKEN");
+  if (!token || token->empty()) {
+    throw Error(InvalidArgument(std::string("CADRE_JOB_TOKEN is ") + (token ? "empty" : "not set") +
+                                ": it must hold the job's secret token (set by cadre run)"));
+  }
+  net::HostPort hp;
+  ThrowIfError(net::ParseHostPort(*address, "CADRE_STORE", &hp));
+  store::TcpStoreOptions options;
+  options.host = hp.host;
+  options.port = hp.port;
+  options.token = *token;
+  options.identity = std::move(identity);
+  options.connect_timeout = timeout;
+  options.timeout = timeout;
+  options.hosts_file = HostsFileFromEnv();
+  return std::make_shared<store::TcpStore>(std::move(options));
+}
+
+engine::EngineGroupOptions EngineGroupOptionsFromEnv(const std::string& backend, int rank, int size,
+                                                     Duration timeout, const std::string& prefix) {
+  engine::EngineGroupOptions g;
+  ThrowIfError(engine::ParseEngineBackend(backend, &g.backend));
+  comm::CommunicatorOptions& o = g.comm;
+  o.rank = rank;
+  o.size = size;
+  o.timeout = timeout;
+  if (g.backend == engine::EngineBackend::kLocal) return g;
+  auto root = ConnectStoreFromEnv("engine rank " + std::to_string(rank), timeout);
+  o.store = std::make_shared<store::PrefixStore>(prefix, root);
+  o.token = GetEnv("CADRE_JOB_TOKEN").value_or("");
+  o.host = GetEnv("CADRE_HOST").value_or("");
+  o.bind_address = GetEnv("CADRE_BIND_ADDRESS").value_or("");
+  if (o.bind_address.empty()) o.bind_address = GetEnv("CADRE_LEARNER_ADDRESS").value_or("");
+  if (auto grid = GetEnv("CADRE_HOST_GRID"); grid && !grid->empty()) {
+    Status s = comm::ParseGrid(*grid, &o.hierarchy.host_grid);
+    if (!s.ok()) throw Error(s.WithContext("CADRE_HOST_GRID"));
+  }
+  ReadCommunicatorTunables(&o);
+  return g;
+}
+
+}  // namespace cadre::config
