@@ -25,7 +25,7 @@
 #include "cadre/comm/collectives.h"
 #include "cadre/comm/hierarchical.h"
 #include "cadre/config/from_env.h"
-#include "cadre/launch/netem/link_spec.h"
+#include "cadre/netem/link_spec.h"
 #include "cadre/store/prefix_store.h"
 #include "cadre/store/tcp_store.h"
 

@@ -24,8 +24,8 @@
 #include "cadre/base/status.h"
 #include "cadre/cli/commands.h"
 #include "cadre/cli/support.h"
-#include "cadre/launch/netem/host_exec.h"
-#include "cadre/launch/netem/network_emulator.h"
+#include "cadre/netem/host_exec.h"
+#include "cadre/netem/network_emulator.h"
 #include "cadre/ps/bench.h"
 
 namespace cadre::cli {

@@ -9,8 +9,8 @@
 
 #include "cadre/cli/commands.h"
 #include "cadre/cli/support.h"
-#include "cadre/launch/netem/host_exec.h"
-#include "cadre/launch/netem/network_emulator.h"
+#include "cadre/netem/host_exec.h"
+#include "cadre/netem/network_emulator.h"
 
 namespace cadre::cli {
 namespace {

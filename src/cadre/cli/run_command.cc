@@ -19,8 +19,8 @@
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/local_backend.h"
 #include "cadre/launch/manifest.h"
-#include "cadre/launch/netem/link_spec.h"
 #include "cadre/launch/python_env.h"
+#include "cadre/netem/link_spec.h"
 
 namespace cadre::cli {
 namespace {

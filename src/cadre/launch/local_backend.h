@@ -22,8 +22,8 @@
 #include "cadre/base/status.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/job_status.h"
-#include "cadre/launch/netem/link_spec.h"
 #include "cadre/launch/python_env.h"
+#include "cadre/netem/link_spec.h"
 
 namespace cadre::launch {
 

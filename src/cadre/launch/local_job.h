@@ -10,7 +10,7 @@
 #include "cadre/launch/learner_env.h"
 #include "cadre/launch/local_backend.h"
 #include "cadre/launch/log_mux.h"
-#include "cadre/launch/netem/network_emulator.h"
+#include "cadre/netem/network_emulator.h"
 #include "cadre/store/tcp_store.h"
 
 namespace cadre::launch {

@@ -1,8 +1,8 @@
-#include "cadre/launch/netem/link_spec.h"
+#include "cadre/netem/link_spec.h"
 
 #include <gtest/gtest.h>
 
-#include "cadre/launch/netem/traffic_control.h"
+#include "cadre/netem/traffic_control.h"
 
 namespace cadre::netem {
 namespace {

@@ -1,4 +1,4 @@
-#include "cadre/launch/netem/link_spec.h"
+#include "cadre/netem/link_spec.h"
 
 #include <charconv>
 #include <cmath>

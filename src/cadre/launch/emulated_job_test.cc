@@ -13,7 +13,7 @@
 
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/local_backend.h"
-#include "cadre/launch/netem/emulator_test_fixture.h"
+#include "cadre/netem/emulator_test_fixture.h"
 
 namespace cadre::launch {
 namespace {

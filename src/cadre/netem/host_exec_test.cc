@@ -1,8 +1,8 @@
-#include "cadre/launch/netem/host_exec.h"
+#include "cadre/netem/host_exec.h"
 
 #include <gtest/gtest.h>
 
-#include "cadre/launch/netem/emulator_test_fixture.h"
+#include "cadre/netem/emulator_test_fixture.h"
 
 namespace cadre::netem {
 namespace {

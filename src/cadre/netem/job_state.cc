@@ -1,4 +1,4 @@
-#include "cadre/launch/netem/job_state.h"
+#include "cadre/netem/job_state.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "cadre/base/logging.h"
-#include "cadre/launch/netem/command.h"
+#include "cadre/netem/command.h"
 
 namespace cadre::netem {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cadre/launch/netem/emulator_test_fixture.h"
+#include "cadre/netem/emulator_test_fixture.h"
 
 namespace cadre::netem {
 namespace {

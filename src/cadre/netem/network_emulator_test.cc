@@ -1,7 +1,7 @@
 // Tests on real network namespaces. They skip themselves unless the process may create
 // namespaces (root, `ip netns` permitted). Every test uses its own job id and state directory, so
 // test cases may run in parallel.
-#include "cadre/launch/netem/network_emulator.h"
+#include "cadre/netem/network_emulator.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,8 +19,8 @@
 
 #include <gtest/gtest.h>
 
-#include "cadre/launch/netem/command.h"
-#include "cadre/launch/netem/emulator_test_fixture.h"
+#include "cadre/netem/command.h"
+#include "cadre/netem/emulator_test_fixture.h"
 
 namespace cadre::netem {
 namespace {

@@ -1,4 +1,4 @@
-#include "cadre/launch/netem/command.h"
+#include "cadre/netem/command.h"
 
 #include <gtest/gtest.h>
 

@@ -35,9 +35,9 @@
 
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
-#include "cadre/launch/netem/job_state.h"
-#include "cadre/launch/netem/link_relay.h"
-#include "cadre/launch/netem/link_spec.h"
+#include "cadre/netem/job_state.h"
+#include "cadre/netem/link_relay.h"
+#include "cadre/netem/link_spec.h"
 
 namespace cadre::netem {
 

@@ -1,11 +1,11 @@
-#include "cadre/launch/netem/traffic_control.h"
+#include "cadre/netem/traffic_control.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
-#include "cadre/launch/netem/command.h"
+#include "cadre/netem/command.h"
 
 namespace cadre::netem {
 namespace {

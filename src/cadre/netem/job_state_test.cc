@@ -1,4 +1,4 @@
-#include "cadre/launch/netem/job_state.h"
+#include "cadre/netem/job_state.h"
 
 #include <stdlib.h>
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-#include "cadre/launch/netem/host_exec.h"
+#include "cadre/netem/host_exec.h"
 
 #include <signal.h>
 #include <sys/prctl.h>

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "cadre/base/status.h"
-#include "cadre/launch/netem/link_model.h"
-#include "cadre/launch/netem/link_spec.h"
+#include "cadre/netem/link_model.h"
+#include "cadre/netem/link_spec.h"
 
 namespace cadre::netem {
 

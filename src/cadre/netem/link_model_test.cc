@@ -1,6 +1,6 @@
 // The relay's timing/loss model with a made-up clock, and the relay itself over socket pairs
 // (SOCK_SEQPACKET keeps packet boundaries as a TUN does), so neither needs root.
-#include "cadre/launch/netem/link_model.h"
+#include "cadre/netem/link_model.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cadre/launch/netem/link_relay.h"
+#include "cadre/netem/link_relay.h"
 
 namespace cadre::netem {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
-#include "cadre/launch/netem/link_spec.h"
+#include "cadre/netem/link_spec.h"
 
 namespace cadre::netem {
 

@@ -1,4 +1,4 @@
-#include "cadre/launch/netem/network_emulator.h"
+#include "cadre/netem/network_emulator.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "cadre/base/logging.h"
-#include "cadre/launch/netem/command.h"
-#include "cadre/launch/netem/traffic_control.h"
-#include "cadre/launch/netem/tun_device.h"
+#include "cadre/netem/command.h"
+#include "cadre/netem/traffic_control.h"
+#include "cadre/netem/tun_device.h"
 
 namespace cadre::netem {
 namespace {

@@ -1,4 +1,4 @@
-#include "cadre/launch/netem/link_relay.h"
+#include "cadre/netem/link_relay.h"
 
 #include <signal.h>
 #include <sys/epoll.h>

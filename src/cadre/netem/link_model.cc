@@ -1,4 +1,4 @@
-#include "cadre/launch/netem/link_model.h"
+#include "cadre/netem/link_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "cadre/launch/netem/tun_device.h"
+#include "cadre/netem/tun_device.h"
 
 #include <fcntl.h>
 #include <linux/if.h>

@@ -37,7 +37,7 @@
 #include <random>
 #include <vector>
 
-#include "cadre/launch/netem/link_spec.h"
+#include "cadre/netem/link_spec.h"
 
 namespace cadre::netem {
 

@@ -8,7 +8,7 @@
 
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
-#include "cadre/launch/netem/network_emulator.h"
+#include "cadre/netem/network_emulator.h"
 
 namespace cadre::netem {
 

@@ -23,8 +23,8 @@
 
 #include <gtest/gtest.h>
 
-#include "cadre/launch/netem/command.h"
-#include "cadre/launch/netem/network_emulator.h"
+#include "cadre/netem/command.h"
+#include "cadre/netem/network_emulator.h"
 
 namespace cadre::netem {
 
