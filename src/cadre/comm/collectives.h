@@ -28,8 +28,8 @@ namespace cadre::comm {
 // - otherwise by size: kRecursiveDoubling up to kRecursiveDoublingMaxBytes (log p steps),
 //   kHalvingDoubling up to kHalvingDoublingMaxBytes (2 log p steps, ring's bytes; not at p = 3,
 //   where its fold makes it as many steps as the ring with more bytes), kRing above. (Across
-//   hosts with link delay the ring, which pipelines its steps, measured as fast as
-//   halving-doubling from 512 KiB per host and more predictable below: docs/benchmarks.md.)
+//   hosts with link delay the ring, which pipelines its steps, is as fast as halving-doubling
+//   for large messages and more predictable for smaller ones: docs/benchmarks.md.)
 // A requested algorithm other than kAuto is kept, except kHierarchical where it is not possible,
 // which becomes kRing (the flat ring is what it would degenerate to).
 inline constexpr size_t kRecursiveDoublingMaxBytes = 16 << 10;

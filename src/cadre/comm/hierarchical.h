@@ -93,9 +93,9 @@ void LeveledAllreduce(std::span<HierarchyGroup* const> levels, const void* input
 // fewer than kMinGridHosts hosts or a prime count; otherwise two dimensions {a, hosts / a} with a
 // the largest divisor not above sqrt(hosts) — the same bandwidth as one ring, 2(a-1) +
 // 2(hosts/a - 1) latency steps instead of 2(hosts - 1). The grid moves its data in more
-// phases that each wait for their slowest stream; at 4 hosts x 2 slots on 1 Gbit/s it measured
-// 84-90% of the link bound against the ring's 92% (docs/benchmarks.md), and saves only 2 latency
-// steps, so it is chosen where it saves at least 6 (8 hosts: 14 steps against 8).
+// phases that each wait for their slowest stream, so at 4 hosts, where it saves only 2 latency
+// steps, it reached less of the link than the ring (measurements: docs/benchmarks.md); it is
+// chosen where it saves at least 6 (8 hosts: 14 steps against 8).
 inline constexpr int kMinGridHosts = 8;
 std::vector<int> ChooseHostGrid(int hosts);
 

@@ -1,4 +1,4 @@
-// The learner contract (DESIGN.md section 3) as one value.
+// The learner contract (docs/manifest.md, "The learner contract") as one value.
 //
 // Every backend builds a slot's contract the same way: the job-wide part (JobContract) is decided
 // once by the runner and shipped to wherever the slots start (in memory for the local backend, a

@@ -29,8 +29,8 @@ struct ClientOptions {
   // Pipelining: a push-pull reply can only leave the server once its request arrived, so the
   // first reply waits one message and the last pushes' replies drain after the upload ends; both
   // scale with message_bytes, while the RPCs in flight (max_in_flight x message_bytes bytes)
-  // keep the link busy. Measured on 1 Gbit/s emulated links at 64 MiB: 1 MiB messages x 4 in
-  // flight reach ~0.58 s per step against 0.60 s for 2 MiB and 0.73 s for 2 MiB x 2.
+  // keep the link busy. The defaults are the fastest of the combinations measured on emulated
+  // links (docs/benchmarks.md, parameter servers).
   int64_t partition_bytes = 1 << 20;  // largest partition of a split variable
   int64_t message_bytes = 1 << 20;    // payload budget of one RPC (gRPC's default cap is 4 MiB)
   int max_in_flight = 4;              // outstanding RPCs per server
