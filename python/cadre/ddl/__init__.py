@@ -22,7 +22,7 @@ import time
 import torch
 
 import cadre.torch as _hvd
-from cadre.torch import mpi_ops as _mpi_ops
+from cadre.torch import submission as _submission
 from cadre.ddl import options as _options
 
 __all__ = ["init", "is_initialized", "rank", "size", "local_rank", "local_size", "num_hosts",
@@ -220,7 +220,7 @@ def grads_reduce(model_or_params, average=True):
         with torch.no_grad():
             handles.append(_hvd.grouped_allreduce_async_(staged, op=op, name="ddl.grads.%d" % k))
         pending.append((group, staged))
-    _mpi_ops._synchronize_all(handles)
+    _submission._synchronize_all(handles)
     for group, staged in pending:
         _write_back(group, staged)
     _account(time.perf_counter() - start, sum(g.numel() * g.element_size() for g in grads),

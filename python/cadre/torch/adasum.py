@@ -11,12 +11,15 @@ tensor's dtype (float16 combined in float32); prescale and postscale multiply th
 result as Horovod's ScaleBuffer does. As in Horovod, Adasum takes float16, float32 and float64
 tensors of the global process set at power-of-two sizes (NotImplementedError otherwise).
 
+Only the arithmetic lives here; submission.py submits the allgather and registers its handle.
 Every rank gathers all contributions (allgather) and evaluates the same tree, so all ranks get
 bit-identical results; that costs size x the memory of the tensor, which suits the moderate rank
 counts this mode runs at. Horovod computes the same tree with vector halving and distance
 doubling; per element the arithmetic is the same.
 """
 import torch
+
+from cadre.torch.basics import HorovodInternalError
 
 _ADASUM_DTYPES = (torch.float16, torch.float32, torch.float64)
 
@@ -60,8 +63,6 @@ def adasum_reduce(vectors):
 
 def check_supported(dtype, process_set, size):
     """Raises what Horovod raises where it has no Adasum."""
-    from cadre.torch.mpi_ops import HorovodInternalError
-
     if process_set is not None and process_set.process_set_id != 0:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     if size & (size - 1):
@@ -70,26 +71,3 @@ def check_supported(dtype, process_set, size):
     if dtype not in _ADASUM_DTYPES:
         raise HorovodInternalError("Adasum supports float16, float32 and float64 tensors, not %s"
                                    % dtype)
-
-
-def _adasum_async(tensor, output, name, process_set, prescale_factor=1.0,
-                  postscale_factor=1.0):
-    from cadre.torch import mpi_ops
-
-    engine = mpi_ops._engine(process_set)
-    check_supported(tensor.dtype, process_set, engine.size)
-    flat = scale_like_horovod(tensor.detach().reshape(1, -1), float(prescale_factor))
-    gathered_handle = mpi_ops.allgather_async(flat.contiguous(), name, process_set)
-    pending = mpi_ops._handles[gathered_handle]
-    inner_finish = pending.finish
-
-    def finish(core):
-        rows = inner_finish(core)
-        reduced = adasum_reduce(list(rows.unbind(0)))
-        reduced = scale_like_horovod(reduced, float(postscale_factor))
-        output.copy_(reduced.reshape(tensor.shape))
-        return output
-
-    pending.finish = finish
-    pending.keep = pending.keep + (tensor, output)
-    return gathered_handle

@@ -13,7 +13,7 @@ import contextlib
 
 import torch
 
-from cadre.torch import mpi_ops
+from cadre.torch import mpi_ops, submission
 from cadre.torch.compression import Compression
 from cadre.torch.optimizer import named_parameter_table
 
@@ -69,7 +69,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             for params, group in zip(stashed, self.param_groups):
                 group["params"] = params
         compressed, ctx = self._compression.compress(p.data)
-        handle = mpi_ops._allreduce_into(compressed, compressed, name, mpi_ops.Adasum, 1.0, 1.0,
+        handle = submission._allreduce_into(compressed, compressed, name, mpi_ops.Adasum, 1.0, 1.0,
                                          mpi_ops.global_process_set)
         return handle, (ctx, compressed)
 
@@ -110,7 +110,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
                 handle, ctx = self._allreduce_grad_async(p)
                 self._handles[p] = (handle, ctx)
         try:
-            outputs = mpi_ops._synchronize_all([h for h, _ in self._handles.values()])
+            outputs = submission._synchronize_all([h for h, _ in self._handles.values()])
         except Exception:
             # Every reduction of this step is finished: the next step may reuse the names.
             self._handles.clear()

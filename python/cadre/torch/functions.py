@@ -4,7 +4,7 @@ import pickle
 
 import torch
 
-from cadre.torch import mpi_ops
+from cadre.torch import mpi_ops, submission
 from cadre.torch.basics import global_process_set
 
 
@@ -29,14 +29,14 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         # shares a name with its gradient's allreduce.
         handles.append(mpi_ops.broadcast_async_(
             t, root_rank, None if name is None else "broadcast." + str(name), process_set))
-    mpi_ops._synchronize_all(handles)
+    submission._synchronize_all(handles)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Pickles obj on root_rank (a global rank) and returns it unpickled on every rank of
     process_set. Without a name, one is generated from a per-process-set count of calls (not
     from obj's type: the other ranks often pass None, and the names must agree)."""
-    name = name or mpi_ops._auto_name("broadcast_object", None, process_set)
+    name = name or submission._auto_name("broadcast_object", None, process_set)
     if mpi_ops.rank() == root_rank:
         buf = io.BytesIO()
         torch.save(obj, buf, pickle_module=pickle)
@@ -54,7 +54,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's obj, in rank order (objects may differ in type)."""
-    name = name or mpi_ops._auto_name("allgather_object", None, process_set)
+    name = name or submission._auto_name("allgather_object", None, process_set)
     buf = io.BytesIO()
     torch.save(obj, buf, pickle_module=pickle)
     data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)

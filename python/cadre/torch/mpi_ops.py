@@ -1,11 +1,11 @@
-"""Horovod's collective operations on torch tensors, over cadre's engine.
+"""Horovod's collective operations on torch tensors, over cadre's engine: the names of
+horovod.torch.mpi_ops.
 
-Tensors go to the engine as (data pointer, shape, dtype) of contiguous CPU memory; each handle
-keeps its tensors alive until it completes. Tensors on a GPU are staged through host memory
-(cuda_staging.py) or, for allreduces where NCCL can be used, reduced on the GPU (nccl_path.py);
-results land on the tensor's own device. ``*_async`` functions return an integer handle for
-``poll``/``synchronize``, as Horovod's do. The synchronous forms are differentiable when their
-input requires grad (differentiable.py).
+The asynchronous forms, their integer handles (``poll``/``synchronize``) and everything that
+talks to the engine are submission.py's; this module adds the synchronous forms, which are
+differentiable when their input requires grad (differentiable.py) and apply a ``compression``.
+The modules stack without a circle: basics <- adasum <- submission <- differentiable, sparse <-
+mpi_ops.
 
 Errors have Horovod 0.28's types: what Horovod's C++ side refuses (mismatches across ranks, a
 dead peer, shutdown, a joined rank, bad roots or splits, an unsupported op or dtype for an
@@ -17,232 +17,26 @@ implementation (process sets, sizes that are not powers of two) raises NotImplem
 This module also carries the names of horovod.torch.mpi_ops that scripts import directly (init,
 rank, size, ..., ProcessSet, HorovodInternalError, handle_average_backwards_compatibility).
 """
-import itertools
-import threading
-import warnings
-import weakref
+import sys
+import types
 
 import torch
 
-from cadre import _core
-from cadre.torch import cuda_staging, devices, nccl_path
+from cadre.torch import differentiable, submission
 from cadre.torch.basics import (  # noqa: F401  (Horovod's mpi_ops exports these names)
-    HorovodInternalError, ProcessSet, _STATE, add_process_set, ccl_built, cross_rank, cross_size,
+    HorovodInternalError, ProcessSet, add_process_set, ccl_built, cross_rank, cross_size,
     cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled, init, is_homogeneous,
     is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
     nccl_built, rank, remove_process_set, rocm_built, shutdown, size, start_timeline,
     stop_timeline)
 from cadre.torch.compression import Compression  # noqa: F401
-
-# Reduction ops (Horovod's constants).
-Average = "Average"
-Sum = "Sum"
-Adasum = "Adasum"
-Min = "Min"
-Max = "Max"
-Product = "Product"
-
-# The engine's codes, exported by the extension from the C++ enums (engine/request.h,
-# comm/types.h) rather than written down again here.
-_OP_ALLREDUCE = _core.OPS["allreduce"]
-_OP_ALLGATHER = _core.OPS["allgather"]
-_OP_BROADCAST = _core.OPS["broadcast"]
-_OP_ALLTOALL = _core.OPS["alltoall"]
-_OP_REDUCESCATTER = _core.OPS["reducescatter"]
-_OP_BARRIER = _core.OPS["barrier"]
-_REDUCE = {Sum: _core.REDUCE_OPS["sum"], Average: _core.REDUCE_OPS["sum"],
-           Min: _core.REDUCE_OPS["min"], Max: _core.REDUCE_OPS["max"],
-           Product: _core.REDUCE_OPS["product"]}
-# Every element type of the engine, each of which is a torch dtype of the same name: the types
-# Horovod's PyTorch binding takes.
-_DTYPES = {getattr(torch, name): code for name, code in _core.DTYPES.items()}
-
-_handles = {}
-_handles_lock = threading.Lock()
-_next_handle = itertools.count(1)
-_noname = weakref.WeakKeyDictionary()  # ProcessSet -> counter of generated names
-
-
-def _internal(message):
-    return HorovodInternalError(message)
-
-
-class _Pending:
-    """What synchronize() needs to finish one operation."""
-
-    def __init__(self, core, keep, finish):
-        self.core = core          # _core.Handle
-        self.keep = keep          # tensors that must outlive the operation
-        self.finish = finish      # callable(core_handle) -> result
-
-
-def _register(pending):
-    h = next(_next_handle)
-    with _handles_lock:
-        _handles[h] = pending
-    return h
-
-
-def _auto_name(kind, name, process_set):
-    """`name`, or a generated one. Generated names are counted per process set: ranks outside
-    a set do not run its operations, so with one counter the members' next generated global
-    name would differ from the other ranks' and the operation would never match."""
-    if name is not None:
-        return name
-    ps = process_set or global_process_set
-    with _handles_lock:
-        counter = _noname.setdefault(ps, itertools.count())
-        return "%s.noname.%d" % (kind, next(counter))
-
-
-def _dtype_code(tensor):
-    try:
-        return _DTYPES[tensor.dtype]
-    except KeyError:
-        # Horovod's own words and type for a tensor type it has no operation for.
-        raise ValueError("Tensor type %s is not supported." % tensor.type()) from None
-
-
-def _check_tensor(tensor):
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError("expected a torch.Tensor, got %s" % type(tensor).__name__)
-    if tensor.device.type != "cpu" and devices.device_of(tensor) is None:
-        raise ValueError("Tensor type %s is not supported: cadre.torch works on CPU and CUDA "
-                         "tensors" % tensor.type())
-    if tensor.is_sparse:
-        raise ValueError("Tensor type %s is not supported: use sparse_allreduce_async or "
-                         "sparse_as_dense=True" % tensor.type())
-
-
-def _engine(process_set):
-    """The process set's engine; HorovodInternalError before init and on a rank outside the
-    set, as Horovod's C++ side refuses those."""
-    ps = process_set or global_process_set
-    if not _STATE.initialized:
-        raise _internal("Horovod has not been initialized; use hvd.init().")
-    if ps.process_set_id is None:
-        raise _internal("process set %r is not registered (hvd.add_process_set or "
-                        "hvd.init(process_sets=...))" % (ps.ranks,))
-    if ps._engine is None:
-        raise _internal("rank %d is not a member of process set %d (ranks %s)"
-                        % (_STATE.rank, ps.process_set_id, ps.ranks))
-    return ps._engine
-
-
-def _set_rank(root_rank, process_set):
-    """The rank inside `process_set` of the global rank `root_rank`: Horovod's root_rank is a
-    global rank, also with process sets."""
-    ps = process_set or global_process_set
-    root = int(root_rank)
-    if ps.process_set_id == 0:
-        return root  # the engine checks the range
-    if root not in ps.ranks:
-        raise _internal("root_rank %d is not a member of process set %d (ranks %s)"
-                        % (root, ps.process_set_id, ps.ranks))
-    return ps.ranks.index(root)
-
-
-def _enqueue(engine, op, name, buf, **kw):
-    """Submits `buf` (contiguous CPU) to the engine. A duplicate pending name raises ValueError
-    (from the binding); every other refusal HorovodInternalError."""
-    code = _dtype_code(buf)
-    try:
-        return engine.enqueue(op, name, buf.data_ptr(), list(buf.shape), code, **kw)
-    except _core.CadreError as e:
-        raise _internal(str(e)) from e
-
-
-def _staged(device, engine, op, name, source, write_back=None, finish=None, **kw):
-    """Registers an operation on a device tensor, staged through host memory; its result (see
-    cuda_staging.StagedOp.result) is on the tensor's device."""
-    job = cuda_staging.submit(device, source, lambda host: _enqueue(engine, op, name, host, **kw),
-                              write_back)
-    return _register(_Pending(job, (), finish or (lambda j: j.result())))
-
-
-def handle_average_backwards_compatibility(op, average):
-    """Horovod's resolution of the deprecated `average` flag against `op`."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of "
-                             "them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in "
-                      "v1.0", DeprecationWarning)
-        return Average if average else Sum
-    return Average
-
-
-def _resolve_op(average, op):
-    op = handle_average_backwards_compatibility(op, average)
-    if op not in (Average, Sum, Adasum, Min, Max, Product):
-        raise _internal("unsupported reduction op %r (Average, Sum, Adasum, Min, Max, Product)"
-                        % (op,))
-    return op
-
-
-def _scales(op, dtype, prescale_factor, postscale_factor, set_size):
-    """(prescale, postscale) as the engine applies them: Average is a sum whose postscale is
-    divided by the set's size (Horovod's arithmetic, integers included). bool has no average
-    and no scaling, as in Horovod."""
-    pre, post = float(prescale_factor), float(postscale_factor)
-    if op == Average:
-        post /= set_size
-    if dtype == torch.bool and (op == Average or pre != 1.0 or post != 1.0):
-        raise _internal("bool tensors cannot be averaged or scaled (op=%s, prescale_factor=%s, "
-                        "postscale_factor=%s)" % (op, prescale_factor, postscale_factor))
-    return pre, post
-
-
-# ---------------------------------------------------------------- allreduce
-
-def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
-                    batchable=False):
-    """Reduces `tensor` into `output` (may be the same tensor); returns a handle. `batchable`
-    lets the engine wait briefly for more such submissions (DistributedOptimizer's gradients)."""
-    _check_tensor(tensor)
-    engine = _engine(process_set)
-    name = _auto_name("allreduce", name, process_set)
-    if op == Adasum:
-        return _adasum_async(tensor, output, name, process_set, prescale_factor,
-                             postscale_factor)
-    pre, post = _scales(op, tensor.dtype, prescale_factor, postscale_factor, engine.size)
-    device = devices.device_of(tensor)
-    if device is not None:
-        kw = dict(reduce_op=_REDUCE[op], prescale=pre, postscale=post, batchable=batchable)
-        path = nccl_path.path_for(engine)
-        if path is None or not path.accepts(tensor, _REDUCE[op]):
-            return _staged(device, engine, _OP_ALLREDUCE, name, tensor, output, **kw)
-        job = path.submit(tensor, output, _REDUCE[op], pre, post, lambda buf: _enqueue(
-            engine, _OP_ALLREDUCE, name, buf, external=True, **kw))
-        return _register(_Pending(job, (), lambda j: j.result()))
-    buf = output if output.is_contiguous() else output.contiguous()
-    if buf.data_ptr() != tensor.data_ptr():
-        buf.copy_(tensor)
-    core = _enqueue(engine, _OP_ALLREDUCE, name, buf, reduce_op=_REDUCE[op], prescale=pre,
-                    postscale=post, batchable=batchable)
-
-    def finish(_core_handle):
-        if buf is not output:
-            output.copy_(buf)
-        return output
-
-    return _register(_Pending(core, (tensor, output, buf), finish))
-
-
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set):
-    op = _resolve_op(average, op)
-    return _allreduce_into(tensor, tensor.clone(memory_format=torch.contiguous_format), name, op,
-                           prescale_factor, postscale_factor, process_set)
-
-
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set):
-    op = _resolve_op(average, op)
-    return _allreduce_into(tensor, tensor, name, op, prescale_factor, postscale_factor,
-                           process_set)
+from cadre.torch.sparse import sparse_allreduce, sparse_allreduce_async  # noqa: F401
+from cadre.torch.submission import (  # noqa: F401
+    Adasum, Average, Max, Min, Product, Sum, _auto_name, _check_tensor, _resolve_op,
+    allgather_async, allreduce_, allreduce_async, allreduce_async_, alltoall_async, barrier,
+    broadcast_async, broadcast_async_, grouped_allgather_async, grouped_allreduce_async,
+    grouped_allreduce_async_, grouped_reducescatter_async, handle_average_backwards_compatibility,
+    join, poll, reducescatter_async, synchronize)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -257,47 +51,6 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     out = allreduce_(compressed.clone(memory_format=torch.contiguous_format), average, name, op,
                      prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, ctx)
-
-
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
-    op = _resolve_op(average, op)
-    if (op is not Adasum and isinstance(tensor, torch.Tensor) and devices.device_of(tensor) is None
-            and not tensor.is_sparse and tensor.dtype in _DTYPES and tensor.is_contiguous()):
-        # The common case (a small metric, a latency-bound step) in one call to the engine: no
-        # handle to register and synchronize. Same results and errors as the general path.
-        engine = _engine(process_set)
-        pre, post = _scales(op, tensor.dtype, prescale_factor, postscale_factor, engine.size)
-        try:
-            engine.allreduce_sync(_auto_name("allreduce", name, process_set), tensor.data_ptr(),
-                                  tensor.shape, _DTYPES[tensor.dtype], _REDUCE[op], pre, post)
-        except _core.CadreError as e:
-            raise _internal(str(e)) from e
-        return tensor
-    return synchronize(allreduce_async_(tensor, None, name, op, prescale_factor,
-                                        postscale_factor, process_set))
-
-
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set):
-    """Submits the tensors together so that the engine negotiates and fuses them as one group.
-    Returns one handle whose result is the list of outputs."""
-    op = _resolve_op(average, op)
-    name = _auto_name("grouped_allreduce", name, process_set)
-    hs = [_allreduce_into(t, t.clone(memory_format=torch.contiguous_format), "%s.%d" % (name, i),
-                          op, prescale_factor, postscale_factor, process_set)
-          for i, t in enumerate(tensors)]
-    return _group(hs)
-
-
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set):
-    op = _resolve_op(average, op)
-    name = _auto_name("grouped_allreduce", name, process_set)
-    hs = [_allreduce_into(t, t, "%s.%d" % (name, i), op, prescale_factor, postscale_factor,
-                          process_set)
-          for i, t in enumerate(tensors)]
-    return _group(hs)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
@@ -322,65 +75,6 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                                 postscale_factor, process_set))
 
 
-class _GroupCore:
-    """A handle over several handles: done when all are."""
-
-    def __init__(self, handles):
-        self.handles = handles
-
-
-def _group(handles):
-    with _handles_lock:
-        parts = [_handles[h] for h in handles]
-
-    def finish(_):
-        return _synchronize_all(handles)
-
-    return _register(_Pending(_GroupCore(handles), parts, finish))
-
-
-def _synchronize_all(handles):
-    """Outputs of every handle. When one fails, the rest are still waited for before its error
-    is raised: a caller that goes on after the error may reuse their names at once, which the
-    engine refuses while an operation of that name is in flight."""
-    outputs, error = [], None
-    for h in handles:
-        try:
-            outputs.append(synchronize(h))
-        except Exception as e:  # noqa: BLE001 (re-raised below, after the others finish)
-            outputs.append(None)
-            error = error or e
-    if error is not None:
-        raise error
-    return outputs
-
-
-# ---------------------------------------------------------------- allgather / broadcast / ...
-
-def _engine_output(core, dtype):
-    out = torch.empty(core.output_shape, dtype=dtype)
-    core.copy_output(out.data_ptr(), core.output_nbytes)
-    return out
-
-
-def _rank_zero_check(tensor, what):
-    if tensor.dim() == 0:
-        raise _internal("Rank zero tried to %s a rank-zero tensor." % what)
-
-
-def allgather_async(tensor, name=None, process_set=global_process_set):
-    _check_tensor(tensor)
-    engine = _engine(process_set)
-    _rank_zero_check(tensor, "allgather")
-    name = _auto_name("allgather", name, process_set)
-    device = devices.device_of(tensor)
-    if device is not None:
-        return _staged(device, engine, _OP_ALLGATHER, name, tensor)
-    buf = tensor.contiguous()
-    core = _enqueue(engine, _OP_ALLGATHER, name, buf)
-    return _register(_Pending(core, (buf,), lambda c: _engine_output(c, tensor.dtype)))
-
-
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
     if differentiable.wanted(tensor):
@@ -388,42 +82,11 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return synchronize(allgather_async(tensor, name, process_set))
 
 
-def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    name = _auto_name("grouped_allgather", name, process_set)
-    return _group([allgather_async(t, "%s.%d" % (name, i), process_set)
-                   for i, t in enumerate(tensors)])
-
-
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     if any(differentiable.wanted(t) for t in tensors):
         name = _auto_name("grouped_allgather", name, process_set)
         return [allgather(t, "%s.%d" % (name, i), process_set) for i, t in enumerate(tensors)]
     return synchronize(grouped_allgather_async(tensors, name, process_set))
-
-
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    """root_rank is a global rank (a member of process_set), as in Horovod."""
-    _check_tensor(tensor)
-    engine = _engine(process_set)
-    root = _set_rank(root_rank, process_set)
-    name = _auto_name("broadcast", name, process_set)
-    device = devices.device_of(tensor)
-    if device is not None:
-        return _staged(device, engine, _OP_BROADCAST, name, tensor, tensor, root=root)
-    buf = tensor if tensor.is_contiguous() else tensor.contiguous()
-    core = _enqueue(engine, _OP_BROADCAST, name, buf, root=root)
-
-    def finish(_):
-        if buf is not tensor:
-            tensor.copy_(buf)
-        return tensor
-
-    return _register(_Pending(core, (tensor, buf), finish))
-
-
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    return broadcast_async_(tensor.clone(memory_format=torch.contiguous_format), root_rank, name,
-                            process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -436,29 +99,6 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    _check_tensor(tensor)
-    engine = _engine(process_set)
-    _rank_zero_check(tensor, "alltoall")
-    split_list = [] if splits is None else [int(s) for s in
-                                            (splits.tolist() if torch.is_tensor(splits)
-                                             else splits)]
-    name = _auto_name("alltoall", name, process_set)
-    device = devices.device_of(tensor)
-    if device is not None:
-        return _staged(device, engine, _OP_ALLTOALL, name, tensor, splits=split_list,
-                       finish=lambda j: (j.result(), torch.tensor(j.core.received_splits,
-                                                                  dtype=torch.int32)))
-    buf = tensor.contiguous()
-    core = _enqueue(engine, _OP_ALLTOALL, name, buf, splits=split_list)
-
-    def finish(c):
-        out = _engine_output(c, tensor.dtype)
-        return out, torch.tensor(c.received_splits, dtype=torch.int32)
-
-    return _register(_Pending(core, (buf,), finish))
-
-
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Rank r sends splits[j] rows to rank j (an even split when splits is None). Returns the
     received rows in rank order, and the rows received from each rank when splits is given."""
@@ -467,29 +107,6 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     else:
         output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
     return output if splits is None else (output, received)
-
-
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces across ranks and returns this rank's block of rows (the first rows % size ranks
-    get one more row). Sum and Average as in Horovod (scale factors with its arithmetic: the
-    engine scales each rank's input and the reduced block); Min, Max and Product as well."""
-    _check_tensor(tensor)
-    op = _resolve_op(None, op)
-    if op == Adasum:
-        raise _internal("Reducescatter does not support Adasum; use Sum or Average")
-    engine = _engine(process_set)
-    _rank_zero_check(tensor, "reducescatter")
-    pre, post = _scales(op, tensor.dtype, prescale_factor, postscale_factor, engine.size)
-    name = _auto_name("reducescatter", name, process_set)
-    device = devices.device_of(tensor)
-    if device is not None:
-        return _staged(device, engine, _OP_REDUCESCATTER, name, tensor, reduce_op=_REDUCE[op],
-                       prescale=pre, postscale=post)
-    buf = tensor.contiguous()
-    core = _enqueue(engine, _OP_REDUCESCATTER, name, buf, reduce_op=_REDUCE[op], prescale=pre,
-                    postscale=post)
-    return _register(_Pending(core, (buf,), lambda c: _engine_output(c, tensor.dtype)))
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
@@ -504,13 +121,6 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
         out = synchronize(reducescatter_async(compressed, name, op, process_set,
                                               prescale_factor, postscale_factor))
     return compression.decompress(out, ctx)
-
-
-def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
-                                prescale_factor=1.0, postscale_factor=1.0):
-    name = _auto_name("grouped_reducescatter", name, process_set)
-    return _group([reducescatter_async(t, "%s.%d" % (name, i), op, process_set, prescale_factor,
-                                       postscale_factor) for i, t in enumerate(tensors)])
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
@@ -528,65 +138,18 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
-def barrier(process_set=global_process_set):
-    """Returns once every rank of the process set has called barrier()."""
-    engine = _engine(process_set)
-    try:
-        core = engine.enqueue(_OP_BARRIER, _auto_name("barrier", None, process_set), 0, [], 0)
-    except _core.CadreError as e:
-        raise _internal(str(e)) from e
-    synchronize(_register(_Pending(core, (), lambda c: None)))
+class _MpiOpsModule(types.ModuleType):
+    """``mpi_ops._enqueue`` is submission's, read or replaced: the one call into the engine, which
+    tests wrap to log the submissions (tests/gpu_staging_checks.py) as they did when it lived
+    here."""
+
+    @property
+    def _enqueue(self):
+        return submission._enqueue
+
+    @_enqueue.setter
+    def _enqueue(self, fn):
+        submission._enqueue = fn
 
 
-def join(device=-1):
-    """Tells the other ranks this rank has no more batches: until every rank has joined, its
-    engine contributes zeros to their sum/average allreduces (their other collectives fail).
-    Returns the rank that joined last."""
-    engine = _engine(global_process_set)
-    try:
-        core = engine.join()
-    except _core.CadreError as e:
-        raise _internal(str(e)) from e
-    return synchronize(_register(_Pending(core, (), lambda c: c.join_rank)))
-
-
-# ---------------------------------------------------------------- handles
-
-def poll(handle):
-    """True when the operation behind `handle` has completed (without waiting)."""
-    if callable(handle):  # sparse_allreduce_async's handle
-        return handle.poll()
-    with _handles_lock:
-        pending = _handles.get(handle)
-    if pending is None:
-        raise ValueError("unknown or already synchronized handle %r" % (handle,))
-    if isinstance(pending.core, _GroupCore):
-        return all(poll(h) for h in pending.core.handles)
-    return pending.core.done()
-
-
-def synchronize(handle):
-    """Waits for the operation and returns its output; raises HorovodInternalError when it
-    failed (the message names the ranks involved). Also takes sparse_allreduce_async's
-    callable handle (Horovod's users call it; either works)."""
-    if callable(handle):
-        return handle()
-    with _handles_lock:
-        pending = _handles.pop(handle, None)
-    if pending is None:
-        raise ValueError("unknown or already synchronized handle %r" % (handle,))
-    core = pending.core
-    if not isinstance(core, _GroupCore):
-        # Short waits keep Ctrl-C responsive; the GIL is released inside wait().
-        while not core.wait(0.2):
-            pass
-        try:
-            core.check()
-        except _core.CadreError as e:
-            raise _internal(str(e)) from e
-    return pending.finish(core)
-
-
-from cadre.torch import differentiable  # noqa: E402  (uses the functions above)
-from cadre.torch.adasum import _adasum_async  # noqa: E402
-from cadre.torch.sparse import sparse_allreduce, sparse_allreduce_async  # noqa: E402,F401
+sys.modules[__name__].__class__ = _MpiOpsModule

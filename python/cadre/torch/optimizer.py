@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from cadre.torch import cuda_staging, mpi_ops
+from cadre.torch import cuda_staging, mpi_ops, submission
 from cadre.torch.basics import global_process_set
 from cadre.torch.compression import Compression
 from cadre.torch.functions import broadcast_object
@@ -177,7 +177,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         pre, post = self._scales()
         # Batchable: the engine waits briefly for the next gradients of this backward pass so
         # that one negotiation cycle fuses them.
-        handle = mpi_ops._allreduce_into(compressed, compressed, name, self.op, pre, post,
+        handle = submission._allreduce_into(compressed, compressed, name, self.op, pre, post,
                                          self.process_set, batchable=True)
         return handle, ctx
 
@@ -185,10 +185,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         name = self._parameter_names.get(id(group[0]))
         pairs = [self._compression.compress(self._dense_grad(p)) for p in group]
         pre, post = self._scales()
-        handles = [mpi_ops._allreduce_into(c, c, "%s.%d" % (name, i), self.op, pre, post,
+        handles = [submission._allreduce_into(c, c, "%s.%d" % (name, i), self.op, pre, post,
                                            self.process_set, batchable=True)
                    for i, (c, _) in enumerate(pairs)]
-        return mpi_ops._group(handles), [ctx for _, ctx in pairs]
+        return submission._group(handles), [ctx for _, ctx in pairs]
 
     def _make_hook(self, p):
         def hook(*ignore):
@@ -243,9 +243,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._handles[p] = self._allreduce_grad_async(p)
         # Every gradient of this step is submitted: the engine need not wait for more (after
         # the gradients still being copied off a GPU, cuda_staging.flush).
-        cuda_staging.flush(mpi_ops._engine(self.process_set))
+        cuda_staging.flush(submission._engine(self.process_set))
         try:
-            outputs = mpi_ops._synchronize_all([handle for handle, _ in self._handles.values()])
+            outputs = submission._synchronize_all([handle for handle, _ in self._handles.values()])
         except Exception:
             # Every collective of this step is finished (see _synchronize_all): the next step
             # starts afresh with the same names.

@@ -8,8 +8,8 @@ the result; ``hvd.synchronize`` and ``hvd.poll`` take it too.
 """
 import torch
 
-from cadre.torch import mpi_ops
-from cadre.torch.basics import global_process_set
+from cadre.torch import submission as ops
+from cadre.torch.basics import HorovodInternalError, global_process_set
 
 
 class SparseHandle:
@@ -23,14 +23,14 @@ class SparseHandle:
         self._result = None
 
     def poll(self):
-        return self._result is not None or all(mpi_ops.poll(h) for h in self._handles)
+        return self._result is not None or all(ops.poll(h) for h in self._handles)
 
     def __call__(self):
         if self._result is None:
             indices_handle, values_handle = self._handles
-            values = mpi_ops.synchronize(values_handle)
-            indices = mpi_ops.synchronize(indices_handle)
-            if self._op == mpi_ops.Average:
+            values = ops.synchronize(values_handle)
+            indices = ops.synchronize(indices_handle)
+            if self._op == ops.Average:
                 values = values / self._size
             t = self._tensor
             if indices.dim() == 0 or values.dim() == 0:
@@ -40,24 +40,23 @@ class SparseHandle:
         return self._result
 
 
-def sparse_allreduce_async(tensor, name, op=mpi_ops.Average, process_set=global_process_set):
+def sparse_allreduce_async(tensor, name, op=ops.Average, process_set=global_process_set):
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
         # RuntimeError, as torch raises it for Horovod (a dense tensor has no _indices()).
         raise RuntimeError("sparse_allreduce_async takes a sparse (COO) tensor, got %s"
                            % (tensor.type() if isinstance(tensor, torch.Tensor)
                               else type(tensor).__name__))
-    if op not in (mpi_ops.Average, mpi_ops.Sum):
-        raise mpi_ops.HorovodInternalError("sparse allreduce supports Average and Sum, not %r"
-                                           % (op,))
-    name = mpi_ops._auto_name("sparse_allreduce", name, process_set)
+    if op not in (ops.Average, ops.Sum):
+        raise HorovodInternalError("sparse allreduce supports Average and Sum, not %r" % (op,))
+    name = ops._auto_name("sparse_allreduce", name, process_set)
     # Allgather concatenates along the first dimension: the indices travel as [nnz, ndim].
     indices = tensor._indices().t().contiguous()
     values = tensor._values().contiguous()
-    indices_handle = mpi_ops.allgather_async(indices, "%s.indices" % name, process_set)
-    values_handle = mpi_ops.allgather_async(values, "%s.values" % name, process_set)
+    indices_handle = ops.allgather_async(indices, "%s.indices" % name, process_set)
+    values_handle = ops.allgather_async(values, "%s.values" % name, process_set)
     return SparseHandle(tensor, op, process_set, indices_handle, values_handle)
 
 
-def sparse_allreduce(tensor, name=None, op=mpi_ops.Average, process_set=global_process_set):
+def sparse_allreduce(tensor, name=None, op=ops.Average, process_set=global_process_set):
     """The synchronous form of sparse_allreduce_async."""
     return sparse_allreduce_async(tensor, name, op, process_set)()
