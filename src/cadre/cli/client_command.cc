@@ -5,12 +5,18 @@
 //   cadre jobs get ID                one training's resource (JSON)
 //   cadre jobs logs [-f] ID          its log; -f follows it until the job ends
 //   cadre jobs cancel ID [--hard-delete]
+//   cadre deploy TRAINING_ID [--name N]  deploys the completed training's saved model; prints
+//                                    the deployment's id once it is ready
+//   cadre score DEPLOYMENT_ID input.json
+//                                    WML predictions of that deployment for the payload in the
+//                                    file ({"input_data": [...]}; - reads stdin); prints them
 //
 // The server and token come from --server/--token or CADRE_SERVER/CADRE_TOKEN (default server
 // http://127.0.0.1:8900). Exit codes: 0 done, 1 the server refused or could not be reached
 // (its error printed), 2 bad usage.
 #include <httplib.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -18,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "cadre/cli/commands.h"
 #include "cadre/service/service.h"
@@ -174,6 +181,101 @@ int Cancel(const ClientFlags& flags, const std::string& id, bool hard) {
   return 0;
 }
 
+// The training's one stored model; errors say why there is none.
+int ModelOfTraining(Connection& c, const char* who, const std::string& training_id,
+                    std::string* model_id, std::string* name) {
+  auto r = c.client->Get("/ml/v4/trainings/" + training_id + "?" + kVersion, c.headers);
+  if (!r || r->status != 200) return Report(who, r);
+  json training = json::parse(r->body);
+  std::string state = training["entity"]["status"].value("state", "");
+  *name = training["metadata"].value("name", training_id);
+  if (state != "completed") {
+    std::cerr << who << ": training " << training_id << " is " << state << "; "
+              << (state == "failed" || state == "canceled"
+                      ? "only a completed training's model can be deployed"
+                      : "deploy it once it has completed (cadre jobs logs -f " + training_id + ")")
+              << "\n";
+    return 1;
+  }
+  r = c.client->Get("/ml/v4/models?training_id=" + training_id + "&" + kVersion, c.headers);
+  if (!r || r->status != 200) return Report(who, r);
+  json models = json::parse(r->body)["resources"];
+  if (models.empty()) {
+    std::cerr << who << ": training " << training_id
+              << " completed without a saved model: its script did not call "
+                 "cadre.save_model(model, example_input) (docs/serving.md)\n";
+    return 1;
+  }
+  *model_id = models[0]["metadata"]["id"].get<std::string>();
+  return 0;
+}
+
+int Deploy(const ClientFlags& flags, const std::string& training_id, std::string name,
+           double timeout_s) {
+  const char* who = "cadre deploy";
+  Connection c;
+  if (!Connect(flags, who, &c)) return 2;
+  std::string model_id, training_name;
+  if (int rc = ModelOfTraining(c, who, training_id, &model_id, &training_name); rc != 0) {
+    return rc;
+  }
+  if (name.empty()) name = training_name;
+  json request = {{"name", name}, {"online", json::object()}, {"asset", {{"id", model_id}}}};
+  auto r = c.client->Post(std::string("/ml/v4/deployments?") + kVersion, c.headers, request.dump(),
+                          "application/json");
+  if (!r || r->status != 201) return Report(who, r);
+  std::string id = json::parse(r->body)["metadata"]["id"].get<std::string>();
+  std::cerr << who << ": deployment " << id << " of model " << model_id << " is initializing\n";
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  std::string state;
+  for (;;) {
+    r = c.client->Get("/ml/v4/deployments/" + id + "?" + kVersion, c.headers);
+    if (!r || r->status != 200) return Report(who, r);
+    json status = json::parse(r->body)["entity"]["status"];
+    state = status.value("state", "");
+    if (state == "ready") break;
+    if (state == "failed") {
+      std::string why = "no reason given";
+      if (status.contains("failure")) why = status["failure"]["errors"][0].value("message", why);
+      std::cerr << who << ": deployment " << id << " failed: " << why << "\n";
+      return 1;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::cerr << who << ": deployment " << id << " is still " << state << " after " << timeout_s
+                << " s; follow it with GET /ml/v4/deployments/" << id << "\n";
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::cerr << who << ": ready; score it with: cadre score " << id << " input.json\n";
+  std::cout << id << "\n";
+  return 0;
+}
+
+int Score(const ClientFlags& flags, const std::string& id, const std::string& input) {
+  const char* who = "cadre score";
+  std::stringstream text;
+  if (input == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::ifstream in(input);
+    if (!in) {
+      std::cerr << who << ": cannot read " << input << "\n";
+      return 2;
+    }
+    text << in.rdbuf();
+  }
+  Connection c;
+  if (!Connect(flags, who, &c)) return 2;
+  auto r = c.client->Post("/ml/v4/deployments/" + id + "/predictions?" + kVersion, c.headers,
+                          text.str(), "application/json");
+  if (!r || r->status != 200) return Report(who, r);
+  json body = json::parse(r->body, nullptr, false);
+  std::cout << (body.is_discarded() ? r->body : body.dump(2)) << "\n";
+  return 0;
+}
+
 void AddConnectionFlags(CLI::App* cmd, ClientFlags* flags) {
   cmd->add_option("--server", flags->server,
                   "The server's URL (default $CADRE_SERVER, else http://127.0.0.1:" +
@@ -212,6 +314,31 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   cancel->add_flag("--hard-delete", *hard, "Also delete its record and files");
   cancel->callback([=] { *exit_code = Cancel(*flags, *id, *hard); });
   for (auto* sub : {list, get, logs, cancel}) AddConnectionFlags(sub, flags.get());
+
+  auto training = std::make_shared<std::string>();
+  auto name = std::make_shared<std::string>();
+  auto timeout = std::make_shared<double>(300);
+  auto* deploy =
+      app.add_subcommand("deploy",
+                         "Deploy a completed training's saved model for online scoring; prints the "
+                         "deployment's id once it is ready");
+  deploy->add_option("training_id", *training, "The training's id")->required();
+  deploy->add_option("--name", *name, "The deployment's name (default: the training's)");
+  deploy->add_option("--timeout", *timeout, "Seconds to wait for it to be ready (default 300)")
+      ->check(CLI::PositiveNumber);
+  AddConnectionFlags(deploy, flags.get());
+  deploy->callback([=] { *exit_code = Deploy(*flags, *training, *name, *timeout); });
+
+  auto deployment = std::make_shared<std::string>();
+  auto input = std::make_shared<std::string>();
+  auto* score = app.add_subcommand(
+      "score",
+      "Predictions of a deployment for a WML payload ({\"input_data\": [{\"fields\": "
+      "[...], \"values\": [[...]]}]}) read from a file (- for stdin)");
+  score->add_option("deployment_id", *deployment, "The deployment's id")->required();
+  score->add_option("input", *input, "The payload's file, or -")->required();
+  AddConnectionFlags(score, flags.get());
+  score->callback([=] { *exit_code = Score(*flags, *deployment, *input); });
 }
 
 }  // namespace cadre::cli

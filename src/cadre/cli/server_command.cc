@@ -2,6 +2,7 @@
 // `cadre users add NAME --plan PLAN`: a user of that server, and their bearer token.
 //
 //   cadre server [--data-dir DIR] [--listen HOST:PORT] [--slots N] [--grace S]
+//                [--deployment-restarts N] [--max-deployments N] [--max-prediction-mib N]
 //   cadre users add NAME --plan PLAN [--data-dir DIR]
 //
 // The token is printed once, alone on the last line of stdout, so scripts can take it with
@@ -28,6 +29,9 @@ struct ServerFlags {
   double grace_seconds = 10;
   int threads = 64;
   int64_t max_code_mib = 1024;
+  int64_t deployment_restarts = 3;
+  int64_t max_deployments = 16;
+  int64_t max_prediction_mib = 16;
 };
 
 bool ParseListen(const std::string& text, std::string* host, int* port) {
@@ -49,8 +53,10 @@ int RunServer(const ServerFlags& flags) {
     std::cerr << "cadre server: --listen: expected HOST:PORT, got '" << flags.listen << "'\n";
     return 2;
   }
-  if (flags.grace_seconds < 0 || flags.slots < 0 || flags.threads < 4) {
-    std::cerr << "cadre server: --grace and --slots must not be negative, --threads at least 4\n";
+  if (flags.grace_seconds < 0 || flags.slots < 0 || flags.threads < 4 ||
+      flags.deployment_restarts < 0 || flags.max_deployments < 0 || flags.max_prediction_mib < 1) {
+    std::cerr << "cadre server: --grace, --slots, --deployment-restarts and --max-deployments "
+                 "must not be negative, --threads at least 4, --max-prediction-mib at least 1\n";
     return 2;
   }
   options.data_dir = flags.data_dir;
@@ -58,6 +64,9 @@ int RunServer(const ServerFlags& flags) {
   options.grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_seconds * 1000));
   options.threads = flags.threads;
   options.max_unzipped = static_cast<uint64_t>(std::max<int64_t>(1, flags.max_code_mib)) << 20;
+  options.max_deployment_restarts = flags.deployment_restarts;
+  options.max_deployments = flags.max_deployments;
+  options.max_prediction_bytes = static_cast<uint64_t>(flags.max_prediction_mib) << 20;
   std::error_code ec;
   options.cadre = std::filesystem::read_symlink("/proc/self/exe", ec);
 
@@ -84,7 +93,9 @@ int RunServer(const ServerFlags& flags) {
   std::thread([server, stop] {
     int sig = 0;
     sigwait(&stop, &sig);
-    std::cout << "cadre server: " << strsignal(sig) << "; stopping (running jobs keep running)\n"
+    std::cout << "cadre server: " << strsignal(sig)
+              << "; stopping (running jobs keep running; deployments stop and start again "
+                 "with the server)\n"
               << std::flush;
     server->Stop();
   }).detach();
@@ -113,6 +124,14 @@ void AddServerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", flags->threads, "HTTP worker threads (default 64)");
   cmd->add_option("--max-code-mib", flags->max_code_mib,
                   "Largest a job's uploaded code may expand to, in MiB (default 1024)");
+  cmd->add_option("--deployment-restarts", flags->deployment_restarts,
+                  "Times a deployment's scoring process is started again after it died, before "
+                  "the deployment is marked failed (default 3)");
+  cmd->add_option("--max-deployments", flags->max_deployments,
+                  "Online deployments (scoring processes) this server runs at most (default 16)");
+  cmd->add_option("--max-prediction-mib", flags->max_prediction_mib,
+                  "Largest prediction request in MiB; larger ones get 413 before they are read "
+                  "(default 16)");
   cmd->callback([flags, exit_code] { *exit_code = RunServer(*flags); });
 
   auto* users = app.add_subcommand("users", "Users of a cadre server");

@@ -19,6 +19,9 @@
 
 #include "cadre/launch/job_spec.h"
 #include "cadre/service/accounts.h"
+#include "cadre/service/deployment_store.h"
+#include "cadre/service/deployments.h"
+#include "cadre/service/model_store.h"
 #include "cadre/service/scheduler.h"
 #include "cadre/service/service.h"
 #include "cadre/service/training_store.h"
@@ -30,10 +33,13 @@ struct ApiContext {
   Accounts& accounts;
   TrainingStore& trainings;
   Scheduler& scheduler;
+  ModelStore& models;
+  DeploymentStore& deployment_store;
+  Deployments& deployments;
   launch::Installed installed;        // what submissions are validated against
   const std::atomic<bool>& stopping;  // the server is shutting down: streams end
-  // Held while a submission's plan limits are checked and it is recorded, so that concurrent
-  // submissions cannot slip past a limit together.
+  // Held while a submission's plan limits (or the deployment limit) are checked and it is
+  // recorded, so that concurrent submissions cannot slip past a limit together.
   std::mutex submit_mutex;
 };
 

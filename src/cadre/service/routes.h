@@ -12,6 +12,11 @@ struct ApiContext;
 void AddTrainingRoutes(httplib::Server& server, ApiContext& ctx);
 // GET /ml/v4/trainings/{id}/logs (routes_logs.cc).
 void AddLogRoutes(httplib::Server& server, ApiContext& ctx);
+// GET /ml/v4/models[/{id}[/download]] (routes_models.cc).
+void AddModelRoutes(httplib::Server& server, ApiContext& ctx);
+// POST/GET/DELETE /ml/v4/deployments[/{id}], POST /ml/v4/deployments/{id}/predictions
+// (routes_deployments.cc).
+void AddDeploymentRoutes(httplib::Server& server, ApiContext& ctx);
 // GET / and the dashboard's files, GET /v1/me (routes_dashboard.cc).
 void AddDashboardRoutes(httplib::Server& server, ApiContext& ctx);
 

@@ -67,7 +67,7 @@ bool Scheduler::CancelRequested(const std::string& id) {
 }
 
 bool Scheduler::Pass() {
-  for (const auto& record : store_.InStates({kPending, kRunning})) Follow(record);
+  for (const auto& record : store_.InStates({kPending, kRunning, kStoring})) Follow(record);
 
   int64_t used = 0;
   std::vector<TrainingRecord> active = store_.InStates({kPending, kRunning});
@@ -111,6 +111,10 @@ void Scheduler::SignalRunner(const TrainingRecord& record) {
 
 void Scheduler::Follow(const TrainingRecord& record) {
   TrainingRecord r = record;
+  if (r.state == kStoring) {
+    Complete(r);
+    return;
+  }
   if (r.state == kPending) {
     // The server stopped while starting this job: did the runner get going?
     std::optional<pid_t> pid = ReadRunnerPid(r.work_dir);
@@ -139,11 +143,27 @@ void Scheduler::Follow(const TrainingRecord& record) {
     return;
   }
   if (outcome.state == "completed") {
-    Conclude(r, kCompleted, "training completed", std::nullopt);
+    Complete(r);
   } else if (outcome.state == "stopped" && (r.cancel_requested || CancelRequested(r.id))) {
     Conclude(r, kCanceled, "canceled", std::nullopt);
   } else {
     Conclude(r, kFailed, "training failed", outcome.failure);
+  }
+}
+
+void Scheduler::Complete(const TrainingRecord& record) {
+  if (!options_.models || !TrainingSavedModel(record)) {
+    Conclude(record, kCompleted, "training completed", std::nullopt);
+    return;
+  }
+  if (record.state != kStoring && !store_.SetStoring(record.id).ok()) return;
+  ModelRecord model;
+  Status st = StoreTrainingModel(*options_.models, options_.models_dir, record, &model);
+  if (st.ok()) {
+    Conclude(record, kCompleted, "training completed; model " + model.id + " stored", std::nullopt);
+  } else {
+    Conclude(record, kFailed, "the training completed but its model could not be stored",
+             st.message());
   }
 }
 

@@ -8,7 +8,9 @@
 // notices a runner that is gone, and records outcomes. Since everything it acts on is in the
 // database and the job directories, a restarted server simply carries on: running jobs are
 // found again by pid, queued jobs stay queued, and a job whose runner died while the server was
-// down is recorded as failed, saying so.
+// down is recorded as failed, saying so. A training that completes with a saved model passes
+// through `storing` while the model is copied into the model store; a server stopped mid-copy
+// stores it again when it starts.
 //
 // Thread-safe: Wake and Cancel may be called from any thread.
 #pragma once
@@ -22,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "cadre/service/model_store.h"
 #include "cadre/service/training_store.h"
 
 namespace cadre::service {
@@ -31,6 +34,10 @@ struct SchedulerOptions {
   std::filesystem::path cadre;             // the cadre program, started as each job's runner
   std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL when stopping learners
   std::chrono::milliseconds poll{100};     // follow-up period while jobs are active
+  // Where a completed training's saved model is stored (model_store.h); with `models` null,
+  // trainings complete without storing anything.
+  ModelStore* models = nullptr;
+  std::filesystem::path models_dir;
 };
 
 // The manifest the runner runs, in the work folder's model/ (written at submission).
@@ -59,6 +66,8 @@ class Scheduler {
   void Conclude(const TrainingRecord& record, const std::string& state, const std::string& message,
                 const std::optional<std::string>& failure);
   void Admit(const TrainingRecord& record);
+  // The training completed: store its saved model (if it left one), then conclude.
+  void Complete(const TrainingRecord& record);
   void SignalRunner(const TrainingRecord& record);
   // Read again: a cancellation may have arrived after the record was read.
   bool CancelRequested(const std::string& id);

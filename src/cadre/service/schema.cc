@@ -61,6 +61,35 @@ CREATE TABLE trainings (
 CREATE INDEX trainings_by_user ON trainings(user_id, seq);
 CREATE INDEX trainings_by_state ON trainings(state, seq);
 )sql",
+    // 2: models stored from completed trainings, and their online deployments.
+    R"sql(
+CREATE TABLE models (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  user_id INTEGER NOT NULL REFERENCES users(id),
+  training_id TEXT NOT NULL UNIQUE,      -- one model per training: storing is idempotent
+  name TEXT NOT NULL,
+  dir TEXT NOT NULL,                     -- the service's copy: <data>/models/<id>
+  signature TEXT NOT NULL,               -- model.json as cadre.save_model wrote it
+  size_bytes INTEGER NOT NULL,
+  created_at TEXT NOT NULL
+);
+CREATE INDEX models_by_user ON models(user_id, seq);
+CREATE TABLE deployments (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  user_id INTEGER NOT NULL REFERENCES users(id),
+  name TEXT NOT NULL,
+  model_id TEXT NOT NULL,
+  state TEXT NOT NULL,                   -- initializing, ready, failed
+  message TEXT,
+  failure TEXT,
+  restarts INTEGER NOT NULL DEFAULT 0,   -- times its process was started again after dying
+  created_at TEXT NOT NULL,
+  modified_at TEXT NOT NULL
+);
+CREATE INDEX deployments_by_user ON deployments(user_id, seq);
+)sql",
 };
 
 constexpr int kStepCount = static_cast<int>(std::size(kSteps));

@@ -43,6 +43,9 @@ struct Service::Parts {
   std::unique_ptr<Accounts> accounts;
   std::unique_ptr<TrainingStore> trainings;
   std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<ModelStore> models;
+  std::unique_ptr<DeploymentStore> deployment_store;
+  std::unique_ptr<Deployments> deployments;
   std::unique_ptr<ApiContext> ctx;
   httplib::Server server;
   int listen_fd = -1;
@@ -52,6 +55,7 @@ Service::Service(ServiceOptions options) : options_(std::move(options)) {}
 
 Service::~Service() {
   Stop();
+  if (parts_ && parts_->deployments) parts_->deployments->StopAll();
   if (parts_ && parts_->scheduler) parts_->scheduler->Stop();
 }
 
@@ -67,14 +71,35 @@ Status Service::Start() {
   CADRE_RETURN_IF_ERROR(OpenDatabase(options_.data_dir, &parts->db));
   parts->accounts = std::make_unique<Accounts>(*parts->db);
   parts->trainings = std::make_unique<TrainingStore>(*parts->db);
-  parts->scheduler = std::make_unique<Scheduler>(
-      *parts->trainings, SchedulerOptions{options_.slots, options_.cadre, options_.grace,
-                                          std::chrono::milliseconds(100)});
+  parts->models = std::make_unique<ModelStore>(*parts->db);
+  parts->deployment_store = std::make_unique<DeploymentStore>(*parts->db);
+  SchedulerOptions scheduling;
+  scheduling.slots = options_.slots;
+  scheduling.cadre = options_.cadre;
+  scheduling.grace = options_.grace;
+  scheduling.poll = std::chrono::milliseconds(100);
+  scheduling.models = parts->models.get();
+  scheduling.models_dir = options_.data_dir / "models";
+  parts->scheduler = std::make_unique<Scheduler>(*parts->trainings, scheduling);
+  if (options_.serve_program.empty()) {
+    options_.serve_program = options_.cadre.parent_path() / "cadre-serve";
+  }
+  DeploymentOptions deploying;
+  deploying.serve_program = options_.serve_program;
+  deploying.dir = options_.data_dir / "deployments";
+  deploying.max_restarts = options_.max_deployment_restarts;
+  deploying.grace = options_.grace;
+  deploying.max_request_bytes = options_.max_prediction_bytes;
+  parts->deployments =
+      std::make_unique<Deployments>(*parts->deployment_store, *parts->models, deploying);
   launch::PythonInfo python = launch::FindPython();
   parts->ctx.reset(new ApiContext{options_,
                                   *parts->accounts,
                                   *parts->trainings,
                                   *parts->scheduler,
+                                  *parts->models,
+                                  *parts->deployment_store,
+                                  *parts->deployments,
                                   launch::Installed{python.torch_version, python.interpreter},
                                   stopping_,
                                   {}});
@@ -118,6 +143,8 @@ Status Service::Start() {
       });
   AddTrainingRoutes(server, *parts->ctx);
   AddLogRoutes(server, *parts->ctx);
+  AddModelRoutes(server, *parts->ctx);
+  AddDeploymentRoutes(server, *parts->ctx);
   AddDashboardRoutes(server, *parts->ctx);
 
   if (options_.port == 0) {
@@ -132,12 +159,15 @@ Status Service::Start() {
   }
   if (parts->listen_fd >= 0) listen(parts->listen_fd, kListenBacklog);
   parts->scheduler->Start();
+  parts->deployments->Start();
   parts_ = std::move(parts);
   return Status::Ok();
 }
 
 void Service::Run() {
-  if (parts_) parts_->server.listen_after_bind();
+  if (!parts_) return;
+  parts_->server.listen_after_bind();
+  parts_->deployments->StopAll();
 }
 
 void Service::Stop() {

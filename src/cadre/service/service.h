@@ -6,6 +6,8 @@
 //   cadre.db          users, plans, tokens, trainings (WAL mode)
 //   jobs/<id>/        one job directory per training (its RESULT_DIR; see training_store.h)
 //   trainings/<id>/   the service's folder per training: model/ (code), training.log, runner.pid
+//   models/<id>/      stored models (model.json, model.pt), copied from completed trainings
+//   deployments/<id>/ each deployment's scoring process: its port file and serve.log
 //
 // Routes are registered per resource (routes.h); request helpers are in api.h.
 #pragma once
@@ -35,6 +37,13 @@ struct ServiceOptions {
   uint64_t max_body = 256ull << 20;    // larger requests are refused (413) before being read
   uint64_t max_unzipped = 1ull << 30;  // a job's code, expanded
   std::filesystem::path web_dir;       // the dashboard's files
+  // Deployments (deployments.h): the scorer program (default: cadre-serve beside `cadre`), how
+  // often a deployment's dead process is started again, how many deployments at most, and the
+  // largest prediction request (larger: 413 before it is read).
+  std::filesystem::path serve_program;
+  int64_t max_deployment_restarts = 3;
+  int64_t max_deployments = 16;
+  uint64_t max_prediction_bytes = 16ull << 20;
 };
 
 // The folder of the dashboard's files beside the source tree or the installed program.
@@ -51,7 +60,8 @@ class Service {
   Status Start();
   int port() const { return port_; }
   const ServiceOptions& options() const { return options_; }
-  // Serves until Stop(); returns when the listener has closed.
+  // Serves until Stop(); returns when the listener has closed and every deployment's process
+  // has been stopped.
   void Run();
   // Safe from any thread.
   void Stop();

@@ -52,7 +52,7 @@ bool IsFinalState(const std::string& state) {
 }
 
 bool IsKnownState(const std::string& state) {
-  return state == kQueued || state == kPending || state == kRunning || state == "storing" ||
+  return state == kQueued || state == kPending || state == kRunning || state == kStoring ||
          IsFinalState(state);
 }
 
@@ -142,6 +142,13 @@ Status TrainingStore::SetRunning(const std::string& id, int64_t pid, int64_t sta
 Status TrainingStore::SetQueued(const std::string& id) {
   auto lock = db_.Lock();
   Statement s(db_, "UPDATE trainings SET state = 'queued' WHERE id = ? AND state = 'pending'");
+  s.Bind(1, id);
+  return RunUpdate(db_, s);
+}
+
+Status TrainingStore::SetStoring(const std::string& id) {
+  auto lock = db_.Lock();
+  Statement s(db_, "UPDATE trainings SET state = 'storing' WHERE id = ? AND state = 'running'");
   s.Bind(1, id);
   return RunUpdate(db_, s);
 }

@@ -8,9 +8,10 @@
 // above (deployments of a finished training) find a job's results through Get(id, user).
 //
 // States are WML's strings: queued (waiting for slots), pending (its runner is being started),
-// running, completed, failed, canceled. Every read takes the owner's user id: another user's
-// job is simply not found. Rows with hard_delete set are invisible (their files are removed
-// once the runner has ended).
+// running, storing (the training completed and its saved model is being copied into the
+// model store, model_store.h), completed, failed, canceled. Every read takes the owner's user id:
+// another user's job is simply not found. Rows with hard_delete set are invisible (their files are
+// removed once the runner has ended).
 //
 // Thread-safe: every call takes the Db's lock.
 #pragma once
@@ -29,6 +30,7 @@ namespace cadre::service {
 inline constexpr char kQueued[] = "queued";
 inline constexpr char kPending[] = "pending";
 inline constexpr char kRunning[] = "running";
+inline constexpr char kStoring[] = "storing";  // completed; its saved model is being stored
 inline constexpr char kCompleted[] = "completed";
 inline constexpr char kFailed[] = "failed";
 inline constexpr char kCanceled[] = "canceled";
@@ -76,7 +78,8 @@ class TrainingStore {
   std::optional<TrainingRecord> GetAny(const std::string& id);
   Status SetPending(const std::string& id);
   Status SetRunning(const std::string& id, int64_t pid, int64_t start, const std::string& at);
-  Status SetQueued(const std::string& id);  // back in the queue: its runner never started
+  Status SetQueued(const std::string& id);   // back in the queue: its runner never started
+  Status SetStoring(const std::string& id);  // from running
   Status Finish(const std::string& id, const std::string& state, const std::string& message,
                 const std::optional<std::string>& failure);
   // Marks the job for cancellation (and deletion). Returns the record as it was; nullopt when

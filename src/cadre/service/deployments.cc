@@ -1,0 +1,382 @@
+#include "cadre/service/deployments.h"
+
+#include <fcntl.h>
+#include <httplib.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "cadre/service/accounts.h"
+#include "cadre/service/runner.h"
+
+extern char** environ;
+
+namespace cadre::service {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string DescribeWait(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(sig);
+    const char* descr = sigdescr_np(sig);
+    return "was killed by signal " + std::to_string(sig) +
+           (abbrev ? std::string(" (SIG") + abbrev + ": " + (descr ? descr : "") + ")" : "");
+  }
+  return "ended (wait status " + std::to_string(status) + ")";
+}
+
+std::string LastOutput(const fs::path& dir) {
+  std::string tail = TailOfFile(dir / "serve.log", 4);
+  return tail.empty() ? "" : "; its last output:\n" + tail;
+}
+
+int ReadPort(const fs::path& file) {
+  std::ifstream in(file);
+  int port = 0;
+  return (in >> port) && port > 0 && port < 65536 ? port : 0;
+}
+
+}  // namespace
+
+Deployments::Deployments(DeploymentStore& store, ModelStore& models, DeploymentOptions options)
+    : store_(store), models_(models), options_(std::move(options)) {}
+
+Deployments::~Deployments() { StopAll(); }
+
+void Deployments::Record(const Process& p, const std::string& state, const std::string& message,
+                         const std::optional<std::string>& failure) {
+  // NotFound: deleted meanwhile; nothing to record.
+  (void)store_.Update(p.id, state, message, failure, p.restarts);
+}
+
+void Deployments::Start() {
+  for (const auto& record : store_.InStates({kInitializing, kReady})) {
+    Process p;
+    p.id = record.id;
+    p.dir = options_.dir / record.id;
+    p.restarts = record.restarts;
+    std::optional<ModelRecord> model = models_.GetAny(record.model_id);
+    if (!model) {
+      Record(p, kFailed, "deployment failed", "its model " + record.model_id + " is gone");
+      continue;
+    }
+    p.model_dir = model->dir;
+    Record(p, kInitializing, "starting its scoring process again: the server started",
+           std::nullopt);
+    std::string id = p.id;
+    live_.emplace(std::move(id), std::move(p));
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Deployments::Launch(const DeploymentRecord& record) {
+  Process p;
+  p.id = record.id;
+  p.dir = options_.dir / record.id;
+  p.restarts = record.restarts;
+  std::optional<ModelRecord> model = models_.GetAny(record.model_id);
+  if (!model) {
+    Record(p, kFailed, "deployment failed", "its model " + record.model_id + " is gone");
+    return;
+  }
+  p.model_dir = model->dir;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    std::string id = p.id;
+    live_.emplace(std::move(id), std::move(p));
+    woken_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Deployments::Retire(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    Process p = std::move(it->second);
+    live_.erase(it);
+    if (p.pid > 0) {
+      kill(p.pid, SIGTERM);
+      p.term_sent = Clock::now();
+      retiring_.push_back(std::move(p));
+    } else {
+      std::error_code ec;
+      fs::remove_all(p.dir, ec);
+    }
+    woken_ = true;
+  }
+  wake_.notify_all();
+}
+
+std::optional<ScoringTarget> Deployments::Target(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(id);
+  if (it == live_.end() || !it->second.ready) return std::nullopt;
+  return ScoringTarget{it->second.port, it->second.token};
+}
+
+void Deployments::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    woken_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Deployments::StopAll() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Deployments::Loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    woken_ = false;
+    lock.unlock();
+    Pass();
+    lock.lock();
+    bool busy = !retiring_.empty();
+    for (const auto& [id, p] : live_) busy = busy || !p.ready;
+    auto period = busy ? options_.poll : std::chrono::milliseconds(250);
+    wake_.wait_for(lock, period, [this] { return stopping_ || woken_; });
+  }
+  lock.unlock();
+  ShutDown();
+}
+
+void Deployments::Spawn(Process& p) {
+  std::error_code ec;
+  fs::create_directories(p.dir, ec);
+  fs::path port_file = p.dir / "port";
+  fs::remove(port_file, ec);
+  p.token = RandomHex(16);
+  p.port = 0;
+  p.ready = false;
+  p.was_ready = false;
+  // Everything the child needs, prepared before fork: the server has threads.
+  std::vector<std::string> args = {options_.serve_program.string(),
+                                   p.model_dir.string(),
+                                   "--host",
+                                   "127.0.0.1",
+                                   "--port",
+                                   "0",
+                                   "--port-file",
+                                   port_file.string(),
+                                   "--name",
+                                   p.id,
+                                   "--max-request-bytes",
+                                   std::to_string(options_.max_request_bytes),
+                                   "--http-threads",
+                                   std::to_string(options_.http_threads)};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "CADRE_SERVE_TOKEN=", 18) != 0) env.emplace_back(*e);
+  }
+  env.push_back("CADRE_SERVE_TOKEN=" + p.token);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string log = (p.dir / "serve.log").string();
+  static constexpr char kExecFailed[] = "cadre server: could not execute the scorer program\n";
+
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Dies with the supervisor thread, which outlives the process unless the server dies.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    setpgid(0, 0);  // the terminal's Ctrl-C goes to the server, which stops us in order
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (in < 0 || out < 0) _exit(127);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(out, 2);
+    close_range(3, ~0U, 0);  // the server's sockets and database stay with the server
+    execve(argv[0], argv.data(), envp.data());
+    if (write(2, kExecFailed, sizeof(kExecFailed) - 1) < 0) _exit(127);
+    _exit(127);
+  }
+  if (pid < 0) {
+    p.fail_reason = std::string("fork: ") + strerror(errno);
+    return;
+  }
+  p.pid = pid;
+  p.started = Clock::now();
+}
+
+bool Deployments::Ended(Process& p, int status) {
+  std::string how = DescribeWait(status);
+  std::string output = LastOutput(p.dir);
+  bool was_ready = p.was_ready;
+  p.pid = 0;
+  p.port = 0;
+  p.ready = false;
+  if (!p.fail_reason.empty()) {
+    Record(p, kFailed, "deployment failed", p.fail_reason + output);
+    return false;
+  }
+  if (!was_ready && WIFEXITED(status)) {
+    // It refused to start (the model does not load, the program is missing): starting it
+    // again would only refuse again.
+    Record(p, kFailed, "deployment failed",
+           "its scoring process (" + options_.serve_program.string() + ") " + how +
+               " before it was ready" + output);
+    return false;
+  }
+  if (p.restarts >= options_.max_restarts) {
+    Record(p, kFailed, "deployment failed",
+           "its scoring process " + how + "; it was started again " + std::to_string(p.restarts) +
+               " time(s) already, the most allowed" + output);
+    return false;
+  }
+  ++p.restarts;
+  p.last_end = how;
+  Record(p, kInitializing,
+         "its scoring process " + how + "; starting it again (restart " +
+             std::to_string(p.restarts) + " of at most " + std::to_string(options_.max_restarts) +
+             ")",
+         std::nullopt);
+  Spawn(p);
+  if (p.pid == 0) {
+    Record(p, kFailed, "deployment failed",
+           "its scoring process could not be started again: " + p.fail_reason);
+    return false;
+  }
+  return true;
+}
+
+void Deployments::Pass() {
+  std::vector<std::pair<std::string, int>> starting;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto now = Clock::now();
+    for (auto it = live_.begin(); it != live_.end();) {
+      Process& p = it->second;
+      if (p.pid == 0) {
+        Spawn(p);
+        if (p.pid == 0) {
+          Record(p, kFailed, "deployment failed",
+                 "its scoring process could not be started: " + p.fail_reason);
+          it = live_.erase(it);
+          continue;
+        }
+      }
+      int status = 0;
+      if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
+        if (Ended(p, status)) {
+          ++it;
+        } else {
+          it = live_.erase(it);
+        }
+        continue;
+      }
+      if (!p.ready && p.fail_reason.empty()) {
+        if (now - p.started > options_.startup_timeout) {
+          p.fail_reason = "its scoring process was not ready within " +
+                          std::to_string(options_.startup_timeout.count() / 1000) + " s";
+          kill(p.pid, SIGKILL);
+        } else if (int port = ReadPort(p.dir / "port"); port > 0) {
+          starting.emplace_back(p.id, port);
+        }
+      }
+      ++it;
+    }
+    for (auto it = retiring_.begin(); it != retiring_.end();) {
+      int status = 0;
+      if (waitpid(it->pid, &status, WNOHANG) == it->pid) {
+        std::error_code ec;
+        fs::remove_all(it->dir, ec);
+        it = retiring_.erase(it);
+        continue;
+      }
+      if (now - it->term_sent > options_.grace) kill(it->pid, SIGKILL);
+      ++it;
+    }
+  }
+  CheckReady(starting);
+}
+
+void Deployments::CheckReady(const std::vector<std::pair<std::string, int>>& starting) {
+  for (const auto& [id, port] : starting) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(1);
+    client.set_read_timeout(5);
+    auto r = client.Get("/v2/health/ready");
+    if (!r || r->status != 200) continue;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(id);
+    if (it == live_.end() || it->second.ready || it->second.pid == 0) continue;
+    Process& p = it->second;
+    p.port = port;
+    p.ready = true;
+    p.was_ready = true;
+    Record(p, kReady,
+           p.restarts == 0 ? "ready"
+                           : "ready; its process was started again " + std::to_string(p.restarts) +
+                                 " time(s), last after it " + p.last_end,
+           std::nullopt);
+  }
+}
+
+void Deployments::ShutDown() {
+  std::vector<Process> all;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [id, p] : live_) all.push_back(std::move(p));
+    for (auto& p : retiring_) all.push_back(std::move(p));
+    live_.clear();
+    retiring_.clear();
+  }
+  for (const auto& p : all) {
+    if (p.pid > 0) kill(p.pid, SIGTERM);
+  }
+  auto deadline = Clock::now() + options_.grace;
+  for (;;) {
+    bool left = false;
+    for (auto& p : all) {
+      if (p.pid <= 0) continue;
+      int status = 0;
+      pid_t r = waitpid(p.pid, &status, WNOHANG);
+      if (r == p.pid || (r < 0 && errno == ECHILD)) {
+        p.pid = 0;
+      } else {
+        left = true;
+      }
+    }
+    if (!left) return;
+    if (Clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& p : all) {
+    if (p.pid <= 0) continue;
+    kill(p.pid, SIGKILL);
+    int status = 0;
+    while (waitpid(p.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+}  // namespace cadre::service

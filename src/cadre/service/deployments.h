@@ -1,0 +1,120 @@
+// Deployments: the scoring processes of online deployments, one per deployment, and the
+// supervisor thread that starts, watches and stops them.
+//
+// Isolation: each deployment is its own `cadre-serve` process (serving/serve_main.cc) on a free
+// loopback port, serving the stored model under the deployment's id and answering only to a
+// bearer token of its own (passed in its environment, never on its command line). A model that
+// crashes or exhausts memory takes down its own process only. The supervisor notices a process
+// that ended: one that never became ready because it could not load the model (exit code 2)
+// fails at once, with its last output as the reason; otherwise it is started again, at most
+// `max_restarts` times over the deployment's life, then the deployment fails saying how its
+// process ended. A process that is not ready within `startup_timeout` is killed and fails.
+//
+// The processes are children of the server, started by the supervisor thread with
+// PR_SET_PDEATHSIG, so they die with the server even when it is killed with SIGKILL. On an
+// orderly stop (StopAll) every process gets SIGTERM (cadre-serve answers what it has queued and
+// exits), then SIGKILL after `grace`. Deployments recorded `initializing` or `ready` are
+// started again when the server starts (Start): a restart of the service brings its deployments
+// back; `failed` ones stay failed.
+//
+// A deleted deployment (Retire) is stopped the same way: requests already inside its process
+// are answered; requests still on their way to it get 503 from the proxy.
+//
+// State changes are written to the DeploymentStore; the processes (pid, port, token) are only
+// in memory. Thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cadre/service/deployment_store.h"
+#include "cadre/service/model_store.h"
+
+namespace cadre::service {
+
+struct DeploymentOptions {
+  std::filesystem::path serve_program;  // cadre-serve
+  std::filesystem::path dir;            // one folder per deployment: port file, serve.log
+  int64_t max_restarts = 3;
+  std::chrono::milliseconds startup_timeout{120000};
+  std::chrono::milliseconds grace{10000};    // SIGTERM to SIGKILL
+  std::chrono::milliseconds poll{100};       // while a process is starting or stopping
+  uint64_t max_request_bytes = 32ull << 20;  // passed on to cadre-serve
+  int http_threads = 16;                     // each process's connections at once
+};
+
+// Where a ready deployment's process listens, and the token it takes.
+struct ScoringTarget {
+  int port = 0;
+  std::string token;
+};
+
+class Deployments {
+ public:
+  Deployments(DeploymentStore& store, ModelStore& models, DeploymentOptions options);
+  ~Deployments();  // StopAll
+  Deployments(const Deployments&) = delete;
+  Deployments& operator=(const Deployments&) = delete;
+
+  // Starts the supervisor, and the processes of deployments recorded initializing or ready.
+  void Start();
+  // `record` was just inserted (initializing): start its process.
+  void Launch(const DeploymentRecord& record);
+  // The deployment's row was removed: stop its process.
+  void Retire(const std::string& id);
+  // The ready deployment's process; nullopt when it is not ready.
+  std::optional<ScoringTarget> Target(const std::string& id);
+  // Something may have happened to a process (a proxied request broke): look now.
+  void Wake();
+  // Stops every process (SIGTERM, then SIGKILL after grace) and the supervisor. Idempotent.
+  void StopAll();
+
+ private:
+  struct Process {
+    std::string id;
+    std::filesystem::path model_dir, dir;
+    pid_t pid = 0;  // 0: to be started
+    int port = 0;
+    std::string token;
+    bool ready = false;
+    bool was_ready = false;  // since its last start
+    int64_t restarts = 0;
+    std::string last_end;  // how its last process ended, when it was restarted
+    std::chrono::steady_clock::time_point started, term_sent;
+    std::string fail_reason;  // set when the supervisor killed it for good
+  };
+
+  void Loop();
+  void Pass();
+  void Spawn(Process& p);
+  // The process ended with wait status `status`: restarts it (true), or records the failure
+  // (false: the caller forgets it).
+  bool Ended(Process& p, int status);
+  void CheckReady(const std::vector<std::pair<std::string, int>>& starting);
+  void ShutDown();  // on the supervisor thread, so that PR_SET_PDEATHSIG holds until the end
+  void Record(const Process& p, const std::string& state, const std::string& message,
+              const std::optional<std::string>& failure);
+
+  DeploymentStore& store_;
+  ModelStore& models_;
+  DeploymentOptions options_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool woken_ = false;
+  bool stopping_ = false;
+  std::map<std::string, Process> live_;  // GUARDED_BY(mutex_)
+  std::vector<Process> retiring_;        // GUARDED_BY(mutex_): SIGTERM sent
+  std::thread thread_;
+};
+
+}  // namespace cadre::service

@@ -1,0 +1,240 @@
+// POST/GET /ml/v4/deployments, GET/DELETE /ml/v4/deployments/{id}, and scoring through the
+// service: POST /ml/v4/deployments/{id}/predictions, proxied to the deployment's own process
+// (deployments.h).
+//
+// A deployment as the API shows it (WML v4): {metadata {id, name, created_at, modified_at},
+// entity {name, online {}, asset {id}, status {state, message {level, text}, failure {trace,
+// errors}, online_url {url}}, restarts}}.
+//
+// Predictions: the caller's bearer token is the service's (401 without it, 404 for a deployment
+// that does not exist or is not theirs, 503 while it is not ready); a body larger than
+// `max_prediction_bytes` is refused from its Content-Length (413) before any of it is parsed.
+// The deployment's answer (predictions, or its own 400/500 naming the field at fault) is passed
+// on as it is; a process that ends while scoring gives 503, and the supervisor restarts it.
+#include <cstdlib>
+
+#include "cadre/service/api.h"
+#include "cadre/service/clock.h"
+#include "cadre/service/deployments.h"
+#include "cadre/service/routes.h"
+
+namespace cadre::service {
+namespace {
+
+using nlohmann::json;
+
+json DeploymentResource(const DeploymentRecord& d) {
+  json status = {{"state", d.state},
+                 {"online_url", {{"url", "/ml/v4/deployments/" + d.id + "/predictions"}}}};
+  if (d.message) status["message"] = {{"level", "info"}, {"text", *d.message}};
+  if (d.failure) {
+    status["failure"] = {
+        {"trace", d.id},
+        {"errors", json::array({{{"code", "deployment_failed"}, {"message", *d.failure}}})}};
+  }
+  return {{"metadata",
+           {{"id", d.id},
+            {"name", d.name},
+            {"created_at", d.created_at},
+            {"modified_at", d.modified_at}}},
+          {"entity",
+           {{"name", d.name},
+            {"online", json::object()},
+            {"asset", {{"id", d.model_id}}},
+            {"status", std::move(status)},
+            {"restarts", d.restarts}}}};
+}
+
+void SendDeploymentNotFound(httplib::Response& res, const std::string& id) {
+  SendError(res, 404, "deployment_not_found", "deployment '" + id + "' does not exist", "id");
+}
+
+void Create(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (!CheckVersion(req, res)) return;
+  std::optional<User> user = Authenticate(ctx, req, res);
+  if (!user) return;
+  json body = json::parse(req.body, nullptr, false);
+  if (!body.is_object()) {
+    SendError(res, 400, "invalid_request_entity",
+              "the body must be a JSON object {\"name\", \"online\": {}, \"asset\": {\"id\"}}");
+    return;
+  }
+  std::vector<ApiError> errors;
+  std::string name;
+  if (!body.contains("name") || !body["name"].is_string() ||
+      body["name"].get<std::string>().empty()) {
+    errors.push_back({"missing_field", "name: expected a non-empty string", "name"});
+  } else {
+    name = body["name"].get<std::string>();
+  }
+  if (body.contains("batch")) {
+    errors.push_back({"invalid_parameter",
+                      "batch: only online deployments are supported; "
+                      "send \"online\": {}",
+                      "batch"});
+  } else if (!body.contains("online") || !body["online"].is_object()) {
+    errors.push_back({"missing_field", "online: expected an object ({} will do)", "online"});
+  }
+  std::string model_id;
+  if (!body.contains("asset") || !body["asset"].is_object() || !body["asset"].contains("id") ||
+      !body["asset"]["id"].is_string()) {
+    errors.push_back({"missing_field",
+                      "asset.id: expected the id of a stored model "
+                      "(GET /ml/v4/models)",
+                      "asset.id"});
+  } else {
+    model_id = body["asset"]["id"].get<std::string>();
+  }
+  if (!errors.empty()) {
+    SendErrors(res, 400, errors);
+    return;
+  }
+  if (!ctx.models.Get(model_id, user->id)) {
+    SendError(res, 404, "model_not_found", "asset.id: model '" + model_id + "' does not exist",
+              "asset.id");
+    return;
+  }
+  DeploymentRecord record;
+  {
+    std::lock_guard<std::mutex> lock(ctx.submit_mutex);
+    if (ctx.deployment_store.Count() >= ctx.options.max_deployments) {
+      SendError(res, 409, "deployment_limit_reached",
+                "this server runs at most " + std::to_string(ctx.options.max_deployments) +
+                    " deployments; delete one first");
+      return;
+    }
+    record.id = "deployment-" + RandomHex(8);
+    record.user_id = user->id;
+    record.name = name;
+    record.model_id = model_id;
+    record.state = kInitializing;
+    record.message = "starting its scoring process";
+    record.created_at = record.modified_at = NowIso();
+    Status st = ctx.deployment_store.Insert(&record);
+    if (!st.ok()) {
+      SendError(res, 500, "internal_error", "could not record the deployment: " + st.message());
+      return;
+    }
+  }
+  ctx.deployments.Launch(record);
+  res.set_header("Location", "/ml/v4/deployments/" + record.id);
+  SendJson(res, 201, DeploymentResource(record));
+}
+
+void List(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (!CheckVersion(req, res)) return;
+  std::optional<User> user = Authenticate(ctx, req, res);
+  if (!user) return;
+  json resources = json::array();
+  for (const auto& d : ctx.deployment_store.List(user->id)) {
+    resources.push_back(DeploymentResource(d));
+  }
+  SendJson(res, 200, {{"total_count", resources.size()}, {"resources", resources}});
+}
+
+void Get(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (!CheckVersion(req, res)) return;
+  std::optional<User> user = Authenticate(ctx, req, res);
+  if (!user) return;
+  std::string id = req.matches[1];
+  std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
+  if (!d) return SendDeploymentNotFound(res, id);
+  SendJson(res, 200, DeploymentResource(*d));
+}
+
+void Delete(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (!CheckVersion(req, res)) return;
+  std::optional<User> user = Authenticate(ctx, req, res);
+  if (!user) return;
+  std::string id = req.matches[1];
+  if (!ctx.deployment_store.Remove(id, user->id)) return SendDeploymentNotFound(res, id);
+  ctx.deployments.Retire(id);
+  res.status = 204;
+}
+
+// Reads what is left of the body and throws it away: answering before the client has sent it
+// all would reset the connection under the answer.
+void Drain(const httplib::ContentReader& reader) {
+  reader([](const char*, size_t) { return true; });
+}
+
+void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& res,
+             const httplib::ContentReader& reader) {
+  std::optional<User> user;
+  if (CheckVersion(req, res)) user = Authenticate(ctx, req, res);
+  if (!user) return Drain(reader);
+  const uint64_t limit = ctx.options.max_prediction_bytes;
+  auto too_large = [&](const std::string& size) {
+    Drain(reader);
+    SendError(res, 413, "payload_too_large",
+              "the request body" + size + " is larger than a deployment takes (" +
+                  std::to_string(limit) + " bytes); send fewer rows per request");
+  };
+  const std::string length = req.get_header_value("Content-Length");
+  if (!length.empty() && std::strtoull(length.c_str(), nullptr, 10) > limit) {
+    return too_large(" (" + length + " bytes)");
+  }
+  std::string id = req.matches[1];
+  std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
+  if (!d) {
+    Drain(reader);
+    return SendDeploymentNotFound(res, id);
+  }
+  std::string body;
+  bool over = false;
+  reader([&](const char* data, size_t n) {
+    if (!over && body.size() + n <= limit) {
+      body.append(data, n);
+    } else {
+      over = true;
+      body.clear();
+    }
+    return true;
+  });
+  if (over) return too_large("");
+  std::optional<ScoringTarget> target = ctx.deployments.Target(id);
+  if (!target) {
+    std::string why = d->state == kFailed  ? "failed: " + d->failure.value_or("")
+                      : d->state == kReady ? "its process is being started again"
+                                           : d->state;
+    SendError(res, 503, "deployment_not_ready",
+              "deployment '" + id + "' is not ready (" + why + ")");
+    return;
+  }
+  httplib::Client client("127.0.0.1", target->port);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(300);
+  httplib::Headers headers = {{"Authorization", "Bearer " + target->token}};
+  auto r = client.Post(("/ml/v4/deployments/" + id + "/predictions").c_str(), headers, body,
+                       "application/json");
+  if (!r) {
+    ctx.deployments.Wake();
+    SendError(res, 503, "deployment_unavailable",
+              "deployment '" + id + "' did not answer (" + httplib::to_string(r.error()) +
+                  "): its process ended or is being stopped; it is restarted unless it was "
+                  "deleted, try again");
+    return;
+  }
+  res.status = r->status;
+  res.set_content(r->body, "application/json");
+}
+
+}  // namespace
+
+void AddDeploymentRoutes(httplib::Server& server, ApiContext& ctx) {
+  server.Post("/ml/v4/deployments", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    Create(ctx, req, res);
+  });
+  server.Get("/ml/v4/deployments",
+             [&ctx](const httplib::Request& req, httplib::Response& res) { List(ctx, req, res); });
+  server.Get(R"(/ml/v4/deployments/([^/]+))",
+             [&ctx](const httplib::Request& req, httplib::Response& res) { Get(ctx, req, res); });
+  server.Delete(
+      R"(/ml/v4/deployments/([^/]+))",
+      [&ctx](const httplib::Request& req, httplib::Response& res) { Delete(ctx, req, res); });
+  server.Post(R"(/ml/v4/deployments/([^/]+)/predictions)",
+              [&ctx](const httplib::Request& req, httplib::Response& res,
+                     const httplib::ContentReader& reader) { Predict(ctx, req, res, reader); });
+}
+
+}  // namespace cadre::service

@@ -1,0 +1,305 @@
+"""Models and online deployments in `cadre server`, end to end: tiny trainings that call
+cadre.save_model run through the service, their models are stored and deployed, each deployment
+is its own cadre-serve process, and predictions go through the service's route. No timed
+assertions: every wait is bounded, none is measured."""
+import io
+import json
+import os
+import signal
+import subprocess
+import threading
+import urllib.request
+import zipfile
+
+from service_helpers import (CADRE, FINAL, VERSION, make_zip, pids_of_processes_mentioning,
+                             wait_for)
+
+# A linear model whose scores are its first three inputs: [1, 2, 3, 4] scores [1, 2, 3], "c".
+TINY = """
+import torch, cadre
+model = torch.nn.Linear(4, 3)
+with torch.no_grad():
+    model.weight.copy_(torch.eye(3, 4))
+    model.bias.zero_()
+cadre.save_model(model, torch.zeros(1, 4), labels=["a", "b", "c"])
+print("saved", flush=True)
+"""
+
+# Doubles its input, and kills its own process for any value over 1000: INT64_MIN % -1 traps
+# in the CPU (SIGFPE), as a model with a native bug would.
+CRASHY = """
+import torch, cadre
+
+class Crashy(torch.nn.Module):
+    def forward(self, x):
+        if bool((x > 1000.0).any()):
+            # From the input, so that the JIT cannot fold it into a constant ahead of time.
+            zero = (x[:1, 0] * 0.0).long()
+            low = zero + (-9223372036854775807 - 1)
+            x = x + torch.remainder(low, zero - 1).float()
+        return x * 2.0
+
+cadre.save_model(Crashy(), torch.zeros(1, 4))
+"""
+
+MANIFEST = ("name: {name}\nframework: {{name: pytorch}}\n"
+            "execution: {{command: python3 train.py, "
+            "compute_configuration: {{name: cpu, nodes: 1}}}}\n")
+
+
+def payload(rows):
+    """WML's payload for the one input `input`: one value per field, each row a tensor row."""
+    return json.dumps({"input_data": [{"fields": ["input"], "values": [[r] for r in rows]}]})
+
+
+def train(client, *scripts, name="tiny"):
+    """Submits a training per script (at once); returns their ids once they have completed."""
+    ids = []
+    for i, script in enumerate(scripts):
+        r = client.submit_manifest(MANIFEST.format(name=f"{name}-{i}"),
+                                   code=make_zip({"train.py": script}))
+        assert r.status == 201, r
+        ids.append(r.json()["metadata"]["id"])
+    for tid in ids:
+        status = client.wait_state(tid, FINAL, timeout=300)
+        assert status["state"] == "completed", status
+    return ids if len(ids) > 1 else ids[0]
+
+
+def ml(client, method, path, body=None, **kw):
+    sep = "&" if "?" in path else "?"
+    if body is not None and not isinstance(body, (str, bytes)):
+        body = json.dumps(body)
+    return client.request(method, f"/ml/v4/{path}{sep}version={VERSION}", body=body,
+                          content_type="application/json" if body is not None else None, **kw)
+
+
+def model_of(client, training_id):
+    r = ml(client, "GET", f"models?training_id={training_id}")
+    assert r.status == 200, r
+    (model,) = r.json()["resources"]
+    return model
+
+
+def deploy(client, model_id, name="d"):
+    r = ml(client, "POST", "deployments",
+           {"name": name, "online": {}, "asset": {"id": model_id}})
+    assert r.status == 201, r
+    assert r.json()["entity"]["status"]["state"] == "initializing"
+    assert r.headers["Location"] == "/ml/v4/deployments/" + r.json()["metadata"]["id"]
+    return r.json()["metadata"]["id"]
+
+
+def wait_deployment(client, did, states, timeout=120, restarts=0):
+    """The deployment's entity once it is in one of `states` with at least `restarts`."""
+    states = (states,) if isinstance(states, str) else tuple(states)
+
+    def check():
+        r = ml(client, "GET", f"deployments/{did}")
+        assert r.status == 200, r
+        entity = r.json()["entity"]
+        done = entity["status"]["state"] in states and entity["restarts"] >= restarts
+        return entity if done else None
+    return wait_for(f"deployment {did} to be {'/'.join(states)}", check, timeout)
+
+
+def score(client, did, rows, **kw):
+    return ml(client, "POST", f"deployments/{did}/predictions", payload(rows), **kw)
+
+
+def serve_pids(server, did):
+    return pids_of_processes_mentioning(os.path.join(server.data_dir, "deployments", did))
+
+
+def run_cli(*args, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([CADRE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=300, env=env)
+
+
+def test_model_stored_deployed_scored_deleted_and_back_after_a_restart(make_server, tmp_path):
+    data = tmp_path / "data"
+    server = make_server(data_dir=data)
+    ada_token = server.add_user("ada")
+    ada = server.client(ada_token)
+    bob = server.client(server.add_user("bob"))
+    tid = train(ada, TINY)
+    status = ada.get(tid).json()["entity"]["status"]
+    assert "stored" in status["message"]["text"], status
+
+    # The model: registered with its signature, readable and downloadable by its owner only.
+    model = model_of(ada, tid)
+    mid = model["metadata"]["id"]
+    sig = model["entity"]["signature"]
+    assert sig["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}]
+    assert sig["outputs"][0]["shape"] == [-1, 3] and sig["labels"] == ["a", "b", "c"]
+    assert model["entity"]["training"]["id"] == tid
+    assert ml(ada, "GET", f"models/{mid}").json() == model
+    assert ml(bob, "GET", f"models/{mid}").status == 404
+    assert ml(bob, "GET", "models").json()["resources"] == []
+    req = urllib.request.Request(f"{server.url}/ml/v4/models/{mid}/download?version={VERSION}",
+                                 headers={"Authorization": f"Bearer {ada_token}"})
+    with urllib.request.urlopen(req, timeout=60) as download:
+        assert download.headers["Content-Type"] == "application/zip"
+        names = zipfile.ZipFile(io.BytesIO(download.read())).namelist()
+    assert sorted(names) == ["model.json", "model.pt"], names
+    assert ml(bob, "GET", f"models/{mid}/download").status == 404
+    assert ml(ada, "GET", "models/model-nope").status == 404
+    assert ml(server.client(), "GET", "models").status == 401
+
+    # Bad deployment requests name the field; another user's model is not found.
+    r = ml(ada, "POST", "deployments", {"online": {}})
+    assert r.status == 400 and set(r.error_targets()) == {"name", "asset.id"}, r
+    r = ml(ada, "POST", "deployments", {"name": "x", "batch": {}, "asset": {"id": mid}})
+    assert r.status == 400 and r.error_targets() == ["batch"], r
+    assert ml(ada, "POST", "deployments", "[1, 2").status == 400
+    r = ml(bob, "POST", "deployments", {"name": "x", "online": {}, "asset": {"id": mid}})
+    assert r.status == 404 and r.error_targets() == ["asset.id"], r
+
+    did = deploy(ada, mid, "tiny-online")
+    entity = wait_deployment(ada, did, ("ready", "failed"))
+    assert entity["status"]["state"] == "ready", entity
+    assert entity["asset"]["id"] == mid and entity["online"] == {}
+    assert len(serve_pids(server, did)) == 1
+
+    r = score(ada, did, [[1, 2, 3, 4], [0, 0, 5, 1]])
+    assert r.status == 200, r
+    assert r.json() == {"predictions": [{"fields": ["prediction", "output"],
+                                         "values": [["c", [1.0, 2.0, 3.0]],
+                                                    ["c", [0.0, 0.0, 5.0]]]}]}
+    # The deployment's own checks come back as they are: the field and the expected shape.
+    r = score(ada, did, [[1, 2, 3]])
+    assert r.status == 400 and "4" in r.body, r
+    # The service's own refusals.
+    assert score(ada, "deployment-nope", [[1, 2, 3, 4]]).status == 404
+    assert score(bob, did, [[1, 2, 3, 4]]).status == 404
+    r = score(server.client(), did, [[1, 2, 3, 4]])
+    assert r.status == 401, r
+    huge = payload([[0.5, 0.5, 0.5, 0.5]] * 1_000_000)
+    r = ml(ada, "POST", f"deployments/{did}/predictions", huge)
+    assert r.status == 413 and r.error_codes() == ["payload_too_large"], r
+    assert score(ada, did, [[1, 2, 3, 4]]).status == 200  # and it still serves
+    listed = ml(ada, "GET", "deployments").json()
+    assert [d["metadata"]["id"] for d in listed["resources"]] == [did]
+    assert ml(bob, "GET", "deployments").json()["resources"] == []
+    assert ml(bob, "GET", f"deployments/{did}").status == 404
+    assert ml(bob, "DELETE", f"deployments/{did}").status == 404
+
+    # The terminal client: deploy by training id, score a file.
+    env = {"CADRE_SERVER": server.url, "CADRE_TOKEN": ada_token}
+    out = run_cli("deploy", tid, "--name", "from-cli", env_extra=env)
+    assert out.returncode == 0, out.stderr
+    second = out.stdout.strip()
+    assert ml(ada, "GET", f"deployments/{second}").json()["entity"]["status"]["state"] == "ready"
+    request = tmp_path / "input.json"
+    request.write_text(payload([[1, 2, 3, 4]]))
+    out = run_cli("score", second, str(request), "--server", server.url, "--token", ada_token)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["predictions"][0]["values"] == [["c", [1.0, 2.0, 3.0]]]
+    out = run_cli("score", "deployment-nope", str(request), env_extra=env)
+    assert out.returncode == 1 and "does not exist" in out.stderr, out.stderr
+
+    # Deleted while clients score it: every request is answered, 200 while it is there, then
+    # 503 (on its way out) or 404 (gone); never a broken connection.
+    statuses, stop = [], threading.Event()
+
+    def client_loop():
+        while not stop.is_set():
+            statuses.append(score(ada, second, [[1, 2, 3, 4]]).status)
+    threads = [threading.Thread(target=client_loop) for _ in range(4)]
+    for t in threads:
+        t.start()
+    wait_for("requests to be answered", lambda: len(statuses) > 8)
+    pids = serve_pids(server, second)
+    assert ml(ada, "DELETE", f"deployments/{second}").status == 204
+    wait_for("the deleted deployment's 404", lambda: statuses and statuses[-1] == 404)
+    stop.set()
+    for t in threads:
+        t.join(timeout=120)
+    assert set(statuses) <= {200, 404, 503}, statuses
+    assert statuses.count(200) > 0
+    assert ml(ada, "GET", f"deployments/{second}").status == 404
+    wait_for("the deleted deployment's process to end",
+             lambda: not any(p in pids_of_processes_mentioning(server.data_dir) for p in pids))
+
+    # The server stops: so do its deployments' processes. It starts again: they come back.
+    server.kill(signal.SIGTERM)
+    assert server.proc.returncode == 0, "".join(server.output)
+    wait_for("no process of the stopped server's deployments",
+             lambda: not pids_of_processes_mentioning(os.path.join(str(data), "deployments")))
+    again = make_server(data_dir=data)
+    ada = again.client(ada_token)
+    entity = wait_deployment(ada, did, ("ready", "failed"))
+    assert entity["status"]["state"] == "ready", entity
+    assert score(ada, did, [[1, 2, 3, 4]]).json()["predictions"][0]["values"][0][0] == "c"
+    # Killed outright, the server takes its deployments' processes with it.
+    again.kill(signal.SIGKILL)
+    wait_for("no process of the killed server's deployments",
+             lambda: not pids_of_processes_mentioning(os.path.join(str(data), "deployments")))
+
+
+def test_a_crashing_model_takes_down_only_its_own_deployment(make_server):
+    server = make_server(extra=["--deployment-restarts", "1"])
+    ada = server.client(server.add_user("ada"))
+    tiny_training, crashy_training = train(ada, TINY, CRASHY)
+    tiny = deploy(ada, model_of(ada, tiny_training)["metadata"]["id"], "tiny")
+    crashy = deploy(ada, model_of(ada, crashy_training)["metadata"]["id"], "crashy")
+    for did in (tiny, crashy):
+        assert wait_deployment(ada, did, ("ready", "failed"))["status"]["state"] == "ready"
+    r = score(ada, crashy, [[1, 2, 3, 4]])
+    assert r.json()["predictions"][0]["values"] == [[[2.0, 4.0, 6.0, 8.0]]], r
+
+    # The input that kills it: this request fails, the service and the other deployment carry
+    # on, and the crashed one is started again.
+    r = score(ada, crashy, [[1, 2, 3, 4000]])
+    assert r.status == 503 and r.error_codes() == ["deployment_unavailable"], r
+    assert score(ada, tiny, [[1, 2, 3, 4]]).status == 200
+    entity = wait_deployment(ada, crashy, ("ready", "failed"), restarts=1)
+    assert entity["status"]["state"] == "ready" and entity["restarts"] == 1, entity
+    assert "SIGFPE" in entity["status"]["message"]["text"], entity
+    assert score(ada, crashy, [[1, 1, 1, 1]]).status == 200
+
+    # Once more, past the bound: failed, saying how its process ended.
+    assert score(ada, crashy, [[5000, 0, 0, 0]]).status == 503
+    entity = wait_deployment(ada, crashy, "failed")
+    failure = entity["status"]["failure"]["errors"][0]["message"]
+    assert "signal 8" in failure and "1 time(s)" in failure, failure
+    r = score(ada, crashy, [[1, 1, 1, 1]])
+    assert r.status == 503 and "failed" in r.json()["errors"][0]["message"], r
+    assert not serve_pids(server, crashy)
+    assert score(ada, tiny, [[1, 2, 3, 4]]).status == 200
+
+
+def test_models_that_cannot_be_stored_or_loaded_fail_with_the_reason(server):
+    ada = server.client(server.add_user("ada"))
+    # model.json that is no signature: the training fails in `storing`, naming the file.
+    bad_signature = ("import os\nd = os.path.join(os.environ['RESULT_DIR'], 'model')\n"
+                     "os.makedirs(d)\nopen(os.path.join(d, 'model.pt'), 'w').write('x')\n"
+                     "open(os.path.join(d, 'model.json'), 'w').write('{}')\n")
+    r = ada.submit_manifest(MANIFEST.format(name="bad"), code=make_zip({"train.py": bad_signature}))
+    status = ada.wait_state(r.json()["metadata"]["id"], FINAL)
+    assert status["state"] == "failed", status
+    failure = status["failure"]["errors"][0]["message"]
+    assert "model.json" in failure and "inputs" in failure, failure
+
+    # A signature whose model file is not TorchScript: stored, but its deployment fails with
+    # the scorer's reason, and is not started again and again.
+    garbage = ("import os, json\nd = os.path.join(os.environ['RESULT_DIR'], 'model')\n"
+               "os.makedirs(d)\nopen(os.path.join(d, 'model.pt'), 'w').write('not a model')\n"
+               "json.dump({'format': 'cadre-model/1', 'model_file': 'model.pt', "
+               "'inputs': [{'name': 'input', 'datatype': 'FP32', 'shape': [-1, 4]}], "
+               "'outputs': [{'name': 'output', 'datatype': 'FP32', 'shape': [-1, 3]}]}, "
+               "open(os.path.join(d, 'model.json'), 'w'))\n")
+    did = deploy(ada, model_of(ada, train(ada, garbage, name="garbage"))["metadata"]["id"])
+    entity = wait_deployment(ada, did, ("ready", "failed"))
+    assert entity["status"]["state"] == "failed" and entity["restarts"] == 0, entity
+    failure = entity["status"]["failure"]["errors"][0]["message"]
+    assert "before it was ready" in failure and "cadre-serve:" in failure, failure
+
+    # A training that saved nothing has no model, and `cadre deploy` says why.
+    r = ada.submit_manifest(MANIFEST.format(name="none"), code=make_zip({"train.py": "pass\n"}))
+    tid = r.json()["metadata"]["id"]
+    assert ada.wait_state(tid, FINAL)["state"] == "completed"
+    assert ml(ada, "GET", f"models?training_id={tid}").json()["resources"] == []
+    out = run_cli("deploy", tid, "--server", server.url, "--token", ada.token)
+    assert out.returncode == 1 and "cadre.save_model" in out.stderr, out.stderr
