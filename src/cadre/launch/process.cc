@@ -159,15 +159,34 @@ sigset_t KeeperSignals() {
     if (errno != 0) ChildFail(STDERR_FILENO, "bind to its CPUs (sched_setaffinity)");
   }
 
+  // A stop signal the runner sent to the slot's group before the command existed reached only
+  // the keeper, which ignores it: the command would run on until SIGKILL, a whole grace period
+  // later. So the command waits at `gate`, its signals still blocked, until the keeper has
+  // handed on the stop signals pending here. One sent after the fork reached the command too and
+  // is pending there as well; the copy merges with it (standard signals do not queue), so none
+  // arrives twice.
+  int gate[2];
+  if (pipe2(gate, O_CLOEXEC) != 0) ChildFail(STDERR_FILENO, "pipe");
   pid_t command = fork();
   if (command < 0) ChildFail(STDERR_FILENO, "fork");
   if (command == 0) {
+    close(gate[1]);
+    char byte = 0;
+    while (read(gate[0], &byte, 1) < 0 && errno == EINTR) {
+    }
     sigset_t none;
     sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    sigprocmask(SIG_SETMASK, &none, nullptr);  // a handed-on stop signal ends it here
     execve(plan.argv[0], plan.argv.data(), plan.envp.data());
     ChildFail(STDERR_FILENO, "exec");
   }
+  close(gate[0]);
+  sigset_t pending;
+  sigpending(&pending);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    if (sigismember(&pending, sig)) kill(command, sig);
+  }
+  close(gate[1]);
   for (;;) {
     siginfo_t info;
     int sig = sigwaitinfo(&waited, &info);

@@ -6,8 +6,10 @@
 // stdout and stderr into one pipe (so lines keep their order), then runs the command as its own
 // child and exits the way the command does (same code or signal). When the runner dies, even by
 // SIGKILL, the keeper learns it (PR_SET_PDEATHSIG) and kills the whole group, so no learner
-// outlives its runner. Only async-signal-safe calls run after fork: every string is prepared
-// before, because the runner has threads.
+// outlives its runner. A stop signal sent to the slot's group before the keeper has started the
+// command is handed on to it, so a job stopped at once does not wait for its grace period. Only
+// async-signal-safe calls run after fork: every string is prepared before, because the runner
+// has threads.
 #pragma once
 
 #include <sys/types.h>

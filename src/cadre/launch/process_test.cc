@@ -1,6 +1,7 @@
 // Probes and slot processes: capture, timeouts, process groups, the private /etc/hosts.
 #include "cadre/launch/process.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -71,6 +72,41 @@ TEST(SpawnSlot, OwnGroupEnvironmentAndHosts) {
     EXPECT_EQ(text.find("spawn-test-host"), std::string::npos);
   }
   std::filesystem::remove_all(dir);
+}
+
+// A stop sent to the slot's group right after it was spawned, most likely before its keeper has
+// started the command, still stops the command: it must not wait for a SIGKILL that a runner
+// sends only after its grace period. Several rounds, to land on both sides of the keeper's fork.
+TEST(SpawnSlot, StopSignalBeforeTheCommandStartsStopsIt) {
+  for (int round = 0; round < 20; ++round) {
+    SpawnOptions o;
+    o.argv = {"/bin/sleep", "600"};
+    o.env = {"PATH=/usr/bin:/bin"};
+    int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(null_fd, 0);
+    o.output_fd = null_fd;
+    pid_t pid = 0;
+    ASSERT_TRUE(SpawnSlot(o, &pid).ok());
+    close(null_fd);
+    if (round % 2 == 1) usleep(static_cast<useconds_t>(round * 100));
+    ASSERT_EQ(kill(-pid, SIGTERM), 0);
+    // Generous: the slot ends within milliseconds; without the hand-on it sleeps 600 s.
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 3000 && done == 0; ++i) {
+      done = waitpid(pid, &status, WNOHANG);
+      if (done == 0) usleep(10000);
+    }
+    if (done == 0) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      FAIL() << "round " << round << ": the slot ignored a SIGTERM sent right after its start";
+    }
+    ASSERT_EQ(done, pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "round " << round;
+    // Nothing of the slot is left in its group.
+    EXPECT_EQ(kill(-pid, 0), -1) << "round " << round;
+  }
 }
 
 TEST(SpawnSlot, ExecFailureIsReportedOnTheOutput) {
