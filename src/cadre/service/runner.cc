@@ -79,9 +79,13 @@ Status SpawnRunner(const RunnerLaunch& launch, RunnerProcess* runner) {
     // The middle process: a new session, the runner as its child, then gone, so the runner is
     // nobody's child here and no terminal signal of the server's reaches it.
     setsid();
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    // The runner starts with its stop signals blocked: a cancel that comes before it is ready
+    // for signals stays pending until `cadre run` takes it (every backend reads them while
+    // blocked), instead of killing it before it has recorded anything.
+    sigset_t stop;
+    sigemptyset(&stop);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
+    sigprocmask(SIG_SETMASK, &stop, nullptr);
     for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) signal(sig, SIG_DFL);
     pid_t pid = fork();
     if (pid == 0) {

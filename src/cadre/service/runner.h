@@ -33,7 +33,9 @@ struct RunnerProcess {
   int64_t start = 0;  // start time in clock ticks since boot; 0 when it could not be read
 };
 
-// Starts the runner; returns once its pid is known.
+// Starts the runner; returns once its pid is known. The runner starts with SIGINT, SIGTERM and
+// SIGHUP blocked, so one sent at once (a cancel right after admission) waits for `cadre run` to
+// take it as a stop, rather than ending the runner before it records an outcome.
 Status SpawnRunner(const RunnerLaunch& launch, RunnerProcess* runner);
 
 // Whether that process still runs (a zombie does not; another process reusing the pid does not).

@@ -134,6 +134,11 @@ void Scheduler::Follow(const TrainingRecord& record) {
     if (RunnerAlive(runner)) return;
     outcome = ReadOutcome(r.job_dir);  // it may have finished between the two looks
   }
+  if (!outcome.finished && (r.cancel_requested || CancelRequested(r.id))) {
+    // Stopped as asked before it recorded anything (its slots go with it: slot keepers).
+    Conclude(r, kCanceled, "canceled", std::nullopt);
+    return;
+  }
   if (!outcome.finished) {
     std::string tail = TailOfFile(r.work_dir / "training.log", 5);
     Conclude(r, kFailed, "the job's runner ended without recording an outcome",
