@@ -1,6 +1,7 @@
-// The engine's group of ranks, chosen and assembled here from values: the edges (the Python
-// binding's entry, python/src/engine_bindings.cc) read the environment and the job's store and
-// fill EngineGroupOptions; nothing below reads the environment.
+// The engine's group of ranks, chosen and assembled here from values: the edges read the
+// environment and connect to the job's store (config::EngineGroupOptionsFromEnv, called by the
+// Python binding's entry, python/src/engine_bindings.cc) and fill EngineGroupOptions; nothing
+// here or below reads the environment.
 #pragma once
 
 #include <memory>
