@@ -160,11 +160,12 @@ def pids_of_processes_mentioning(text):
 class Server:
     """A `cadre server` process on a free loopback port with its own data directory."""
 
-    def __init__(self, data_dir, slots=2, grace=2, extra=()):
+    def __init__(self, data_dir, slots=2, grace=2, extra=(), env=None):
         self.data_dir = str(data_dir)
         self.slots = slots
         self.grace = grace
         self.extra = list(extra)
+        self.env = env  # None: the test's own
         self.proc = None
         self.url = None
         self.output = []
@@ -174,7 +175,7 @@ class Server:
         self.proc = subprocess.Popen(
             [CADRE, "server", "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
              "--slots", str(self.slots), "--grace", str(self.grace), *self.extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
         found = threading.Event()
 
         def read():

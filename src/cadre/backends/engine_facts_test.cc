@@ -137,5 +137,18 @@ TEST(SlurmBackend, ScontrolFields) {
   EXPECT_EQ(ScontrolField(line, "Nodes"), "");
 }
 
+TEST(EngineFacts, SinfoCpusAreTheClustersTotal) {
+  int64_t total = 0;
+  ASSERT_TRUE(ParseSinfoCpus("0/8/0/8\n", &total).ok());
+  EXPECT_EQ(total, 8);
+  ASSERT_TRUE(ParseSinfoCpus("6/2/0/8", &total).ok());
+  EXPECT_EQ(total, 8);
+  for (const char* bad : {"", "8", "0/8/0/", "0/8/0/x", "0/8/0/-1", "0/8/8"}) {
+    Status st = ParseSinfoCpus(bad, &total);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find("sinfo -o %C"), std::string::npos) << st.message();
+  }
+}
+
 }  // namespace
 }  // namespace cadre::backends

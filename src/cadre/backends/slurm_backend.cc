@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "cadre/backends/cluster_job.h"
@@ -163,6 +164,35 @@ std::string SlurmBatchScript(const launch::JobSpec& spec, const BackendOptions& 
   s += "exec srun --kill-on-bad-exit=1 " + Quote(program.string()) +
        " task --engine slurm --job-dir " + Quote(job_dir.string()) + "\n";
   return s;
+}
+
+Status ParseSinfoCpus(const std::string& line, int64_t* total) {
+  std::string text = Trim(line);
+  size_t last = text.rfind('/');
+  int slashes = static_cast<int>(std::count(text.begin(), text.end(), '/'));
+  if (slashes != 3 || last + 1 >= text.size()) {
+    return InvalidArgument("sinfo -o %C: expected allocated/idle/other/total CPUs, got '" + text +
+                           "'");
+  }
+  try {
+    size_t used = 0;
+    int64_t n = std::stoll(text.substr(last + 1), &used);
+    if (used != text.size() - last - 1 || n < 0) throw std::invalid_argument("not a count");
+    *total = n;
+  } catch (const std::exception&) {
+    return InvalidArgument("sinfo -o %C: the total CPUs in '" + text + "' are not a count");
+  }
+  return Status::Ok();
+}
+
+Status SlurmClusterCpus(int64_t* cpus) {
+  launch::CaptureResult r;
+  CADRE_RETURN_IF_ERROR(Slurm({"sinfo", "-h", "-o", "%C"}, &r));
+  if (r.exit_code != 0) {
+    return Status(Code::kUnavailable, "sinfo failed (exit code " + std::to_string(r.exit_code) +
+                                          "): " + Trim(r.output));
+  }
+  return ParseSinfoCpus(r.output, cpus);
 }
 
 std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options) {

@@ -22,4 +22,10 @@ std::string ScontrolField(const std::string& line, const std::string& key);
 
 std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options);
 
+// The CPUs of the cluster's nodes (`sinfo -h -o %C`: allocated/idle/other/total), for a job
+// service that shares the cluster: what it may admit at once.
+Status SlurmClusterCpus(int64_t* cpus);
+// The total of one `sinfo -o %C` line; InvalidArgument when it is not A/I/O/T.
+Status ParseSinfoCpus(const std::string& line, int64_t* total);
+
 }  // namespace cadre::backends

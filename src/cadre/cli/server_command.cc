@@ -3,6 +3,8 @@
 //
 //   cadre server [--data-dir DIR] [--listen HOST:PORT] [--slots N] [--grace S]
 //                [--deployment-restarts N] [--max-deployments N] [--max-prediction-mib N]
+//                [--backend local|slurm|mpi [--store-host H] [--partition P] [--hostfile F]
+//                 [--queue-timeout S]]
 //   cadre users add NAME --plan PLAN [--data-dir DIR]
 //
 // The token is printed once, alone on the last line of stdout, so scripts can take it with
@@ -16,6 +18,8 @@
 #include <string>
 #include <thread>
 
+#include "cadre/backends/backend.h"
+#include "cadre/backends/slurm_backend.h"
 #include "cadre/cli/commands.h"
 #include "cadre/service/service.h"
 
@@ -32,7 +36,77 @@ struct ServerFlags {
   int64_t deployment_restarts = 3;
   int64_t max_deployments = 16;
   int64_t max_prediction_mib = 16;
+  // Where jobs run (docs/backends.md); the rest is handed to every job's `cadre run`.
+  std::string backend = "local";
+  std::string store_host;
+  std::string partition;
+  std::string hostfile;
+  double queue_timeout_seconds = 0;
 };
+
+// The `cadre run` flags for the chosen engine; checks that the engine is here and, when --slots
+// was not given, asks it how many processes it runs at once. Returns the exit code on failure.
+int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
+  backends::BackendOptions engine;
+  if (Status st = backends::ParseBackendKind(flags.backend, &engine.kind); !st.ok()) {
+    std::cerr << "cadre server: --backend: " << st.message() << "\n";
+    return 2;
+  }
+  options->backend = std::string(backends::BackendName(engine.kind));
+  if (engine.kind == backends::BackendKind::kLocal) {
+    if (!flags.store_host.empty() || !flags.partition.empty() || !flags.hostfile.empty() ||
+        flags.queue_timeout_seconds != 0) {
+      std::cerr << "cadre server: --store-host, --partition, --hostfile and --queue-timeout are "
+                   "for --backend slurm or mpi\n";
+      return 2;
+    }
+    return 0;
+  }
+  if (engine.kind == backends::BackendKind::kKubernetes) {
+    std::cerr << "cadre server: --backend kubernetes: jobs are not run on Kubernetes yet (cadre "
+                 "run cannot follow pods); render them with `cadre k8s render`\n";
+    return 2;
+  }
+  if (engine.kind == backends::BackendKind::kMpi && flags.hostfile.empty()) {
+    std::cerr << "cadre server: --backend mpi needs --hostfile FILE (one learner per host)\n";
+    return 2;
+  }
+  if (flags.queue_timeout_seconds < 0) {
+    std::cerr << "cadre server: --queue-timeout must not be negative\n";
+    return 2;
+  }
+  if (Status st = backends::MakeBackend(engine)->CheckEngine(); !st.ok()) {
+    std::cerr << "cadre server: " << st.message() << "\n";
+    return 1;
+  }
+  auto& args = options->run_args;
+  args = {"--backend", options->backend};
+  if (!flags.store_host.empty()) args.insert(args.end(), {"--store-host", flags.store_host});
+  if (!flags.partition.empty()) args.insert(args.end(), {"--partition", flags.partition});
+  if (!flags.hostfile.empty()) {
+    args.insert(args.end(), {"--hostfile", std::filesystem::absolute(flags.hostfile).string()});
+  }
+  if (flags.queue_timeout_seconds > 0) {
+    args.insert(args.end(), {"--queue-timeout", std::to_string(flags.queue_timeout_seconds)});
+  }
+  if (options->slots == 0) {
+    if (engine.kind != backends::BackendKind::kSlurm) {
+      std::cerr << "cadre server: --backend " << options->backend
+                << " needs --slots N: how many learner processes its hosts run at once\n";
+      return 2;
+    }
+    if (Status st = backends::SlurmClusterCpus(&options->slots); !st.ok()) {
+      std::cerr << "cadre server: the Slurm cluster's size: " << st.message()
+                << "; give --slots N\n";
+      return 1;
+    }
+    if (options->slots <= 0) {
+      std::cerr << "cadre server: the Slurm cluster reports no CPUs; give --slots N\n";
+      return 1;
+    }
+  }
+  return 0;
+}
 
 bool ParseListen(const std::string& text, std::string* host, int* port) {
   size_t colon = text.rfind(':');
@@ -67,6 +141,7 @@ int RunServer(const ServerFlags& flags) {
   options.max_deployment_restarts = flags.deployment_restarts;
   options.max_deployments = flags.max_deployments;
   options.max_prediction_bytes = static_cast<uint64_t>(flags.max_prediction_mib) << 20;
+  if (int code = ChooseBackend(flags, &options); code != 0) return code;
   std::error_code ec;
   options.cadre = std::filesystem::read_symlink("/proc/self/exe", ec);
 
@@ -86,7 +161,7 @@ int RunServer(const ServerFlags& flags) {
   const auto& o = server->options();
   std::string url = "http://" + o.host + ":" + std::to_string(server->port());
   std::cout << "cadre server: listening on " << url << " (data in " << o.data_dir.string() << ", "
-            << o.slots << " slots)\n"
+            << o.slots << " slots on the " << o.backend << " backend)\n"
             << "cadre server: sign in at " << url << "/ with a token from: cadre users add NAME "
             << "--plan standard --data-dir " << o.data_dir.string() << "\n"
             << std::flush;
@@ -132,6 +207,15 @@ void AddServerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-prediction-mib", flags->max_prediction_mib,
                   "Largest prediction request in MiB; larger ones get 413 before they are read "
                   "(default 16)");
+  cmd->add_option("--backend", flags->backend,
+                  "Where jobs run: local (this machine), slurm (sbatch; --slots defaults to the "
+                  "cluster's CPUs) or mpi (mpirun on --hostfile's hosts) (docs/backends.md)");
+  cmd->add_option("--store-host", flags->store_host,
+                  "slurm/mpi: the address the nodes reach this machine at (cadre run's flag)");
+  cmd->add_option("--partition", flags->partition, "slurm: the partition jobs are submitted to");
+  cmd->add_option("--hostfile", flags->hostfile, "mpi: the hosts, one learner each");
+  cmd->add_option("--queue-timeout", flags->queue_timeout_seconds,
+                  "slurm: cancel a job still pending after S seconds (default: wait)");
   cmd->callback([flags, exit_code] { *exit_code = RunServer(*flags); });
 
   auto* users = app.add_subcommand("users", "Users of a cadre server");

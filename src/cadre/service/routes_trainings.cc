@@ -27,6 +27,13 @@ void Submit(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
   PreparedJob job;
   ZipLimits limits{ctx.options.max_unzipped, 10000};
   bool ok = PrepareJob(submission, work_dir, ctx.installed, limits, res, &job);
+  if (ok && !job.spec.backend.empty() && job.spec.backend != ctx.options.backend) {
+    SendError(res, 400, "invalid_request",
+              "execution.backend: this server runs jobs on the " + ctx.options.backend +
+                  " backend, not '" + job.spec.backend + "'; leave the field out",
+              "execution.backend");
+    ok = false;
+  }
   std::lock_guard<std::mutex> lock(ctx.submit_mutex);
   ok = ok &&
        CheckPlan(*user, job, ctx.trainings.ActiveLearners(user->id), ctx.scheduler.slots(), res);

@@ -60,6 +60,7 @@ Status SpawnRunner(const RunnerLaunch& launch, RunnerProcess* runner) {
                                    launch.training_id,
                                    "--grace",
                                    std::to_string(launch.grace.count() / 1000.0)};
+  args.insert(args.end(), launch.extra_args.begin(), launch.extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

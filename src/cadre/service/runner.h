@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cadre/base/status.h"
 
@@ -26,6 +27,7 @@ struct RunnerLaunch {
   std::filesystem::path work_dir;  // training.log and runner.pid; the runner's cwd
   std::string training_id;
   std::chrono::milliseconds grace{10000};
+  std::vector<std::string> extra_args;  // after the others: the backend's flags
 };
 
 struct RunnerProcess {

@@ -88,9 +88,10 @@ bool Scheduler::Pass() {
 
 void Scheduler::Admit(const TrainingRecord& record) {
   if (!store_.SetPending(record.id).ok()) return;
-  RunnerLaunch launch{options_.cadre, record.work_dir / "model" / kManifestName,
-                      record.job_dir, record.work_dir,
-                      record.id,      options_.grace};
+  RunnerLaunch launch{options_.cadre,   record.work_dir / "model" / kManifestName,
+                      record.job_dir,   record.work_dir,
+                      record.id,        options_.grace,
+                      options_.run_args};
   RunnerProcess runner;
   Status st = SpawnRunner(launch, &runner);
   if (!st.ok()) {

@@ -80,6 +80,7 @@ Status Service::Start() {
   scheduling.poll = std::chrono::milliseconds(100);
   scheduling.models = parts->models.get();
   scheduling.models_dir = options_.data_dir / "models";
+  scheduling.run_args = options_.run_args;
   parts->scheduler = std::make_unique<Scheduler>(*parts->trainings, scheduling);
   if (options_.serve_program.empty()) {
     options_.serve_program = options_.cadre.parent_path() / "cadre-serve";

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cadre/base/status.h"
 
@@ -32,6 +33,11 @@ struct ServiceOptions {
   int port = kDefaultPort;      // 0: any free port (see Service::port)
   int64_t slots = 0;            // 0: this machine's cores, at least 4
   std::filesystem::path cadre;  // the cadre program that runs each job
+  // The engine jobs run on ("local", "slurm", "mpi"), and the `cadre run` flags that choose it
+  // and configure it (`--backend slurm --store-host ...`), given to every job's runner. A job
+  // whose manifest names another execution.backend is refused.
+  std::string backend = "local";
+  std::vector<std::string> run_args;
   std::chrono::milliseconds grace{10000};
   int threads = 64;                    // HTTP worker threads (log followers hold one each)
   uint64_t max_body = 256ull << 20;    // larger requests are refused (413) before being read

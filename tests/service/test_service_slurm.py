@@ -1,0 +1,130 @@
+"""`cadre server --backend slurm`: the service admits jobs and runs them on a real Slurm cluster
+started on this machine (tests/slurm_cluster.py), through `cadre run --backend slurm`. The
+server sizes itself from the cluster, the learners get the contract from Slurm's facts, a
+cancel ends the Slurm job, and a manifest that names another backend is refused."""
+import os
+import subprocess
+
+import pytest
+
+from service_helpers import FINAL, make_zip, pids_of_processes_mentioning, wait_for, wml_body
+from slurm_cluster import SlurmCluster, missing_programs
+
+REPORT = ("import os\n"
+          "print('learner', os.environ['LEARNER_ID'], 'rank', os.environ['CADRE_RANK'],\n"
+          "      'slurm job', os.environ['SLURM_JOB_ID'], 'node', os.environ['SLURMD_NODENAME'],\n"
+          "      flush=True)\n")
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    missing = missing_programs()
+    if missing:
+        pytest.skip("Slurm is not installed here (no %s): scripts/install-deps installs "
+                    "slurm-wlm and munge" % ", ".join(missing))
+    if os.geteuid() != 0:
+        pytest.skip("the test Slurm cluster runs its slurmd daemons as root")
+    cluster = SlurmCluster(nodes=2).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm_server(make_server, slurm):
+    # --slots 0: the server asks the cluster how many CPUs it has.
+    return make_server(slots=0, extra=["--backend", "slurm", "--store-host", "127.0.0.1"],
+                       env=slurm.env)
+
+
+def training_log(server, tid):
+    with open(os.path.join(server.data_dir, "trainings", tid, "training.log")) as f:
+        return f.read()
+
+
+def slurm_job_state(slurm, job_id):
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=slurm.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+    for field in out.stdout.split():
+        if field.startswith("JobState="):
+            return field.split("=", 1)[1]
+    return "gone"  # forgotten by slurmctld (MinJobAge)
+
+
+def test_jobs_run_on_the_cluster_with_slurms_facts(slurm, slurm_server):
+    server = slurm_server
+    assert any("8 slots on the slurm backend" in line for line in server.output), server.output
+    ada = server.client(server.add_user("ada"))
+    r = ada.submit_manifest(
+        "name: on-slurm\nframework: {name: pytorch-horovod}\n"
+        "execution: {command: python3 report.py, compute_configuration: {name: cpux2, nodes: 2}}\n",
+        code=make_zip({"report.py": REPORT}))
+    assert r.status == 201, r
+    tid = r.json()["metadata"]["id"]
+    status = ada.wait_state(tid, FINAL, timeout=180)
+    log = training_log(server, tid)
+    assert status["state"] == "completed", (status, log)
+    assert "submitted Slurm job" in log, log
+    with open(os.path.join(server.data_dir, "jobs", tid, "slurm", "job_id")) as f:
+        job_id = f.read().strip()
+    # Every slot ran under that Slurm job, learner k on node k.
+    for learner, rank in ((1, 0), (1, 1), (2, 2), (2, 3)):
+        assert (f"learner {learner} rank {rank} slurm job {job_id} node node{learner}"
+                in log), log
+
+
+def test_a_cancel_ends_the_slurm_job(slurm, slurm_server):
+    server = slurm_server
+    ada = server.client(server.add_user("ada"))
+    r = ada.submit_json(wml_body("touch started-$CADRE_RANK; sleep 300", nodes=2,
+                                 framework="pytorch-horovod", compute="cpu"))
+    assert r.status == 201, r
+    tid = r.json()["metadata"]["id"]
+    model = os.path.join(server.data_dir, "trainings", tid, "model")
+    wait_for("both learners to start on the cluster",
+             lambda: all(os.path.exists(os.path.join(model, f"started-{k}")) for k in (0, 1)),
+             timeout=180)
+    id_file = os.path.join(server.data_dir, "jobs", tid, "slurm", "job_id")
+    job_id = open(id_file).read().strip()
+    assert slurm_job_state(slurm, job_id) == "RUNNING"
+    assert ada.api("DELETE", f"/{tid}").status == 204
+    assert ada.wait_state(tid, FINAL, timeout=120)["state"] == "canceled"
+    wait_for("Slurm to end the job", lambda: slurm_job_state(slurm, job_id)
+             in ("CANCELLED", "COMPLETED", "FAILED", "gone"), timeout=60)
+    wait_for("the job's processes to end",
+             lambda: not pids_of_processes_mentioning(os.path.join(server.data_dir, "jobs", tid)),
+             timeout=60)
+
+
+def test_a_manifest_for_another_backend_is_refused(slurm, slurm_server):
+    ada = slurm_server.client(slurm_server.add_user("ada"))
+    r = ada.submit_manifest(
+        "name: elsewhere\nframework: {name: pytorch}\n"
+        "execution: {command: 'true', backend: mpi,\n"
+        "            compute_configuration: {name: cpu, nodes: 1}}\n")
+    assert r.status == 400, r
+    assert "this server runs jobs on the slurm backend, not 'mpi'" in r.body, r
+    assert r.error_targets() == ["execution.backend"], r
+
+
+def test_a_server_without_its_engine_says_so_before_serving(tmp_path):
+    from service_helpers import CADRE
+    env = dict(os.environ, PATH="/nonexistent")
+    out = subprocess.run([CADRE, "server", "--data-dir", str(tmp_path / "d"), "--listen",
+                          "127.0.0.1:0", "--backend", "slurm"], env=env, timeout=60,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert out.returncode == 1, out
+    assert "sbatch" in out.stderr and "listening" not in out.stdout, out
+    bad = subprocess.run([CADRE, "server", "--data-dir", str(tmp_path / "d"), "--backend",
+                          "pbs"], timeout=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert bad.returncode == 2 and "--backend" in bad.stderr and "slurm" in bad.stderr, bad
+    k8s = subprocess.run([CADRE, "server", "--data-dir", str(tmp_path / "d"), "--backend",
+                          "kubernetes"], timeout=60, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert k8s.returncode == 2 and "cadre k8s render" in k8s.stderr, k8s
+    mpi = subprocess.run([CADRE, "server", "--data-dir", str(tmp_path / "d"), "--backend",
+                          "mpi"], timeout=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert mpi.returncode == 2 and "--hostfile" in mpi.stderr, mpi
