@@ -39,7 +39,7 @@ struct SchedulerOptions {
   // trainings complete without storing anything.
   ModelStore* models = nullptr;
   std::filesystem::path models_dir;
-  std::vector<std::string> run_args;       // more flags for every runner (the backend's)
+  std::vector<std::string> run_args;  // more flags for every runner (the backend's)
 };
 
 // The manifest the runner runs, in the work folder's model/ (written at submission).
