@@ -5,6 +5,7 @@ import subprocess
 import pytest
 
 from runner_helpers import CADRE, Job
+from slurm_cluster import SlurmCluster, missing_programs
 
 
 @pytest.fixture
@@ -23,3 +24,19 @@ def cadre_run(tmp_path):
         return Job(proc, where)
 
     return run
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """A real two-node Slurm cluster on this machine (slurm_cluster.py), for one test module."""
+    missing = missing_programs()
+    if missing:
+        pytest.skip("Slurm is not installed here (no %s): scripts/install-deps installs "
+                    "slurm-wlm and munge" % ", ".join(missing))
+    if os.geteuid() != 0:
+        pytest.skip("the test Slurm cluster runs its slurmd daemons as root")
+    cluster = SlurmCluster(nodes=2).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -11,7 +11,6 @@ import time
 import pytest
 
 from runner_helpers import CADRE, ROOT, Job
-from slurm_cluster import SlurmCluster, missing_programs
 
 DUMP_ENV = textwrap.dedent("""
     import json, os, socket
@@ -26,21 +25,6 @@ DUMP_ENV = textwrap.dedent("""
     if os.environ["CADRE_RANK"] == os.environ.get("FAIL_RANK"):
         raise SystemExit(3)
 """)
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    missing = missing_programs()
-    if missing:
-        pytest.skip("Slurm is not installed here (no %s): scripts/install-deps installs "
-                    "slurm-wlm and munge" % ", ".join(missing))
-    if os.geteuid() != 0:
-        pytest.skip("the test Slurm cluster runs its slurmd daemons as root")
-    cluster = SlurmCluster(nodes=2).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def cadre_slurm(cluster, tmp_path, *args, timeout=120):

@@ -8,27 +8,11 @@ import subprocess
 import pytest
 
 from service_helpers import FINAL, make_zip, pids_of_processes_mentioning, wait_for, wml_body
-from slurm_cluster import SlurmCluster, missing_programs
 
 REPORT = ("import os\n"
           "print('learner', os.environ['LEARNER_ID'], 'rank', os.environ['CADRE_RANK'],\n"
           "      'slurm job', os.environ['SLURM_JOB_ID'], 'node', os.environ['SLURMD_NODENAME'],\n"
           "      flush=True)\n")
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    missing = missing_programs()
-    if missing:
-        pytest.skip("Slurm is not installed here (no %s): scripts/install-deps installs "
-                    "slurm-wlm and munge" % ", ".join(missing))
-    if os.geteuid() != 0:
-        pytest.skip("the test Slurm cluster runs its slurmd daemons as root")
-    cluster = SlurmCluster(nodes=2).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture
