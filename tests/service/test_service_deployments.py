@@ -303,3 +303,54 @@ def test_models_that_cannot_be_stored_or_loaded_fail_with_the_reason(server):
     assert ml(ada, "GET", f"models?training_id={tid}").json()["resources"] == []
     out = run_cli("deploy", tid, "--server", server.url, "--token", ada.token)
     assert out.returncode == 1 and "cadre.save_model" in out.stderr, out.stderr
+
+
+def test_fashion_mnist_trained_through_the_service_scores_as_it_printed(server):
+    """The one end-to-end run: the Horovod example trained briefly through the service, its
+    stored model deployed, the test set scored through the deployments route."""
+    import gzip
+
+    import numpy as np
+    import torch
+
+    ada = server.client(server.add_user("ada"))
+    examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "fashion_mnist")
+    manifest = ("name: fmnist\nframework: {name: pytorch-horovod}\n"
+                "execution: {command: python3 train_horovod.py --epochs 1 --max-batches 80, "
+                "compute_configuration: {name: cpu, nodes: 2}}\n")
+    code = make_zip({"train_horovod.py": open(os.path.join(examples, "train_horovod.py")).read()})
+    r = ada.submit_manifest(manifest, code=code)
+    assert r.status == 201, r
+    tid = r.json()["metadata"]["id"]
+    status = ada.wait_state(tid, FINAL, timeout=600)
+    assert status["state"] == "completed", status
+    job = ada.get(tid).json()["entity"]["results_reference"]["location"]["path"]
+    printed = float(open(os.path.join(job, "accuracy.txt")).read())
+    assert printed > 0.6, "the example did not learn (%.3f)" % printed
+
+    did = deploy(ada, model_of(ada, tid)["metadata"]["id"], "fmnist")
+    assert wait_deployment(ada, did, ("ready", "failed"))["status"]["state"] == "ready"
+
+    data = "/usr/share/datasets/fashion-mnist"
+    with gzip.open(os.path.join(data, "t10k-images-idx3-ubyte.gz")) as f:
+        images = np.frombuffer(f.read(), dtype=np.uint8, offset=16).reshape(-1, 1, 28, 28)
+    with gzip.open(os.path.join(data, "t10k-labels-idx1-ubyte.gz")) as f:
+        labels = np.frombuffer(f.read(), dtype=np.uint8, offset=8).astype(np.int64)
+    x = (torch.from_numpy(images.copy()).float().div_(255) - 0.2860) / 0.3530
+    model = torch.jit.load(os.path.join(job, "model", "model.pt"))
+    with torch.no_grad():
+        eager = model(x[:100]).argmax(1).tolist()
+    names = json.load(open(os.path.join(job, "model", "model.json")))["labels"]
+
+    # 100 images: the labels the model gives in PyTorch. The whole test set, 500 a request
+    # (under the 16 MiB limit): the accuracy the training printed.
+    correct = 0
+    for start in range(0, len(x), 500):
+        chunk = x[start:start + 500]
+        r = score(ada, did, [img.tolist() for img in chunk])
+        assert r.status == 200, r
+        predicted = [v[0] for v in r.json()["predictions"][0]["values"]]
+        if start == 0:
+            assert predicted[:100] == [names[i] for i in eager]
+        correct += sum(names[label] == p for label, p in zip(labels[start:start + 500], predicted))
+    assert abs(correct / len(x) - printed) <= 0.01, (correct / len(x), printed)

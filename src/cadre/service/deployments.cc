@@ -343,13 +343,25 @@ void Deployments::CheckReady(const std::vector<std::pair<std::string, int>>& sta
 
 void Deployments::ShutDown() {
   std::vector<Process> all;
+  std::vector<fs::path> deleted;  // the folders of deleted deployments, once their process is gone
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [id, p] : live_) all.push_back(std::move(p));
-    for (auto& p : retiring_) all.push_back(std::move(p));
+    for (auto& p : retiring_) {
+      deleted.push_back(p.dir);
+      all.push_back(std::move(p));
+    }
     live_.clear();
     retiring_.clear();
   }
+  Reap(all);
+  for (const auto& dir : deleted) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+}
+
+void Deployments::Reap(std::vector<Process>& all) {
   for (const auto& p : all) {
     if (p.pid > 0) kill(p.pid, SIGTERM);
   }

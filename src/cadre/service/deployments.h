@@ -102,6 +102,8 @@ class Deployments {
   bool Ended(Process& p, int status);
   void CheckReady(const std::vector<std::pair<std::string, int>>& starting);
   void ShutDown();  // on the supervisor thread, so that PR_SET_PDEATHSIG holds until the end
+  // SIGTERM to every process of `all`, SIGKILL to those left after grace; returns once all ended.
+  void Reap(std::vector<Process>& all);
   void Record(const Process& p, const std::string& state, const std::string& message,
               const std::optional<std::string>& failure);
 
