@@ -1,5 +1,8 @@
 #include "cadre/service/db.h"
 
+#include <chrono>
+#include <thread>
+
 #include "cadre/service/schema.h"
 
 namespace cadre::service {
@@ -11,6 +14,8 @@ Status SqliteError(sqlite3* db, const std::string& what) {
 }
 
 }  // namespace
+
+constexpr std::chrono::milliseconds kBusyTimeout{10000};
 
 // Enough for every statement the service runs; beyond it, statements are prepared each time.
 constexpr size_t kMaxCachedStatements = 256;
@@ -55,12 +60,22 @@ Status Db::Open(const std::filesystem::path& file, std::unique_ptr<Db>* out) {
       sqlite3_open_v2(file.c_str(), &db->db_,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) return SqliteError(db->db_, "cannot open the database " + file.string());
-  sqlite3_busy_timeout(db->db_, 10000);
+  sqlite3_busy_timeout(db->db_, static_cast<int>(kBusyTimeout.count()));
   auto lock = db->Lock();
-  CADRE_RETURN_IF_ERROR(
-      db->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
-          .WithContext(file.string()));
-  CADRE_RETURN_IF_ERROR(Migrate(*db).WithContext(file.string()));
+  // Processes opening a new database together (a server starting while `cadre users add` runs)
+  // can meet where SQLite answers "database is locked" at once instead of waiting out the busy
+  // timeout: switching to WAL, or upgrading a read lock, would otherwise deadlock. The set-up
+  // is idempotent, so it is tried again, for as long as the busy timeout.
+  auto give_up = std::chrono::steady_clock::now() + kBusyTimeout;
+  for (;;) {
+    Status st =
+        db->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;");
+    if (st.ok()) st = Migrate(*db);
+    if (st.ok()) break;
+    bool busy = st.message().find("database is locked") != std::string::npos;
+    if (!busy || std::chrono::steady_clock::now() > give_up) return st.WithContext(file.string());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   *out = std::move(db);
   return Status::Ok();
 }

@@ -1,7 +1,10 @@
 // The SQLite parts over a real database file: migrations, accounts and tokens, the training
 // store's per-user view.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <vector>
 
 #include "cadre/service/accounts.h"
 #include "cadre/service/db.h"
@@ -46,6 +49,31 @@ TEST_F(ServiceDbTest, MigratesOnceAndReopens) {
   Accounts again(*db_);
   EXPECT_TRUE(again.Authenticate(token).has_value());
   EXPECT_EQ(again.Plans().size(), 3u);
+}
+
+// A server starting while `cadre users add` runs: two processes create and migrate the same new
+// database at once. Both must succeed (SQLite may answer BUSY at once there, without waiting).
+TEST_F(ServiceDbTest, ProcessesOpeningANewDatabaseTogetherAllSucceed) {
+  for (int round = 0; round < 10; ++round) {
+    fs::path file = dir_ / ("together-" + std::to_string(round) + ".db");
+    std::vector<pid_t> children;
+    for (int i = 0; i < 4; ++i) {
+      pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        std::unique_ptr<Db> db;
+        Status st = Db::Open(file, &db);
+        if (!st.ok()) fprintf(stderr, "round %d process %d: %s\n", round, i, st.message().c_str());
+        _exit(st.ok() ? 0 : 1);
+      }
+      children.push_back(pid);
+    }
+    for (pid_t pid : children) {
+      int status = 0;
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
+    }
+  }
 }
 
 TEST_F(ServiceDbTest, RefusesANewerSchema) {
