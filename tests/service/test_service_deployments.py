@@ -107,6 +107,15 @@ def score(client, did, rows, **kw):
     return ml(client, "POST", f"deployments/{did}/predictions", payload(rows), **kw)
 
 
+def infer_v2(client, did, rows):
+    """KServe v2 inference through the service: the model's name is the deployment's id."""
+    flat = [v for row in rows for v in row]
+    body = {"inputs": [{"name": "input", "datatype": "FP32",
+                        "shape": [len(rows), len(rows[0])], "data": flat}]}
+    return client.request("POST", f"/v2/models/{did}/infer", body=json.dumps(body),
+                          content_type="application/json")
+
+
 def serve_pids(server, did):
     return pids_of_processes_mentioning(os.path.join(server.data_dir, "deployments", did))
 
@@ -167,6 +176,14 @@ def test_model_stored_deployed_scored_deleted_and_back_after_a_restart(make_serv
     assert r.json() == {"predictions": [{"fields": ["prediction", "output"],
                                          "values": [["c", [1.0, 2.0, 3.0]],
                                                     ["c", [0.0, 0.0, 5.0]]]}]}
+    # The same through the Open Inference Protocol (KServe v2).
+    r = infer_v2(ada, did, [[1, 2, 3, 4]])
+    assert r.status == 200, r
+    assert r.json()["outputs"][0]["data"] == [1.0, 2.0, 3.0], r
+    assert ada.request("GET", f"/v2/models/{did}/ready").status == 200
+    assert ada.request("GET", f"/v2/models/{did}").json()["inputs"][0]["shape"] == [-1, 4]
+    assert infer_v2(bob, did, [[1, 2, 3, 4]]).status == 404
+    assert infer_v2(server.client(), did, [[1, 2, 3, 4]]).status == 401
     # The deployment's own checks come back as they are: the field and the expected shape.
     r = score(ada, did, [[1, 2, 3]])
     assert r.status == 400 and "4" in r.body, r
@@ -307,7 +324,7 @@ def test_models_that_cannot_be_stored_or_loaded_fail_with_the_reason(server):
 
 def test_fashion_mnist_trained_through_the_service_scores_as_it_printed(server):
     """The one end-to-end run: the Horovod example trained briefly through the service, its
-    stored model deployed, the test set scored through the deployments route."""
+    stored model deployed, 100 images scored through both routes, the test set through WML's."""
     import gzip
 
     import numpy as np
@@ -352,5 +369,12 @@ def test_fashion_mnist_trained_through_the_service_scores_as_it_printed(server):
         predicted = [v[0] for v in r.json()["predictions"][0]["values"]]
         if start == 0:
             assert predicted[:100] == [names[i] for i in eager]
+            r = ada.request("POST", f"/v2/models/{did}/infer", content_type="application/json",
+                            body=json.dumps({"inputs": [{"name": "input", "datatype": "FP32",
+                                                         "shape": [100, 1, 28, 28],
+                                                         "data": x[:100].flatten().tolist()}]}))
+            assert r.status == 200, r
+            served = torch.tensor(r.json()["outputs"][0]["data"]).view(100, 10).argmax(1)
+            assert served.tolist() == eager
         correct += sum(names[label] == p for label, p in zip(labels[start:start + 500], predicted))
     assert abs(correct / len(x) - printed) <= 0.01, (correct / len(x), printed)

@@ -1,6 +1,7 @@
 // POST/GET /ml/v4/deployments, GET/DELETE /ml/v4/deployments/{id}, and scoring through the
 // service: POST /ml/v4/deployments/{id}/predictions, proxied to the deployment's own process
-// (deployments.h).
+// (deployments.h), and the same through the Open Inference Protocol: POST /v2/models/{id}/infer,
+// GET /v2/models/{id}[/ready].
 //
 // A deployment as the API shows it (WML v4): {metadata {id, name, created_at, modified_at},
 // entity {name, online {}, asset {id}, status {state, message {level, text}, failure {trace,
@@ -158,17 +159,58 @@ void Drain(const httplib::ContentReader& reader) {
   reader([](const char*, size_t) { return true; });
 }
 
+// The answer for a deployment that is known but has no ready process.
+std::string NotReadyReason(const DeploymentRecord& d) {
+  std::string why = d.state == kFailed  ? "failed: " + d.failure.value_or("")
+                    : d.state == kReady ? "its process is being started again"
+                                        : d.state;
+  return "deployment '" + d.id + "' is not ready (" + why + ")";
+}
+
+// Errors in the route's protocol: WML's shape on /ml/v4, {"error": "..."} on /v2.
+void Fail(bool v2, httplib::Response& res, int status, const std::string& code,
+          const std::string& message) {
+  if (v2) {
+    SendJson(res, status, {{"error", message}});
+  } else {
+    SendError(res, status, code, message);
+  }
+}
+
+// Sends `method path` with `body` to the deployment's process and passes its answer on.
+void Forward(ApiContext& ctx, const ScoringTarget& target, const std::string& id, bool v2,
+             const std::string& method, const std::string& path, const std::string& body,
+             httplib::Response& res) {
+  httplib::Client client("127.0.0.1", target.port);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(300);
+  httplib::Headers headers = {{"Authorization", "Bearer " + target.token}};
+  auto r = method == "GET" ? client.Get(path.c_str(), headers)
+                           : client.Post(path.c_str(), headers, body, "application/json");
+  if (!r) {
+    ctx.deployments.Wake();
+    Fail(v2, res, 503, "deployment_unavailable",
+         "deployment '" + id + "' did not answer (" + httplib::to_string(r.error()) +
+             "): its process ended or is being stopped; it is restarted unless it was "
+             "deleted, try again");
+    return;
+  }
+  res.status = r->status;
+  res.set_content(r->body, "application/json");
+}
+
+// POST /ml/v4/deployments/{id}/predictions (WML) and POST /v2/models/{id}/infer (KServe v2).
 void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& res,
-             const httplib::ContentReader& reader) {
+             const httplib::ContentReader& reader, bool v2) {
   std::optional<User> user;
-  if (CheckVersion(req, res)) user = Authenticate(ctx, req, res);
+  if (v2 || CheckVersion(req, res)) user = Authenticate(ctx, req, res);
   if (!user) return Drain(reader);
   const uint64_t limit = ctx.options.max_prediction_bytes;
   auto too_large = [&](const std::string& size) {
     Drain(reader);
-    SendError(res, 413, "payload_too_large",
-              "the request body" + size + " is larger than a deployment takes (" +
-                  std::to_string(limit) + " bytes); send fewer rows per request");
+    Fail(v2, res, 413, "payload_too_large",
+         "the request body" + size + " is larger than a deployment takes (" +
+             std::to_string(limit) + " bytes); send fewer rows per request");
   };
   const std::string length = req.get_header_value("Content-Length");
   if (!length.empty() && std::strtoull(length.c_str(), nullptr, 10) > limit) {
@@ -178,7 +220,7 @@ void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& re
   std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
   if (!d) {
     Drain(reader);
-    return SendDeploymentNotFound(res, id);
+    return Fail(v2, res, 404, "deployment_not_found", "deployment '" + id + "' does not exist");
   }
   std::string body;
   bool over = false;
@@ -193,30 +235,23 @@ void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& re
   });
   if (over) return too_large("");
   std::optional<ScoringTarget> target = ctx.deployments.Target(id);
-  if (!target) {
-    std::string why = d->state == kFailed  ? "failed: " + d->failure.value_or("")
-                      : d->state == kReady ? "its process is being started again"
-                                           : d->state;
-    SendError(res, 503, "deployment_not_ready",
-              "deployment '" + id + "' is not ready (" + why + ")");
-    return;
-  }
-  httplib::Client client("127.0.0.1", target->port);
-  client.set_connection_timeout(5);
-  client.set_read_timeout(300);
-  httplib::Headers headers = {{"Authorization", "Bearer " + target->token}};
-  auto r = client.Post(("/ml/v4/deployments/" + id + "/predictions").c_str(), headers, body,
-                       "application/json");
-  if (!r) {
-    ctx.deployments.Wake();
-    SendError(res, 503, "deployment_unavailable",
-              "deployment '" + id + "' did not answer (" + httplib::to_string(r.error()) +
-                  "): its process ended or is being stopped; it is restarted unless it was "
-                  "deleted, try again");
-    return;
-  }
-  res.status = r->status;
-  res.set_content(r->body, "application/json");
+  if (!target) return Fail(v2, res, 503, "deployment_not_ready", NotReadyReason(*d));
+  std::string path =
+      v2 ? "/v2/models/" + id + "/infer" : "/ml/v4/deployments/" + id + "/predictions";
+  Forward(ctx, *target, id, v2, "POST", path, body, res);
+}
+
+// GET /v2/models/{id} and /v2/models/{id}/ready: the deployment's own answer.
+void V2Get(ApiContext& ctx, const httplib::Request& req, httplib::Response& res,
+           const std::string& suffix) {
+  std::optional<User> user = Authenticate(ctx, req, res);
+  if (!user) return;
+  std::string id = req.matches[1];
+  std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
+  if (!d) return Fail(true, res, 404, "", "deployment '" + id + "' does not exist");
+  std::optional<ScoringTarget> target = ctx.deployments.Target(id);
+  if (!target) return Fail(true, res, 503, "", NotReadyReason(*d));
+  Forward(ctx, *target, id, true, "GET", "/v2/models/" + id + suffix, "", res);
 }
 
 }  // namespace
@@ -232,9 +267,23 @@ void AddDeploymentRoutes(httplib::Server& server, ApiContext& ctx) {
   server.Delete(
       R"(/ml/v4/deployments/([^/]+))",
       [&ctx](const httplib::Request& req, httplib::Response& res) { Delete(ctx, req, res); });
-  server.Post(R"(/ml/v4/deployments/([^/]+)/predictions)",
-              [&ctx](const httplib::Request& req, httplib::Response& res,
-                     const httplib::ContentReader& reader) { Predict(ctx, req, res, reader); });
+  server.Post(
+      R"(/ml/v4/deployments/([^/]+)/predictions)",
+      [&ctx](const httplib::Request& req, httplib::Response& res,
+             const httplib::ContentReader& reader) { Predict(ctx, req, res, reader, false); });
+  // The Open Inference Protocol (KServe v2) for the same deployments, the model's name being the
+  // deployment's id; the service's bearer token, no version parameter.
+  server.Post(
+      R"(/v2/models/([^/]+)/infer)",
+      [&ctx](const httplib::Request& req, httplib::Response& res,
+             const httplib::ContentReader& reader) { Predict(ctx, req, res, reader, true); });
+  server.Get(R"(/v2/models/([^/]+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    V2Get(ctx, req, res, "");
+  });
+  server.Get(R"(/v2/models/([^/]+)/ready)",
+             [&ctx](const httplib::Request& req, httplib::Response& res) {
+               V2Get(ctx, req, res, "/ready");
+             });
 }
 
 }  // namespace cadre::service
