@@ -180,16 +180,17 @@ class Api {
     return res->body;
   }
 
-  // Polls every 2 ms until the training is in one of `states`; returns the state.
+  // Polls (every 2 ms by default) until the training is in one of `states`; returns the state.
   std::string WaitFor(const std::string& id, const std::vector<std::string>& states,
-                      double timeout_s = 300) {
+                      double timeout_s = 300,
+                      std::chrono::milliseconds poll = std::chrono::milliseconds(2)) {
     auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                        std::chrono::duration<double>(timeout_s));
     for (;;) {
       std::string state = State(id);
       if (std::find(states.begin(), states.end(), state) != states.end()) return state;
       if (Clock::now() > deadline) Fail("training " + id + " still " + state);
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::this_thread::sleep_for(poll);
     }
   }
 
@@ -386,15 +387,27 @@ fs::path FindTrainWorker(const BenchServerArgs& args) {
   Fail("cannot find bench/train_worker.py; pass --train-worker PATH");
 }
 
-double TrainingRun(Api& api, const HttpTarget& target, const std::string& manifest,
-                   const std::string& zip, const BenchServerArgs& args, bool loaded) {
+struct TrainingResult {
+  double samples_per_s = 0;
+  double server_cpu_cores = -1;  // the server's CPU per wall second meanwhile; < 0 unknown
+  double bench_cpu_cores = 0;    // this process's (the load generator's)
+};
+
+TrainingResult TrainingRun(Api& api, const HttpTarget& target, pid_t server_pid,
+                           const std::string& manifest, const std::string& zip,
+                           const BenchServerArgs& args, bool loaded) {
+  double cpu0 = server_pid > 0 ? ProcessCpuSeconds(server_pid) : -1;
+  double self0 = SelfCpuSeconds();
+  auto t0 = Clock::now();
   std::string id = api.SubmitManifest(manifest, zip);
   std::unique_ptr<BackgroundLoad> load;
   if (loaded) {
     load = std::make_unique<BackgroundLoad>(target, Api::Path(id), args.status_rate,
                                             Api::LogsPath(id), args.followers);
   }
-  std::string state = api.WaitFor(id, {"completed", "failed", "canceled"}, 1800);
+  // Polled gently: the job alone must not be under a load of the bench's own.
+  std::string state =
+      api.WaitFor(id, {"completed", "failed", "canceled"}, 1800, std::chrono::milliseconds(1000));
   if (load) load->Stop();
   std::string log = api.Log(id);
   if (state != "completed") Fail("the training job " + id + " ended " + state + ":\n" + log);
@@ -402,10 +415,16 @@ double TrainingRun(Api& api, const HttpTarget& target, const std::string& manife
   if (at == std::string::npos) Fail("the training job " + id + " printed no RESULT:\n" + log);
   size_t end = log.find('\n', at);
   json result = json::parse(log.substr(at + 7, end - at - 7));
-  return result["samples_per_s"].get<double>();
+  TrainingResult out;
+  out.samples_per_s = result["samples_per_s"].get<double>();
+  out.bench_cpu_cores = (SelfCpuSeconds() - self0) / (MsSince(t0) / 1000);
+  if (cpu0 >= 0)
+    out.server_cpu_cores = (ProcessCpuSeconds(server_pid) - cpu0) / (MsSince(t0) / 1000);
+  return out;
 }
 
-void TrainingPhase(Api& api, const HttpTarget& target, const BenchServerArgs& args, json* out) {
+void TrainingPhase(Api& api, const HttpTarget& target, pid_t server_pid,
+                   const BenchServerArgs& args, json* out) {
   fs::path worker = FindTrainWorker(args);
   std::string tmpl = (fs::temp_directory_path() / "cadre-bench-code-XXXXXX").string();
   if (mkdtemp(tmpl.data()) == nullptr) Fail("cannot create a temporary folder");
@@ -419,12 +438,14 @@ void TrainingPhase(Api& api, const HttpTarget& target, const BenchServerArgs& ar
       "name: bench-train\nframework: {name: pytorch-horovod}\nexecution:\n  command: python3 "
       "train_worker.py cadre --steps " +
       std::to_string(args.steps) + "\n  compute_configuration: {name: cpu, nodes: 2}\n";
-  std::vector<double> quiet, loaded;
+  std::vector<double> quiet, loaded, quiet_cpu, loaded_cpu, quiet_bench, loaded_bench;
   for (int round = 0; round < args.rounds; ++round) {
     // Alternating which goes first, so that a drift in the machine's load favours neither.
     for (bool with_load : {round % 2 == 1, round % 2 == 0}) {
-      double rate = TrainingRun(api, target, manifest, zip, args, with_load);
-      (with_load ? loaded : quiet).push_back(rate);
+      TrainingResult r = TrainingRun(api, target, server_pid, manifest, zip, args, with_load);
+      (with_load ? loaded : quiet).push_back(r.samples_per_s);
+      (with_load ? loaded_cpu : quiet_cpu).push_back(r.server_cpu_cores);
+      (with_load ? loaded_bench : quiet_bench).push_back(r.bench_cpu_cores);
     }
   }
   double q = Median(quiet), l = Median(loaded);
@@ -434,7 +455,13 @@ void TrainingPhase(Api& api, const HttpTarget& target, const BenchServerArgs& ar
                         {"followers", args.followers},
                         {"quiet_samples_per_s", {{"median", q}, {"all", quiet}}},
                         {"loaded_samples_per_s", {{"median", l}, {"all", loaded}}},
-                        {"drop_percent", q > 0 ? (q - l) / q * 100 : 0}};
+                        {"drop_percent", q > 0 ? (q - l) / q * 100 : 0},
+                        // The service's own share of the machine during each job (the runner
+                        // and learners are not the server's threads): what the load costs.
+                        {"server_cpu_cores_alone", quiet_cpu},
+                        {"server_cpu_cores_loaded", loaded_cpu},
+                        {"bench_cpu_cores_alone", quiet_bench},
+                        {"bench_cpu_cores_loaded", loaded_bench}};
 }
 
 void PrintTable(const json& r) {
@@ -482,6 +509,20 @@ void PrintTable(const json& r) {
         series(t["quiet_samples_per_s"]).c_str(), t["status_rate_per_s"].get<double>(),
         t["followers"].get<int>(), t["loaded_samples_per_s"]["median"].get<double>(),
         series(t["loaded_samples_per_s"]).c_str(), t["drop_percent"].get<double>());
+    auto cores = [](const json& list) {
+      std::string all;
+      for (const auto& v : list) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%s%.3f", all.empty() ? "" : " ", v.get<double>());
+        all += buf;
+      }
+      return all;
+    };
+    std::printf(
+        "  CPU meanwhile, in cores: server alone %s, loaded %s; load generator alone %s, "
+        "loaded %s\n",
+        cores(t["server_cpu_cores_alone"]).c_str(), cores(t["server_cpu_cores_loaded"]).c_str(),
+        cores(t["bench_cpu_cores_alone"]).c_str(), cores(t["bench_cpu_cores_loaded"]).c_str());
   }
 }
 
@@ -509,7 +550,7 @@ int RunBenchServer(const BenchServerArgs& args) {
   SubmitPhase(api, args, &report, &id);
   RequestsPhase(target, started ? started->pid() : 0, id, args, &report);
   CancelPhase(api, args, &report);
-  if (args.training) TrainingPhase(api, target, args, &report);
+  if (args.training) TrainingPhase(api, target, started ? started->pid() : 0, args, &report);
   report["load_average_at_end"] = LoadAverage();
   if (args.json) {
     std::printf("%s\n", report.dump().c_str());
