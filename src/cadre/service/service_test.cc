@@ -76,6 +76,37 @@ TEST_F(ServiceDbTest, ProcessesOpeningANewDatabaseTogetherAllSucceed) {
   }
 }
 
+// A cached token row is used for its time only: a token removed from the database (here by
+// hand, as another process could) stops working once its row is read again.
+TEST_F(ServiceDbTest, ARemovedTokenIsRefusedOnceItsCachedRowExpires) {
+  Accounts accounts(*db_, std::chrono::milliseconds(0));
+  std::string ada;
+  ASSERT_TRUE(accounts.AddUser("ada", "standard", &ada).ok());
+  ASSERT_TRUE(accounts.Authenticate(ada));
+  {
+    auto lock = db_->Lock();
+    ASSERT_TRUE(db_->Exec("DELETE FROM tokens").ok());
+  }
+  EXPECT_FALSE(accounts.Authenticate(ada));
+}
+
+// Statements are reused by their SQL text; two of the same text alive at once (nested) are
+// still two statements, each with its own bindings and rows.
+TEST_F(ServiceDbTest, NestedStatementsOfTheSameTextAreIndependent) {
+  auto lock = db_->Lock();
+  const char* sql = "SELECT ? + 1";
+  for (int round = 0; round < 3; ++round) {
+    Statement outer(*db_, sql);
+    outer.Bind(1, int64_t{10});
+    Statement inner(*db_, sql);
+    inner.Bind(1, int64_t{20});
+    ASSERT_TRUE(inner.Step());
+    ASSERT_TRUE(outer.Step());
+    EXPECT_EQ(outer.Int(0), 11);
+    EXPECT_EQ(inner.Int(0), 21);
+  }
+}
+
 TEST_F(ServiceDbTest, RefusesANewerSchema) {
   {
     auto lock = db_->Lock();
