@@ -61,6 +61,7 @@ bool Connect(const ClientFlags& flags, const char* who, Connection* c) {
     return false;
   }
   c->client = std::make_unique<httplib::Client>(server);
+  c->client->set_tcp_nodelay(true);  // a request's body is not held for a delayed ACK
   c->client->set_connection_timeout(10);
   c->client->set_read_timeout(3600);
   c->headers = {{"Authorization", "Bearer " + token}};
