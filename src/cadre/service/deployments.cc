@@ -59,27 +59,7 @@ void Deployments::Record(const Process& p, const std::string& state, const std::
   (void)store_.Update(p.id, state, message, failure, p.restarts);
 }
 
-void Deployments::Start() {
-  for (const auto& record : store_.InStates({kInitializing, kReady})) {
-    Process p;
-    p.id = record.id;
-    p.dir = options_.dir / record.id;
-    p.restarts = record.restarts;
-    std::optional<ModelRecord> model = models_.GetAny(record.model_id);
-    if (!model) {
-      Record(p, kFailed, "deployment failed", "its model " + record.model_id + " is gone");
-      continue;
-    }
-    p.model_dir = model->dir;
-    Record(p, kInitializing, "starting its scoring process again: the server started",
-           std::nullopt);
-    std::string id = p.id;
-    live_.emplace(std::move(id), std::move(p));
-  }
-  thread_ = std::thread([this] { Loop(); });
-}
-
-void Deployments::Launch(const DeploymentRecord& record) {
+std::optional<Deployments::Process> Deployments::ProcessFor(const DeploymentRecord& record) {
   Process p;
   p.id = record.id;
   p.dir = options_.dir / record.id;
@@ -87,14 +67,32 @@ void Deployments::Launch(const DeploymentRecord& record) {
   std::optional<ModelRecord> model = models_.GetAny(record.model_id);
   if (!model) {
     Record(p, kFailed, "deployment failed", "its model " + record.model_id + " is gone");
-    return;
+    return std::nullopt;
   }
   p.model_dir = model->dir;
+  return p;
+}
+
+void Deployments::Start() {
+  for (const auto& record : store_.InStates({kInitializing, kReady})) {
+    std::optional<Process> p = ProcessFor(record);
+    if (!p) continue;
+    Record(*p, kInitializing, "starting its scoring process again: the server started",
+           std::nullopt);
+    std::string id = p->id;
+    live_.emplace(std::move(id), std::move(*p));
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Deployments::Launch(const DeploymentRecord& record) {
+  std::optional<Process> p = ProcessFor(record);
+  if (!p) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
-    std::string id = p.id;
-    live_.emplace(std::move(id), std::move(p));
+    std::string id = p->id;
+    live_.emplace(std::move(id), std::move(*p));
     woken_ = true;
   }
   wake_.notify_all();

@@ -106,6 +106,9 @@ class Deployments {
   void Reap(std::vector<Process>& all);
   void Record(const Process& p, const std::string& state, const std::string& message,
               const std::optional<std::string>& failure);
+  // The process of a recorded deployment, not started; nullopt (recorded failed) when its model
+  // is gone.
+  std::optional<Process> ProcessFor(const DeploymentRecord& record);
 
   DeploymentStore& store_;
   ModelStore& models_;
