@@ -1,4 +1,4 @@
-#include "cadre/ps/bench.h"
+#include "cadre/bench/ps_workload.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,19 +9,28 @@
 #include "cadre/ps/server.h"
 #include "cadre/ps/shard_map.h"
 
-namespace cadre::ps {
+namespace cadre::bench {
+
+using ps::Client;
+using ps::ClientOptions;
+using ps::OptimizerKind;
+using ps::Server;
+using ps::ServerOptions;
+using ps::ShardMap;
+using ps::Variable;
+
 namespace {
 
 constexpr char kVariable[] = "bench";
 
-Status CheckConfig(const BenchConfig& config) {
+Status CheckConfig(const PsBenchConfig& config) {
   if (config.servers < 1 || config.workers < 1 || config.bytes < 4 || config.iterations < 1)
     return InvalidArgument("bench ps: servers, workers, iterations must be >= 1, bytes >= 4");
   return Status::Ok();
 }
 
 // One worker's whole run over a connected client: declare, warm up, time the steps, done.
-Status WorkerSteps(const BenchConfig& config, Client& client, std::vector<double>* times) {
+Status WorkerSteps(const PsBenchConfig& config, Client& client, std::vector<double>* times) {
   const int64_t count = config.bytes / 4;
   std::vector<float> init(static_cast<size_t>(count), 0.0f);
   Variable v;
@@ -44,7 +53,7 @@ Status WorkerSteps(const BenchConfig& config, Client& client, std::vector<double
 
 }  // namespace
 
-Status RunPsBench(const BenchConfig& config, BenchResult* out) {
+Status RunPsBench(const PsBenchConfig& config, PsBenchResult* out) {
   CADRE_RETURN_IF_ERROR(CheckConfig(config));
   const std::string token = "bench";
   std::vector<std::unique_ptr<Server>> servers;
@@ -85,7 +94,7 @@ Status RunPsBench(const BenchConfig& config, BenchResult* out) {
   return SummarizePsBench(config, times, out);
 }
 
-Status RunPsBenchServer(const BenchConfig& config, const std::string& address,
+Status RunPsBenchServer(const PsBenchConfig& config, const std::string& address,
                         const std::string& token, Duration timeout) {
   CADRE_RETURN_IF_ERROR(CheckConfig(config));
   ServerOptions o;
@@ -100,7 +109,7 @@ Status RunPsBenchServer(const BenchConfig& config, const std::string& address,
   return s.WithContext("bench ps server on " + address);
 }
 
-Status RunPsBenchWorker(const BenchConfig& config, const std::vector<std::string>& servers,
+Status RunPsBenchWorker(const PsBenchConfig& config, const std::vector<std::string>& servers,
                         int worker, const std::string& token, Duration timeout,
                         std::vector<double>* step_seconds) {
   CADRE_RETURN_IF_ERROR(CheckConfig(config));
@@ -120,8 +129,8 @@ Status RunPsBenchWorker(const BenchConfig& config, const std::vector<std::string
       .WithContext("bench ps worker " + std::to_string(worker));
 }
 
-Status SummarizePsBench(const BenchConfig& config,
-                        const std::vector<std::vector<double>>& step_seconds, BenchResult* out) {
+Status SummarizePsBench(const PsBenchConfig& config,
+                        const std::vector<std::vector<double>>& step_seconds, PsBenchResult* out) {
   CADRE_RETURN_IF_ERROR(CheckConfig(config));
   if (step_seconds.size() != static_cast<size_t>(config.workers))
     return InvalidArgument("bench ps: step times of " + std::to_string(step_seconds.size()) +
@@ -135,7 +144,7 @@ Status SummarizePsBench(const BenchConfig& config,
     for (size_t i = 0; i < step.size(); ++i) step[i] = std::max(step[i], step_seconds[w][i]);
   }
   std::sort(step.begin(), step.end());
-  BenchResult r;
+  PsBenchResult r;
   r.config = config;
   r.step_seconds = step[step.size() / 2];
   r.aggregate_gbps = static_cast<double>(config.workers) * static_cast<double>(config.bytes) * 8 /
@@ -144,7 +153,7 @@ Status SummarizePsBench(const BenchConfig& config,
   return Status::Ok();
 }
 
-double PsBenchLinkBoundSeconds(const BenchConfig& config, double rate_bits_per_s) {
+double PsBenchLinkBoundSeconds(const PsBenchConfig& config, double rate_bits_per_s) {
   ShardMap map;
   int64_t busiest_server = config.bytes;  // should the map fail: as if one server held it all
   if (ShardMap::Build({{kVariable, config.bytes / 4}}, config.servers,
@@ -159,4 +168,4 @@ double PsBenchLinkBoundSeconds(const BenchConfig& config, double rate_bits_per_s
   return link_bytes * 8 / rate_bits_per_s;
 }
 
-}  // namespace cadre::ps
+}  // namespace cadre::bench

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-namespace cadre::cli {
+namespace cadre::bench {
 
 struct HttpTarget {
   std::string url;  // "http://127.0.0.1:8900"
@@ -55,4 +55,4 @@ class BackgroundLoad {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace cadre::cli
+}  // namespace cadre::bench

@@ -1,8 +1,8 @@
-// The push+pull benchmark behind `cadre bench ps`. Each worker push-pulls one float32 variable of
-// `bytes` per step in sync mode with the "sum" optimizer (one add per element on the server):
-// one warm-up step, then `iterations` timed steps. Reported per configuration: the median over
-// steps of the slowest worker's step time, and the aggregate throughput W * bytes / step time
-// (each byte is pushed once and pulled once).
+// The parameter-server workload of `cadre bench ps` (ps_table.h runs it as a table): each
+// worker push-pulls one float32 variable of `bytes` per step in sync mode with the "sum"
+// optimizer (one add per element on the server): one warm-up step, then `iterations` timed steps.
+// Reported per configuration: the median over steps of the slowest worker's step time, and the
+// aggregate throughput W * bytes / step time (each byte is pushed once and pulled once).
 //
 // Two ways to run it:
 // - RunPsBench: S servers and W workers in this process (threads, each worker with its own
@@ -20,9 +20,9 @@
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
 
-namespace cadre::ps {
+namespace cadre::bench {
 
-struct BenchConfig {
+struct PsBenchConfig {
   int servers = 1;
   int workers = 1;
   int64_t bytes = 4096;
@@ -30,33 +30,33 @@ struct BenchConfig {
   std::string host = "127.0.0.1";
 };
 
-struct BenchResult {
-  BenchConfig config;
+struct PsBenchResult {
+  PsBenchConfig config;
   double step_seconds = 0;    // median over the timed steps (max over workers per step)
   double aggregate_gbps = 0;  // gigabits per second of gradients pushed (= values pulled)
 };
 
-Status RunPsBench(const BenchConfig& config, BenchResult* out);
+Status RunPsBench(const PsBenchConfig& config, PsBenchResult* out);
 
 // One server of a multi-process run: serves on `address` (host:port) until all
 // `config.workers` workers said done; kTimeout (naming the step) when `timeout` passes first.
-Status RunPsBenchServer(const BenchConfig& config, const std::string& address,
+Status RunPsBenchServer(const PsBenchConfig& config, const std::string& address,
                         const std::string& token, Duration timeout);
 
 // Worker `worker` of a multi-process run against `servers` (host:port, in server order): waits
 // up to `timeout` for the servers to come up, runs the steps and tells the servers it is done.
 // *step_seconds gets the timed steps' durations, in order.
-Status RunPsBenchWorker(const BenchConfig& config, const std::vector<std::string>& servers,
+Status RunPsBenchWorker(const PsBenchConfig& config, const std::vector<std::string>& servers,
                         int worker, const std::string& token, Duration timeout,
                         std::vector<double>* step_seconds);
 
 // Combines the workers' step times (each `config.iterations` long) into the result.
-Status SummarizePsBench(const BenchConfig& config,
-                        const std::vector<std::vector<double>>& step_seconds, BenchResult* out);
+Status SummarizePsBench(const PsBenchConfig& config,
+                        const std::vector<std::vector<double>>& step_seconds, PsBenchResult* out);
 
 // The bandwidth bound of one step on full-duplex links of `rate_bits_per_s` each: every worker
 // link carries `bytes` each way, and server s's link carries W x (bytes placed on s) each way;
 // the busiest link decides. Partitioned as the client does by default (ClientOptions).
-double PsBenchLinkBoundSeconds(const BenchConfig& config, double rate_bits_per_s);
+double PsBenchLinkBoundSeconds(const PsBenchConfig& config, double rate_bits_per_s);
 
-}  // namespace cadre::ps
+}  // namespace cadre::bench

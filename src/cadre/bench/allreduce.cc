@@ -1,10 +1,5 @@
-// `cadre bench allreduce`: cadre's allreduce timed across RANKS local processes.
-//
-// The parent starts a TcpStore server and forks one process per rank; every rank builds a
-// Communicator (shared memory, or TCP with --transport tcp) and times float32 sum allreduces at
-// each size: warm-up, a barrier, `iters` back-to-back calls, and the slowest rank's mean is the
-// result (so the table is what a training step would wait for). Rank 0 prints one row, or one
-// JSON object, per size: bytes, time_us, busbw_gbps = bytes / time * 2(n-1)/n in GB/s (1e9 B/s).
+#include "cadre/bench/allreduce.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,35 +17,20 @@
 
 #include "cadre/base/byte_size.h"
 #include "cadre/base/status.h"
-#include "cadre/cli/commands.h"
-#include "cadre/cli/support.h"
 #include "cadre/comm/collectives.h"
-#include "cadre/comm/communicator.h"
-#include "cadre/config/from_env.h"
 #include "cadre/launch/cpu_binding.h"
 #include "cadre/store/tcp_store.h"
 
-namespace cadre::cli {
-namespace {
+namespace cadre::bench {
 
-struct AllreduceBenchArgs {
-  int ranks = 2;
-  std::string sizes;
-  bool json = false;
-  std::string transport = "shm";
-  int iters = 0;  // 0 = by size
-  double timeout_s = 120;
-};
-
-std::vector<size_t> DefaultSizes() {
+std::vector<size_t> DefaultAllreduceSizes() {
   std::vector<size_t> s;
   for (size_t b = 4; b <= (size_t{256} << 20); b *= 4) s.push_back(b);
   return s;
 }
 
-// "4096,16M,1K" -> bytes; each a positive multiple of 4 (float32 elements).
-std::vector<size_t> ParseSizeList(const std::string& text) {
-  if (text.empty()) return DefaultSizes();
+std::vector<size_t> ParseAllreduceSizes(const std::string& text) {
+  if (text.empty()) return DefaultAllreduceSizes();
   std::vector<size_t> out;
   size_t start = 0;
   while (start <= text.size()) {
@@ -70,6 +50,8 @@ std::vector<size_t> ParseSizeList(const std::string& text) {
   return out;
 }
 
+namespace {
+
 int ItersFor(size_t bytes, int override_iters) {
   if (override_iters > 0) return override_iters;
   size_t iters = (size_t{128} << 20) / bytes;  // about 128 MiB reduced per size
@@ -77,20 +59,19 @@ int ItersFor(size_t bytes, int override_iters) {
 }
 
 // One rank's whole benchmark. Returns the process exit code.
-int RunRank(int rank, const AllreduceBenchArgs& args, const std::vector<size_t>& sizes,
+int RunRank(int rank, const AllreduceBenchOptions& args, const std::vector<size_t>& sizes,
             uint16_t store_port, const std::string& token) {
   store::TcpStoreOptions so;
   so.port = store_port;
   so.token = token;
   so.identity = "bench rank " + std::to_string(rank);
-  comm::CommunicatorOptions co;
+  comm::CommunicatorOptions co = args.communicator;
   co.rank = rank;
   co.size = args.ranks;
   co.store = std::make_shared<store::TcpStore>(so);
   co.token = token;
   co.use_shm = args.transport == "shm";
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
-  config::ReadCommunicatorTunables(&co);  // CADRE_SHM_SLOT_BYTES, CADRE_SHM_SPIN_US
   auto comm = comm::Communicator::Create(co);
 
   size_t largest = *std::max_element(sizes.begin(), sizes.end());
@@ -135,14 +116,22 @@ int RunRank(int rank, const AllreduceBenchArgs& args, const std::vector<size_t>&
   return 0;
 }
 
-int RunAllreduceBench(const AllreduceBenchArgs& args) {
+}  // namespace
+
+int RunAllreduceBench(const AllreduceBenchOptions& args) {
   if (args.ranks < 1 || args.ranks > 256) {
     throw Error(Code::kInvalidArgument, "bench allreduce: -n must be between 1 and 256");
   }
   if (args.transport != "shm" && args.transport != "tcp") {
     throw Error(Code::kInvalidArgument, "bench allreduce: --transport must be shm or tcp");
   }
-  std::vector<size_t> sizes = ParseSizeList(args.sizes);
+  const std::vector<size_t> sizes = args.sizes.empty() ? DefaultAllreduceSizes() : args.sizes;
+  for (size_t bytes : sizes) {
+    if (bytes < 4 || bytes % 4 != 0) {
+      throw Error(Code::kInvalidArgument, "bench allreduce: size " + std::to_string(bytes) +
+                                              " is not a positive multiple of 4 bytes");
+    }
+  }
   std::string token = "bench-" + std::to_string(getpid());
   std::fflush(stdout);
 
@@ -154,10 +143,12 @@ int RunAllreduceBench(const AllreduceBenchArgs& args) {
   if (pipe(port_pipe) != 0) {
     throw Error(Code::kIo, std::string("pipe failed: ") + std::strerror(errno));
   }
-  // The ranks are bound to CPUs as `cadre run` binds slots (CADRE_CPU_BIND), so that the raw
-  // collective and jobs are timed alike.
-  std::vector<std::vector<int>> cpus;
-  if (Status s = launch::PlanCpuBindingFromEnv(args.ranks, &cpus); !s.ok()) throw Error(s);
+  const std::vector<std::vector<int>>& cpus = args.cpus;
+  if (!cpus.empty() && cpus.size() != static_cast<size_t>(args.ranks)) {
+    throw Error(Code::kInvalidArgument, "bench allreduce: a CPU plan for " +
+                                            std::to_string(cpus.size()) + " ranks, not " +
+                                            std::to_string(args.ranks));
+  }
   std::vector<pid_t> children;
   for (int rank = 0; rank < args.ranks; ++rank) {
     pid_t pid = fork();
@@ -212,20 +203,4 @@ int RunAllreduceBench(const AllreduceBenchArgs& args) {
   return failures == 0 ? 0 : 1;
 }
 
-}  // namespace
-
-void AddBenchAllreduceCommand(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<AllreduceBenchArgs>();
-  CLI::App* cmd = BenchGroup(app)->add_subcommand(
-      "allreduce", "Time cadre's allreduce across local processes (bytes, time_us, busbw_gbps)");
-  cmd->add_option("-n,--ranks", args->ranks, "Number of ranks (processes)")->required();
-  cmd->add_option("--sizes", args->sizes, "Comma-separated byte counts (default 4 B..256 MiB)");
-  cmd->add_flag("--json", args->json, "One JSON object per size instead of a table");
-  cmd->add_option("--transport", args->transport, "shm (default) or tcp")
-      ->check(CLI::IsMember({"shm", "tcp"}));
-  cmd->add_option("--iters", args->iters, "Timed iterations per size (default: by size)");
-  cmd->add_option("--timeout", args->timeout_s, "Seconds any collective may wait on a peer");
-  cmd->callback([args, exit_code] { *exit_code = RunAllreduceBench(*args); });
-}
-
-}  // namespace cadre::cli
+}  // namespace cadre::bench

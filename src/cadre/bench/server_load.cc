@@ -1,4 +1,4 @@
-#include "cadre/cli/bench_server_load.h"
+#include "cadre/bench/server_load.h"
 
 #include <httplib.h>
 
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <memory>
 
-namespace cadre::cli {
+namespace cadre::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -130,4 +130,4 @@ void BackgroundLoad::Stop() {
 
 BackgroundLoad::~BackgroundLoad() { Stop(); }
 
-}  // namespace cadre::cli
+}  // namespace cadre::bench
