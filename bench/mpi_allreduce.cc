@@ -1,13 +1,17 @@
 // Open MPI's MPI_Allreduce timed exactly like `cadre bench allreduce` (float32 sum, in place,
 // warm-up, barrier, back-to-back calls, the slowest rank's mean), for bench/compare_allreduce.
-// Usage: mpirun -np N mpi_allreduce 4,4096,16777216   -> one JSON object per size on rank 0.
+// Usage: mpirun -np N mpi_allreduce 4,4096,16M   -> one JSON object per size on rank 0 (sizes in
+// the units of `cadre bench allreduce`, base/byte_size.h).
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "cadre/base/byte_size.h"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -18,7 +22,18 @@ int main(int argc, char** argv) {
   std::string list = argc > 1 ? argv[1] : "4,4096,1048576";
   for (size_t pos = 0; pos <= list.size();) {
     size_t comma = list.find(',', pos);
-    sizes.push_back(std::strtoull(list.substr(pos, comma - pos).c_str(), nullptr, 10));
+    const std::string item = list.substr(pos, comma == std::string::npos ? comma : comma - pos);
+    uint64_t bytes = 0;
+    if (!cadre::ParseByteSize(item, &bytes).ok() || bytes < 4 || bytes % 4 != 0) {
+      if (rank == 0) {
+        std::fprintf(stderr,
+                     "mpi_allreduce: '%s' is not a byte count, a multiple of 4 (4096, 16M)\n",
+                     item.c_str());
+      }
+      MPI_Finalize();
+      return 2;
+    }
+    sizes.push_back(bytes);
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }

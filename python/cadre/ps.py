@@ -289,7 +289,8 @@ def _bench(argv):
     import numpy as np
 
     parser = argparse.ArgumentParser(prog="python3 -m cadre.ps bench")
-    parser.add_argument("--size", default="64M", help="tensor size (K/M suffix)")
+    parser.add_argument("--size", default="64M",
+                        help="tensor size in bytes, with cadre's units (4096, 256K, 64M, 1G)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--partition-mib", type=float, default=None,
                         help="largest partition of a split variable (default: the client's)")
@@ -298,8 +299,12 @@ def _bench(argv):
     parser.add_argument("--in-flight", type=int, default=None,
                         help="RPCs in flight per server (default: the client's)")
     args = parser.parse_args(argv)
-    mult = {"K": 1 << 10, "M": 1 << 20}.get(args.size[-1:].upper(), 1)
-    size = int(float(args.size.rstrip("KkMm")) * mult)
+    try:
+        size = _core.parse_byte_size(args.size)  # the units of `cadre bench` (base/byte_size.h)
+    except _core.CadreInvalidArgument as e:
+        parser.error("--size: %s" % e)
+    if size < 4:
+        parser.error("--size: %r is less than one float32 (4 bytes)" % args.size)
     r = learner_role()
     if r["role"] == "ps":
         serve()
