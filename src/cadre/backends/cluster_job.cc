@@ -63,14 +63,15 @@ void ClusterJob::Message(const std::string& text) const {
   }
 }
 
-Status ClusterJob::Prepare(const std::string& engine) {
+Status ClusterJob::Prepare(const std::string& engine, const ClusterJobOptions& options) {
   engine_ = engine;
-  layout_.training_id = launch::NewTrainingId();
+  layout_.training_id = run_.training_id.value_or(launch::NewTrainingId());
   layout_.job_dir = run_.output_dir ? fs::absolute(*run_.output_dir)
                                     : fs::absolute(spec_.results_dir / layout_.training_id);
   layout_.data_dir = spec_.data_dir.empty() ? layout_.job_dir / "data" : spec_.data_dir;
   layout_.job_token = launch::NewJobToken();
   layout_.python_path = launch::CadrePythonPath();
+  layout_.name_prefix = options.name_prefix;
   // The engine places the learners; their names are known here, their addresses on the nodes.
   for (int id = 1; id <= spec_.nodes; ++id) {
     layout_.hosts.push_back({id, layout_.name_prefix + "-" + std::to_string(id), ""});
@@ -81,7 +82,7 @@ Status ClusterJob::Prepare(const std::string& engine) {
   }
   CADRE_RETURN_IF_ERROR(launch::MakeJobDirectory(layout_.job_dir));
   std::error_code ec;
-  if (!run_.python.interpreter.empty()) {
+  if (!run_.python.interpreter.empty() && options.runner_store_and_plan) {
     layout_.python_bin_dir = layout_.job_dir / "bin";
     fs::create_directories(layout_.python_bin_dir, ec);
     for (const char* name : {"python3", "python"}) {
@@ -90,6 +91,34 @@ Status ClusterJob::Prepare(const std::string& engine) {
     }
   }
   CADRE_RETURN_IF_ERROR(launch::CreateJobDirectory(spec_, layout_));
+  if (options.runner_store_and_plan) CADRE_RETURN_IF_ERROR(StartStoreAndWritePlan());
+
+  for (int id = 1; id <= spec_.nodes; ++id) {
+    const std::string learner = "learner-" + std::to_string(id);
+    if (options.log_per_learner) {
+      logs_.Add(learner, layout_.job_dir / learner / "pod.log");
+    }
+    for (int r = 0; r < spec_.slots_per_learner; ++r) {
+      launch::SlotStatus s;
+      s.learner_id = id;
+      s.local_rank = r;
+      s.rank = (id - 1) * spec_.slots_per_learner + r;
+      s.running = true;
+      if (options.log_per_learner) {
+        s.log = fs::path(learner) / "pod.log";
+        slot_stream_.push_back(static_cast<size_t>(id - 1));
+      } else {
+        s.log = fs::relative(launch::SlotLogPath(layout_, id, r), layout_.job_dir);
+        slot_stream_.push_back(slot_stream_.size());
+        logs_.Add(learner + "/" + std::to_string(r), launch::SlotLogPath(layout_, id, r));
+      }
+      status_.slots.push_back(s);
+    }
+  }
+  return launch::WriteStatusFile(spec_, layout_, status_);
+}
+
+Status ClusterJob::StartStoreAndWritePlan() {
   try {
     store::TcpStoreServerOptions o;
     o.host = "0.0.0.0";  // the nodes connect from their own addresses; the token keeps others out
@@ -109,22 +138,7 @@ Status ClusterJob::Prepare(const std::string& engine) {
   plan.command_argv = spec_.command_argv;
   plan.python_bin_dir = layout_.python_bin_dir;
   plan.python_path = layout_.python_path;
-  CADRE_RETURN_IF_ERROR(WriteTaskPlan(plan));
-
-  for (int id = 1; id <= spec_.nodes; ++id) {
-    for (int r = 0; r < spec_.slots_per_learner; ++r) {
-      launch::SlotStatus s;
-      s.learner_id = id;
-      s.local_rank = r;
-      s.rank = (id - 1) * spec_.slots_per_learner + r;
-      s.log = fs::relative(launch::SlotLogPath(layout_, id, r), layout_.job_dir);
-      s.running = true;
-      status_.slots.push_back(s);
-      logs_.Add("learner-" + std::to_string(id) + "/" + std::to_string(r),
-                launch::SlotLogPath(layout_, id, r));
-    }
-  }
-  return launch::WriteStatusFile(spec_, layout_, status_);
+  return WriteTaskPlan(plan);
 }
 
 Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
@@ -171,30 +185,49 @@ Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
 }
 
 int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::string& stop_reason) {
-  auto exits = ReadSlotExits(layout_.job_dir, spec_.nodes, spec_.slots_per_learner);
-  const SlotExit* first_failure = nullptr;
   size_t succeeded = 0;
-  for (const auto& e : exits) {
-    auto& s = status_.slots[static_cast<size_t>((e.learner_id - 1) * spec_.slots_per_learner +
-                                                e.local_rank)];
-    s.running = false;
-    s.exit_code = e.exit_code;
-    s.signal = e.signal;
-    s.stop_requested = e.stop_requested;
-    bool ok = e.succeeded() || (spec_.is_server(e.learner_id) && e.stop_requested);
-    succeeded += ok ? 1 : 0;
-    if (!ok && !e.stop_requested &&
-        (first_failure == nullptr || e.end_time < first_failure->end_time)) {
-      first_failure = &e;
+  std::optional<size_t> failed_slot;  // the first failure's
+  std::string failure;
+  double failure_time = 0;
+  auto failed = [&](size_t slot, std::string how, double time) {
+    if (failed_slot && time >= failure_time) return;
+    failed_slot = slot;
+    failure = std::move(how);
+    failure_time = time;
+  };
+  if (end.learners.empty()) {
+    for (const auto& e : ReadSlotExits(layout_.job_dir, spec_.nodes, spec_.slots_per_learner)) {
+      const size_t index = SlotIndex(e.learner_id, e.local_rank);
+      auto& s = status_.slots[index];
+      s.exit_code = e.exit_code;
+      s.signal = e.signal;
+      s.stop_requested = e.stop_requested;
+      bool ok = e.succeeded() || (spec_.is_server(e.learner_id) && e.stop_requested);
+      succeeded += ok ? 1 : 0;
+      if (!ok && !e.stop_requested) {
+        failed(index,
+               "learner-" + std::to_string(e.learner_id) + " slot " + std::to_string(e.local_rank) +
+                   " " + e.Describe(),
+               e.end_time);
+      }
+    }
+  } else {
+    for (const auto& l : end.learners) {
+      for (int r = 0; r < spec_.slots_per_learner && l.succeeded; ++r) {
+        status_.slots[SlotIndex(l.learner_id, r)].exit_code = 0;
+        ++succeeded;
+      }
+      if (!l.failure.empty()) {
+        failed(SlotIndex(l.learner_id, 0),
+               "learner-" + std::to_string(l.learner_id) + " " + l.failure, l.end_time);
+      }
     }
   }
   for (auto& s : status_.slots) s.running = false;
   status_.end_time = launch::WallClock::now();
-  if (first_failure != nullptr && stop_signal == 0) {
-    status_.failure = "learner-" + std::to_string(first_failure->learner_id) + " slot " +
-                      std::to_string(first_failure->local_rank) + " " + first_failure->Describe();
-    status_.failed_slot = static_cast<size_t>(
-        (first_failure->learner_id - 1) * spec_.slots_per_learner + first_failure->local_rank);
+  if (failed_slot && stop_signal == 0) {
+    status_.failure = failure;
+    status_.failed_slot = failed_slot;
     status_.state = launch::JobState::kFailed;
     status_.exit_code = 1;
   } else if (stop_signal != 0) {
@@ -226,7 +259,7 @@ int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::strin
     if (status_.failed_slot) {
       text += "\ncadre: last lines of " +
               (layout_.job_dir / status_.slots[*status_.failed_slot].log).string() + ":";
-      const auto& tail = logs_.tail(*status_.failed_slot);
+      const auto& tail = logs_.tail(slot_stream_[*status_.failed_slot]);
       if (tail.empty()) text += "\n    (no output)";
       for (const auto& line : tail) text += "\n    " + line;
     }

@@ -1,8 +1,9 @@
-// The runner's side of a job that a cluster engine starts (Slurm, Open MPI): everything but the
-// engine. Lays the job out (directory, token, rendezvous store reachable from the nodes, the
-// task plan for `cadre task`), then follows the engine until the job ends: the slots' logs on the
-// console, stop signals turned into the engine's cancel, the failed learner named from the
-// slots' exit records, status.json kept, cadre run's exit code (0, 1, 128+signal).
+// The runner's side of a job that a cluster engine starts (Slurm, Open MPI, Kubernetes):
+// everything but the engine. Lays the job out (directory, token, rendezvous store reachable from
+// the nodes, the task plan for `cadre task`), then follows the engine until the job ends: the
+// slots' (or learners') logs on the console, stop signals turned into the engine's cancel, the
+// failed learner named from the slots' exit records or the engine's view of its learners,
+// status.json kept, cadre run's exit code (0, 1, 128+signal).
 #pragma once
 
 #include <signal.h>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cadre/backends/backend.h"
 #include "cadre/backends/log_follow.h"
@@ -20,12 +22,35 @@
 
 namespace cadre::backends {
 
+// How one learner ended, for engines that see learners rather than slots (Kubernetes's pods).
+struct LearnerEnd {
+  int learner_id = 0;
+  bool succeeded = false;  // every slot succeeded (a parameter server: the workers did)
+  std::string failure;     // how it failed ("exited with code 3 (Error)"); empty if it did not
+  double end_time = 0;     // seconds since the epoch, to name the first failure
+};
+
 // What the engine says about the job, polled.
 struct EngineState {
   bool pending = false;     // queued, nothing started
   bool finished = false;    // every task has ended
   bool succeeded = false;   // with `finished`: the engine counts the job a success
   std::string description;  // "Slurm job 12 RUNNING", "FAILED (ExitCode=1:0)"
+  // With `finished`, from engines whose slots' records stay on the nodes (Kubernetes): the
+  // learners' ends. Empty: the records in the job directory tell (task.h).
+  std::vector<LearnerEnd> learners;
+};
+
+// What the engine needs of the runner's side.
+struct ClusterJobOptions {
+  // A rendezvous store on this machine, and the plan and token in the shared job directory
+  // (Slurm, Open MPI). Kubernetes: learner 1 serves the store and the plan is in the objects.
+  bool runner_store_and_plan = true;
+  // One log stream per learner, <job dir>/learner-K/pod.log shown as "[learner-K]" (a pod's
+  // output, all its slots), rather than one per slot.
+  bool log_per_learner = false;
+  // LEARNER_NAME_PREFIX when the engine names the learners (Kubernetes: the objects' name).
+  std::string name_prefix = "learner";
 };
 
 class Engine {
@@ -56,7 +81,7 @@ class ClusterJob {
              const BackendOptions& backend);
 
   // Everything before the engine starts; `engine` names it in messages.
-  Status Prepare(const std::string& engine);
+  Status Prepare(const std::string& engine, const ClusterJobOptions& options = {});
   // Starts `engine` and follows it to the end; returns cadre run's exit code.
   Status Run(Engine& engine, launch::JobOutcome* outcome);
 
@@ -65,10 +90,16 @@ class ClusterJob {
   const BackendOptions& backend() const { return backend_; }
   std::filesystem::path cadre_program() const;
   void Message(const std::string& text) const;
+  // The log streams (LogFollower::Watch); with log_per_learner, stream K-1 is learner K's.
+  LogFollower& logs() { return logs_; }
 
  private:
+  Status StartStoreAndWritePlan();
   // Ends the job's record: the state, the failure (naming the learner) and the exit code.
   int Finish(const EngineState& end, int stop_signal, const std::string& stop_reason);
+  size_t SlotIndex(int learner_id, int local_rank) const {
+    return static_cast<size_t>((learner_id - 1) * spec_.slots_per_learner + local_rank);
+  }
 
   const launch::JobSpec& spec_;
   launch::RunOptions run_;
@@ -78,6 +109,7 @@ class ClusterJob {
   launch::JobStatus status_;
   std::unique_ptr<store::TcpStoreServer> store_;
   LogFollower logs_;
+  std::vector<size_t> slot_stream_;  // the log stream of each slot
 };
 
 }  // namespace cadre::backends

@@ -14,6 +14,7 @@ void LogFollower::Add(std::string label, std::filesystem::path path) {
 }
 
 void LogFollower::Emit(File& f, const std::string& line, std::string* out) {
+  if (watcher_) watcher_(static_cast<size_t>(&f - files_.data()), line);
   f.tail.push_back(line);
   if (f.tail.size() > tail_lines_) f.tail.pop_front();
   if (!quiet_) *out += "[" + f.label + "] " + line + "\n";
