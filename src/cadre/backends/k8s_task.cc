@@ -74,11 +74,22 @@ Status KubernetesSlotFromEnv(const EnvMap& env, const launch::JobContract& job, 
   return Status::Ok();
 }
 
-int RunKubernetesLearner(TaskPlan plan) {
+std::string KubernetesFinishedLine(int learner_id) {
+  return "cadre task: learner-" + std::to_string(learner_id) +
+         " finished; holding until its pod is deleted (kubectl delete -f ...)";
+}
+
+int RunKubernetesLearner(TaskPlan plan, const fs::path& job_dir) {
   auto fail = [](const Status& st) {
     std::cerr << "cadre task: " << st.ToString() << "\n";
     return 1;
   };
+  if (!job_dir.empty() && job_dir != plan.job.job_dir) {
+    // DATA_DIR under the job directory moves with it.
+    fs::path data = plan.job.data_dir.lexically_relative(plan.job.job_dir);
+    if (!data.empty() && *data.begin() != "..") plan.job.data_dir = job_dir / data;
+    plan.job.job_dir = job_dir;
+  }
   sigset_t set, old;
   sigemptyset(&set);
   for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
@@ -103,6 +114,12 @@ int RunKubernetesLearner(TaskPlan plan) {
   std::vector<std::string> addresses;
   st = ResolveLearners(slot.nodes, std::chrono::minutes(10), &addresses);
   if (!st.ok()) return fail(st);
+  // The pod's volume starts empty: the folders the contract names (as CreateJobDirectory makes).
+  std::error_code ec;
+  for (const char* dir : {"checkpoints", "state", "data"}) {
+    fs::create_directories(plan.job.job_dir / dir, ec);
+  }
+  fs::create_directories(plan.job.job_dir / ("learner-" + std::to_string(learner)), ec);
 
   std::vector<pid_t> pids;
   std::vector<bool> running;
@@ -157,8 +174,7 @@ int RunKubernetesLearner(TaskPlan plan) {
     }
   }
   if (code == 0 && !stopping) {
-    std::cerr << "cadre task: learner-" << learner
-              << " finished; holding until its pod is deleted (kubectl delete -f ...)\n";
+    std::cerr << KubernetesFinishedLine(learner) << "\n" << std::flush;
     siginfo_t info;
     sigdelset(&set, SIGCHLD);
     sigwaitinfo(&set, &info);

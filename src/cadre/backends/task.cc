@@ -328,7 +328,7 @@ int RunTask(const std::string& engine, const fs::path& job_dir, const fs::path& 
   if (!st.ok()) return fail(st);
   plan.job.job_token = ReadFile(token_path, &ok);
   if (!ok) return fail(NotFound("no " + token_path.string() + " on this node"));
-  if (engine == "kubernetes") return RunKubernetesLearner(std::move(plan));
+  if (engine == "kubernetes") return RunKubernetesLearner(std::move(plan), job_dir);
 
   EnvMap env = ProcessEnv();
   EngineSlot slot;

@@ -70,9 +70,13 @@ int RunTask(const std::string& engine, const std::filesystem::path& job_dir,
             const std::filesystem::path& token_file = {});
 
 // Kubernetes (k8s_task.cc): the slot's place from the pod's name (CADRE_POD_NAME or HOSTNAME,
-// "<prefix>-<N>"); and the learner's whole pod.
+// "<prefix>-<N>"); and the learner's whole pod. `job_dir` (--job-dir, the pod's own volume) is
+// the job directory there, whatever the plan says (the same path on a cluster).
 Status KubernetesSlotFromEnv(const EnvMap& env, const launch::JobContract& job, EngineSlot* out);
-int RunKubernetesLearner(TaskPlan plan);
+int RunKubernetesLearner(TaskPlan plan, const std::filesystem::path& job_dir);
+// The line a learner's pod writes once every slot succeeded, before it holds (a StatefulSet
+// would restart an exited container): how `cadre run --backend kubernetes` knows it finished.
+std::string KubernetesFinishedLine(int learner_id);
 
 // Shared by the engines' tasks.
 std::string ReadTextFile(const std::filesystem::path& path, bool* ok = nullptr);
