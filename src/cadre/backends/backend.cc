@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include "cadre/backends/k8s_backend.h"
 #include "cadre/backends/mpi_backend.h"
 #include "cadre/backends/slurm_backend.h"
 
@@ -15,19 +16,6 @@ class LocalBackend : public Backend {
   Status Run(const launch::JobSpec& spec, const launch::RunOptions& options,
              launch::JobOutcome* outcome) override {
     return launch::RunLocalJob(spec, options, outcome);
-  }
-};
-
-// Kubernetes jobs are rendered (`cadre k8s render`) and applied with kubectl by the user.
-class KubernetesBackend : public Backend {
- public:
-  std::string_view name() const override { return "kubernetes"; }
-  Status CheckEngine() const override { return RequirePrograms("kubernetes", {"kubectl"}); }
-  Status Run(const launch::JobSpec&, const launch::RunOptions&, launch::JobOutcome*) override {
-    return {Code::kUnavailable,
-            "cadre run --backend kubernetes is not built yet: render the job's objects with "
-            "`cadre k8s render job.yaml` and apply them with `kubectl apply -f` "
-            "(docs/backends.md)"};
   }
 };
 
@@ -92,7 +80,7 @@ std::unique_ptr<Backend> MakeBackend(const BackendOptions& options) {
     case BackendKind::kMpi:
       return MakeMpiBackend(options);
     case BackendKind::kKubernetes:
-      return std::make_unique<KubernetesBackend>();
+      return MakeKubernetesBackend(options);
     case BackendKind::kLocal:
       break;
   }

@@ -1,8 +1,8 @@
 // Backends: the engines that start a job's learners. The local backend runs them as processes on
-// this machine (launch/local_backend.h); Slurm and Open MPI start them on a cluster's nodes, where
-// `cadre task` turns the engine's facts about each process (its rank, its node, the node list)
-// into the same learner contract (launch/contract.h) before running the job's command. So a
-// training script never notices which engine ran it.
+// this machine (launch/local_backend.h); Slurm, Open MPI and Kubernetes start them on a cluster's
+// nodes (pods), where `cadre task` turns the engine's facts about each process (its rank, its node,
+// the node list) into the same learner contract (launch/contract.h) before running the job's
+// command. So a training script never notices which engine ran it.
 #pragma once
 
 #include <chrono>
@@ -26,11 +26,13 @@ std::string_view BackendName(BackendKind kind);
 
 struct BackendOptions {
   BackendKind kind = BackendKind::kLocal;
-  // Slurm: a job still pending after this long is cancelled and reported; zero waits for ever.
+  // Slurm, Kubernetes: a job still pending (queued; pods unschedulable or not started) after this
+  // long is cancelled (deleted) and reported; zero waits for ever.
   std::chrono::seconds queue_timeout{0};
   std::optional<int> time_limit_minutes;  // sbatch --time
   std::string partition;                  // sbatch --partition; empty: the cluster's default
   std::filesystem::path hostfile;         // Open MPI: the hosts, one learner each
+  std::string name_space;                 // Kubernetes: the namespace; empty: "default"
   // The address learners reach this machine's rendezvous store at; empty: this host's name,
   // resolved here.
   std::string store_host;

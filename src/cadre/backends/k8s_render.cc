@@ -83,13 +83,23 @@ std::string KubernetesName(const std::string& job_name) {
   return name.empty() ? "cadre-job" : name;
 }
 
+std::string KubernetesRunName(const std::string& job_name, const std::string& training_id) {
+  std::string base = KubernetesName(job_name);
+  std::string id = KubernetesName(training_id);
+  if (id.size() > 6) id = id.substr(id.size() - 6);
+  while (!id.empty() && id.front() == '-') id.erase(0, 1);
+  if (base.size() > 49 - id.size()) base.resize(49 - id.size());
+  while (!base.empty() && base.back() == '-') base.pop_back();
+  return id.empty() ? base : base + "-" + id;
+}
+
 Status RenderKubernetes(const launch::JobSpec& spec, const K8sRenderOptions& o, std::string* yaml) {
   if (o.image.empty()) {
     return InvalidArgument(
         "image: the job's container image is not given (the manifest's "
         "`image` field or --image); it must hold cadre and the command");
   }
-  const std::string name = KubernetesName(spec.name);
+  const std::string name = o.name.empty() ? KubernetesName(spec.name) : o.name;
   const std::string plan_dir = "/cadre/plan";
   const std::string secret_dir = "/cadre/secret";
 

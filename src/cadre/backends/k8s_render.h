@@ -25,6 +25,7 @@ inline constexpr int kKubernetesStorePort = 29400;
 
 struct K8sRenderOptions {
   std::string image;                   // required
+  std::string name;                    // the objects' name (LEARNER_NAME_PREFIX); empty: the job's
   std::string name_space = "default";  // where the objects go (DNS search domain)
   std::string job_token;               // the job's token; random when rendering for real
   std::string training_id;
@@ -34,6 +35,10 @@ struct K8sRenderOptions {
 // A Kubernetes name (RFC 1123 label) from the job's name: lower case, [a-z0-9-], at most 50
 // characters (room for "-<ordinal>" and "-token"); "cadre-job" when nothing is left.
 std::string KubernetesName(const std::string& job_name);
+
+// The name `cadre run` gives a job's objects: the job's KubernetesName, shortened, then "-" and
+// the last characters of the training id, so that two runs of one manifest do not collide.
+std::string KubernetesRunName(const std::string& job_name, const std::string& training_id);
 
 // The objects as one multi-document YAML text. InvalidArgument when no image is given.
 Status RenderKubernetes(const launch::JobSpec& spec, const K8sRenderOptions& options,

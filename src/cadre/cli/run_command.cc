@@ -40,6 +40,8 @@ struct RunFlags {
   double queue_timeout_seconds = 0;
   std::optional<int> time_limit_minutes;
   std::string partition, hostfile, store_host;
+  std::optional<std::string> image;  // Kubernetes: the container image (the manifest's `image`)
+  std::string name_space;            // Kubernetes: the namespace
 };
 
 bool IsManifestPath(const std::string& arg) {
@@ -104,6 +106,7 @@ int Run(const RunFlags& flags) {
   if (flags.max_restarts) request.max_restarts.Set(*flags.max_restarts, "--max-restarts");
   if (flags.min_nodes) request.min_nodes.Set(*flags.min_nodes, "--min-nodes");
   if (flags.rejoin_after) request.rejoin_after.Set(*flags.rejoin_after, "--rejoin-after");
+  if (flags.image) request.image.Set(*flags.image, "--image");
   // A day at most: beyond that the grace is a mistake (and past int64 milliseconds, undefined).
   if (!(flags.grace_seconds >= 0 && flags.grace_seconds <= 86400)) {
     problems.Add("--grace", "must be 0..86400 seconds, got " + std::to_string(flags.grace_seconds));
@@ -134,6 +137,17 @@ int Run(const RunFlags& flags) {
   backend.partition = flags.partition;
   backend.hostfile = flags.hostfile;
   backend.store_host = flags.store_host;
+  backend.name_space = flags.name_space;
+  if (backend.kind == backends::BackendKind::kKubernetes &&
+      (!request.image.has_value() || request.image->empty())) {
+    problems.Add("--image",
+                 "the kubernetes backend needs the job's container image (here or the "
+                 "manifest's `image`); it must hold cadre and the job's command");
+  }
+  if (backend.kind != backends::BackendKind::kKubernetes &&
+      (flags.image || !flags.name_space.empty())) {
+    problems.Add(flags.image ? "--image" : "--namespace", "is for --backend kubernetes");
+  }
   if (backend.kind != backends::BackendKind::kLocal && flags.emulate_network) {
     problems.Add("--emulate-network", "emulates nodes for the local backend only");
   }
@@ -233,13 +247,18 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                 "delay/loss");
   cmd->add_option("--backend", flags->backend,
                   "Where the learners run: local (default), slurm (sbatch), mpi (mpirun "
-                  "--hostfile) (docs/backends.md)");
+                  "--hostfile), kubernetes (kubectl; --image) (docs/backends.md)");
   cmd->add_option("--queue-timeout", flags->queue_timeout_seconds,
-                  "Slurm: cancel the job if it is still pending after this many seconds");
+                  "Slurm, Kubernetes: cancel (delete) the job if it is still pending after this "
+                  "many seconds");
   cmd->add_option("--time-limit", flags->time_limit_minutes,
                   "Slurm: the job's time limit, minutes");
   cmd->add_option("--partition", flags->partition, "Slurm: the partition to submit to");
   cmd->add_option("--hostfile", flags->hostfile, "Open MPI: the hosts, one learner each");
+  cmd->add_option("--image", flags->image,
+                  "Kubernetes: the container image, holding cadre and the command (the "
+                  "manifest's image)");
+  cmd->add_option("--namespace", flags->name_space, "Kubernetes: the namespace (default: default)");
   cmd->add_option("--store-host", flags->store_host,
                   "Slurm/Open MPI: the address the nodes reach this machine at (default: this "
                   "host's name, resolved here)");
