@@ -3,8 +3,8 @@
 //
 //   cadre server [--data-dir DIR] [--listen HOST:PORT] [--slots N] [--grace S]
 //                [--deployment-restarts N] [--max-deployments N] [--max-prediction-mib N]
-//                [--backend local|slurm|mpi [--store-host H] [--partition P] [--hostfile F]
-//                 [--queue-timeout S]]
+//                [--backend local|slurm|mpi|kubernetes [--store-host H] [--partition P]
+//                 [--hostfile F] [--namespace NS] [--queue-timeout S]]
 //   cadre users add NAME --plan PLAN [--data-dir DIR]
 //
 // The token is printed once, alone on the last line of stdout, so scripts can take it with
@@ -41,6 +41,7 @@ struct ServerFlags {
   std::string store_host;
   std::string partition;
   std::string hostfile;
+  std::string name_space;
   double queue_timeout_seconds = 0;
 };
 
@@ -55,16 +56,21 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
   options->backend = std::string(backends::BackendName(engine.kind));
   if (engine.kind == backends::BackendKind::kLocal) {
     if (!flags.store_host.empty() || !flags.partition.empty() || !flags.hostfile.empty() ||
-        flags.queue_timeout_seconds != 0) {
-      std::cerr << "cadre server: --store-host, --partition, --hostfile and --queue-timeout are "
-                   "for --backend slurm or mpi\n";
+        !flags.name_space.empty() || flags.queue_timeout_seconds != 0) {
+      std::cerr << "cadre server: --store-host, --partition, --hostfile, --namespace and "
+                   "--queue-timeout are for --backend slurm, mpi or kubernetes\n";
       return 2;
     }
     return 0;
   }
-  if (engine.kind == backends::BackendKind::kKubernetes) {
-    std::cerr << "cadre server: --backend kubernetes: jobs are not run on Kubernetes yet (cadre "
-                 "run cannot follow pods); render them with `cadre k8s render`\n";
+  const bool k8s = engine.kind == backends::BackendKind::kKubernetes;
+  if (!k8s && !flags.name_space.empty()) {
+    std::cerr << "cadre server: --namespace is for --backend kubernetes\n";
+    return 2;
+  }
+  if (k8s && (!flags.store_host.empty() || !flags.partition.empty() || !flags.hostfile.empty())) {
+    std::cerr << "cadre server: --store-host, --partition and --hostfile are for --backend slurm "
+                 "or mpi\n";
     return 2;
   }
   if (engine.kind == backends::BackendKind::kMpi && flags.hostfile.empty()) {
@@ -75,6 +81,14 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
     std::cerr << "cadre server: --queue-timeout must not be negative\n";
     return 2;
   }
+  if (options->slots == 0 && engine.kind != backends::BackendKind::kSlurm) {
+    // Kubernetes: what the cluster would run for this server (quotas, other tenants, autoscaling)
+    // is not a cheap question; the operator says.
+    std::cerr << "cadre server: --backend " << options->backend
+              << " needs --slots N: how many learner processes "
+              << (k8s ? "the cluster may run for this server" : "its hosts run") << " at once\n";
+    return 2;
+  }
   if (Status st = backends::MakeBackend(engine)->CheckEngine(); !st.ok()) {
     std::cerr << "cadre server: " << st.message() << "\n";
     return 1;
@@ -83,6 +97,7 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
   args = {"--backend", options->backend};
   if (!flags.store_host.empty()) args.insert(args.end(), {"--store-host", flags.store_host});
   if (!flags.partition.empty()) args.insert(args.end(), {"--partition", flags.partition});
+  if (!flags.name_space.empty()) args.insert(args.end(), {"--namespace", flags.name_space});
   if (!flags.hostfile.empty()) {
     args.insert(args.end(), {"--hostfile", std::filesystem::absolute(flags.hostfile).string()});
   }
@@ -90,11 +105,6 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
     args.insert(args.end(), {"--queue-timeout", std::to_string(flags.queue_timeout_seconds)});
   }
   if (options->slots == 0) {
-    if (engine.kind != backends::BackendKind::kSlurm) {
-      std::cerr << "cadre server: --backend " << options->backend
-                << " needs --slots N: how many learner processes its hosts run at once\n";
-      return 2;
-    }
     if (Status st = backends::SlurmClusterCpus(&options->slots); !st.ok()) {
       std::cerr << "cadre server: the Slurm cluster's size: " << st.message()
                 << "; give --slots N\n";
@@ -209,13 +219,16 @@ void AddServerCommand(CLI::App& app, int* exit_code) {
                   "(default 16)");
   cmd->add_option("--backend", flags->backend,
                   "Where jobs run: local (this machine), slurm (sbatch; --slots defaults to the "
-                  "cluster's CPUs) or mpi (mpirun on --hostfile's hosts) (docs/backends.md)");
+                  "cluster's CPUs), mpi (mpirun on --hostfile's hosts) or kubernetes (kubectl; "
+                  "--slots needed, images from the manifests) (docs/backends.md)");
   cmd->add_option("--store-host", flags->store_host,
                   "slurm/mpi: the address the nodes reach this machine at (cadre run's flag)");
   cmd->add_option("--partition", flags->partition, "slurm: the partition jobs are submitted to");
   cmd->add_option("--hostfile", flags->hostfile, "mpi: the hosts, one learner each");
+  cmd->add_option("--namespace", flags->name_space,
+                  "kubernetes: the namespace jobs run in (default: default)");
   cmd->add_option("--queue-timeout", flags->queue_timeout_seconds,
-                  "slurm: cancel a job still pending after S seconds (default: wait)");
+                  "slurm, kubernetes: cancel a job still pending after S seconds (default: wait)");
   cmd->callback([flags, exit_code] { *exit_code = RunServer(*flags); });
 
   auto* users = app.add_subcommand("users", "Users of a cadre server");

@@ -34,6 +34,13 @@ void Submit(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
               "execution.backend");
     ok = false;
   }
+  if (ok && ctx.options.backend == "kubernetes" && job.spec.image.empty()) {
+    SendError(res, 400, "invalid_request",
+              "image: this server runs jobs on Kubernetes; name the container image (holding "
+              "cadre and the job's command) in the manifest's image field",
+              "image");
+    ok = false;
+  }
   std::lock_guard<std::mutex> lock(ctx.submit_mutex);
   ok = ok &&
        CheckPlan(*user, job, ctx.trainings.ActiveLearners(user->id), ctx.scheduler.slots(), res);
