@@ -40,3 +40,17 @@ def slurm():
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def kubectl_emulator(tmp_path):
+    """The kubectl emulator (kubectl_emulator.py), its pods as local processes; needs root for
+    the pods' namespaces (their hosts files, PID 1)."""
+    from kubectl_emulator import KubectlEmulator
+    if os.geteuid() != 0:
+        pytest.skip("the kubectl emulator runs pods in mount/PID namespaces, as root")
+    emulator = KubectlEmulator(str(tmp_path))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()

@@ -1,0 +1,45 @@
+"""`cadre server --backend kubernetes`: the service runs the jobs it admits through `cadre run
+--backend kubernetes`, here against the kubectl emulator (tests/k8s/fake_kubectl.py; not a
+cluster). A job runs to completion in pods, with the learners' logs in the training's log and
+nothing left behind; the server needs --slots and refuses manifests without an image."""
+import os
+import subprocess
+
+from service_helpers import CADRE, FINAL
+
+
+def test_a_job_runs_to_completion_in_pods(make_server, kubectl_emulator):
+    server = make_server(slots=4, extra=["--backend", "kubernetes", "--namespace", "ml"],
+                         env=kubectl_emulator.env)
+    assert any("4 slots on the kubernetes backend" in line for line in server.output)
+    ada = server.client(server.add_user("ada"))
+    r = ada.submit_manifest(
+        "name: on-k8s\nframework: {name: pytorch-horovod}\nimage: registry.example/cadre:1\n"
+        "execution: {command: 'echo learner $LEARNER_ID of $NUM_LEARNERS named $(hostname)',\n"
+        "            compute_configuration: {name: cpu, nodes: 2}}\n")
+    assert r.status == 201, r
+    tid = r.json()["metadata"]["id"]
+    status = ada.wait_state(tid, FINAL, timeout=180)
+    with open(os.path.join(server.data_dir, "trainings", tid, "training.log")) as f:
+        log = f.read()
+    assert status["state"] == "completed", (status, log)
+    assert "created StatefulSet on-k8s-" in log and "in namespace ml" in log, log
+    name = "on-k8s-" + tid[-6:]
+    for k in (1, 2):
+        assert f"[learner-{k}] learner {k} of 2 named {name}-{k}" in log, log
+    assert kubectl_emulator.wait_gone(timeout=5)
+    assert kubectl_emulator.objects("ml") == [] and kubectl_emulator.pods("ml") == []
+
+
+def test_the_server_needs_slots_and_jobs_need_an_image(make_server, kubectl_emulator, tmp_path):
+    out = subprocess.run([CADRE, "server", "--data-dir", str(tmp_path / "d"), "--listen",
+                          "127.0.0.1:0", "--backend", "kubernetes"], env=kubectl_emulator.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert out.returncode == 2 and "--slots" in out.stderr, out
+    server = make_server(slots=2, extra=["--backend", "kubernetes"], env=kubectl_emulator.env)
+    ada = server.client(server.add_user("ada"))
+    r = ada.submit_manifest(
+        "name: no-image\nframework: {name: pytorch}\n"
+        "execution: {command: 'true', compute_configuration: {name: cpu, nodes: 1}}\n")
+    assert r.status == 400, r
+    assert r.error_targets() == ["image"], r
