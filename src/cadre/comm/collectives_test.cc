@@ -107,6 +107,21 @@ TEST_P(CollectivesTest, AllreduceSeveralMiB) {
   });
 }
 
+// The chunked shared-memory path (above 32 KiB) with every dtype and op, in place and not; the
+// count leaves an odd tail that no rank's slice divides.
+TEST_P(CollectivesTest, AllreduceLargeEveryDtypeAndOp) {
+  if (!shm()) GTEST_SKIP() << "the TCP algorithms are covered at other counts above";
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    for (int d = 0; d < kNumDataTypes; ++d) {
+      for (int o = 0; o < kNumReduceOps; ++o) {
+        for (bool in_place : {false, true}) {
+          CheckAllreduce(comm, DataType(d), ReduceOp(o), 70001, in_place);
+        }
+      }
+    }
+  });
+}
+
 TEST_P(CollectivesTest, AllreduceTinySegmentsForceChunking) {
   RunRanks(size(), Base(), [&](Communicator& comm) {
     for (auto algo : Algorithms(shm())) {
