@@ -1,7 +1,8 @@
 """Every benchmark reads sizes through cadre's one parser (base/byte_size.h), so "64K" and "16M"
 mean the same bytes everywhere and a bad size is refused the same way (exit code 2, quoting it):
 `cadre bench allreduce|ps` (tests/test_bench_allreduce.py, python/tests/test_ps.py),
-ddl_allreduce_bench, mpi_allreduce, bench/compare_allreduce, `python3 -m cadre.ps bench`."""
+ddl_allreduce_bench, mpi_allreduce, single_copy_allreduce, bench/compare_allreduce,
+`python3 -m cadre.ps bench`."""
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ from runner_helpers import BUILD, CADRE, ROOT
 
 DDL = os.path.join(BUILD, "bench", "ddl_allreduce_bench")
 MPI = os.path.join(BUILD, "bench", "mpi_allreduce")
+SINGLE_COPY = os.path.join(BUILD, "bench", "single_copy_allreduce")
 ENV = dict(os.environ, CADRE_BUILD_DIR=BUILD,
            PYTHONPATH=os.pathsep.join([os.path.join(BUILD, "python"), os.path.join(ROOT, "python")]))
 
@@ -49,6 +51,20 @@ def test_mpi_allreduce_takes_cadre_units():
     assert [json.loads(line)["bytes"] for line in proc.stdout.splitlines()] == [4096, 65536]
     bad = run(mpirun + ["4X"])
     assert bad.returncode != 0 and "'4X' is not a byte count" in bad.stderr
+
+
+def test_single_copy_allreduce_takes_cadre_units():
+    if not os.path.exists(SINGLE_COPY):
+        pytest.skip("single_copy_allreduce is not built")
+    bad = run([SINGLE_COPY, "--sizes", "64K,4X"])
+    assert bad.returncode == 2 and "--sizes: '4X' is not a byte count" in bad.stderr
+    proc = run([SINGLE_COPY, "--sizes", "64K,100004", "--rounds", "1", "--iters", "1"])
+    if proc.returncode != 0 and "process_vm_readv" in proc.stderr:
+        pytest.skip("cross-memory attach refused here: " + proc.stderr.strip()[-200:])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()
+            if line.strip()[:1].isdigit() and "ranks," not in line]
+    assert [r[0] for r in rows] == ["65536", "100004"], proc.stdout
 
 
 def test_compare_allreduce_takes_cadre_units():

@@ -1,6 +1,7 @@
 // Byte counts written by people: "4096", "16M", "256KiB", "0.5M", "1G". The one parser of sizes
-// on cadre's command lines: `cadre bench allreduce|ps`, ddl_allreduce_bench, mpi_allreduce, and
-// Python's (cadre._core.parse_byte_size: `python3 -m cadre.ps bench`, bench/compare_allreduce).
+// on cadre's command lines: `cadre bench allreduce|ps`, ddl_allreduce_bench, mpi_allreduce,
+// single_copy_allreduce, and Python's (cadre._core.parse_byte_size: `python3 -m cadre.ps bench`,
+// bench/compare_allreduce).
 #pragma once
 
 #include <cstdint>
