@@ -6,7 +6,7 @@ Horovod scripts run unchanged under ``cadre run --framework pytorch-horovod``.
 from cadre.torch.basics import (  # noqa: F401
     HorovodInternalError, HostsUpdatedInterrupt, ProcessSet, add_process_set, ccl_built,
     cross_rank, cross_size, cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled,
-    init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+    is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, rank, remove_process_set, rocm_built, shutdown, size,
     start_timeline, stop_timeline)
 from cadre.torch.compression import Compression  # noqa: F401
@@ -21,5 +21,6 @@ from cadre.torch.mpi_ops import (  # noqa: F401
     reducescatter_async, synchronize)
 from cadre.torch.optimizer import DistributedOptimizer  # noqa: F401
 from cadre.torch.sparse import sparse_allreduce, sparse_allreduce_async  # noqa: F401
+from cadre.torch.startup import init  # noqa: F401
 from cadre.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 from cadre.torch import elastic  # noqa: F401,E402

@@ -15,7 +15,7 @@ import torch
 
 from cadre.torch import mpi_ops, submission
 from cadre.torch.compression import Compression
-from cadre.torch.optimizer import named_parameter_table
+from cadre.torch.parameter_names import named_parameter_table
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):

@@ -1,4 +1,5 @@
-"""Process-level state of Horovod mode: init/shutdown, ranks, process sets, capability queries.
+"""Process-level state of Horovod mode: the engines (init() itself is startup.py), shutdown,
+ranks, process sets, capability queries.
 
 Ranks come from the learner contract that ``cadre run`` sets (CADRE_RANK, CADRE_SIZE, ...,
 CADRE_STORE, CADRE_JOB_TOKEN); Horovod's HOROVOD_* names are accepted too. A script started by
@@ -9,10 +10,10 @@ is process set 0. Process sets are added in the same order on every rank, as in 
 """
 import atexit
 import os
-import socket
 import threading
 
 from cadre import _core
+from cadre.torch import devices, nccl_path
 
 
 class HorovodInternalError(RuntimeError):
@@ -143,13 +144,10 @@ def _make_engine(rank, size, prefix, env_timeline):
                                    % (rank, size, e)) from e
 
 
-def init(comm=None, process_sets=None):
-    """Starts this process's engine. Idempotent. ``comm`` (an MPI communicator) is not
-    supported: cadre's ranks come from the launcher's environment.
-
-    ``process_sets``: Horovod's static process sets, a list of ProcessSet objects (or rank
-    lists) registered now, in order, with ids 1, 2, ... (a set of every rank is the global set,
-    id 0); or "dynamic" (sets added later with add_process_set, which cadre always allows)."""
+def _start(comm=None, process_sets=None):
+    """The first half of init() (startup.py): checks the arguments and starts the global set's
+    engine. Returns False when this process was initialized already (init() then does
+    nothing)."""
     if process_sets is not None and process_sets != "dynamic" and \
             not isinstance(process_sets, (list, tuple)):
         raise ValueError("process_sets must be a list of ProcessSet objects or \"dynamic\", "
@@ -159,7 +157,7 @@ def init(comm=None, process_sets=None):
     s = _STATE
     with s.lock:
         if s.initialized:
-            return
+            return False
         size = _env_int(["CADRE_SIZE", "HOROVOD_SIZE"], 1)
         rank = _env_int(["CADRE_RANK", "HOROVOD_RANK"], 0)
         if not 0 <= rank < size:
@@ -181,7 +179,12 @@ def init(comm=None, process_sets=None):
         s.process_sets = {0: global_process_set}
         s.next_set_id = 1
         s.initialized = True
-    _setup_gpu_path()
+    return True
+
+
+def _add_initial_process_sets(process_sets):
+    """The last step of init(): Horovod's static process sets, registered in order."""
+    s = _STATE
     if isinstance(process_sets, (list, tuple)):
         for ps in process_sets:
             ps = ps if isinstance(ps, ProcessSet) else ProcessSet(ps)
@@ -193,27 +196,12 @@ def init(comm=None, process_sets=None):
                 add_process_set(ps)
 
 
-def _setup_gpu_path():
-    """Decides, with the other ranks, whether CUDA allreduces take the NCCL path
-    (nccl_path.py); a refusal CADRE_NCCL=1 asked to raise stops this rank's engine."""
-    from cadre.torch import functions, nccl_path
-    s = _STATE
-    try:
-        nccl_path.setup(global_process_set._engine, s.rank, s.size, s.local_rank, s.local_size,
-                        os.environ.get("CADRE_HOST") or socket.gethostname(), _timeout_s(),
-                        functions.allgather_object)
-    except BaseException:
-        shutdown()
-        raise
-
-
 def shutdown():
     """Stops every engine of this process; pending operations on every rank fail."""
     s = _STATE
     with s.lock:
         if not s.initialized:
             return
-        from cadre.torch import nccl_path
         nccl_path.forget(global_process_set._engine)
         for ps in s.process_sets.values():
             if ps._engine is not None:
@@ -353,7 +341,6 @@ def gloo_enabled():
 def nccl_built():
     """Horovod's answer: NCCL_VERSION_CODE when allreduces of CUDA tensors can go through NCCL
     (the NCCL of the installed PyTorch, nccl_path.py); else False, which equals Horovod's 0."""
-    from cadre.torch import devices
     return devices.nccl_version_code() or False
 
 
@@ -368,7 +355,6 @@ def ccl_built():
 def cuda_built():
     """True when the installed PyTorch has CUDA: collectives then take CUDA tensors (staged
     through host memory, or NCCL's allreduce, see docs/gpu.md)."""
-    from cadre.torch import devices
     return devices.cuda_built()
 
 

@@ -1,11 +1,10 @@
-"""Helpers built on the collectives: broadcasting model and optimizer state, and Python objects."""
-import io
-import pickle
-
+"""Helpers built on the collectives: broadcasting model and optimizer state, and Python objects
+(objects.py, re-exported here as Horovod has them here)."""
 import torch
 
 from cadre.torch import mpi_ops, submission
 from cadre.torch.basics import global_process_set
+from cadre.torch.objects import allgather_object, broadcast_object  # noqa: F401
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
@@ -30,43 +29,6 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         handles.append(mpi_ops.broadcast_async_(
             t, root_rank, None if name is None else "broadcast." + str(name), process_set))
     submission._synchronize_all(handles)
-
-
-def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Pickles obj on root_rank (a global rank) and returns it unpickled on every rank of
-    process_set. Without a name, one is generated from a per-process-set count of calls (not
-    from obj's type: the other ranks often pass None, and the names must agree)."""
-    name = name or submission._auto_name("broadcast_object", None, process_set)
-    if mpi_ops.rank() == root_rank:
-        buf = io.BytesIO()
-        torch.save(obj, buf, pickle_module=pickle)
-        data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-        length = torch.tensor([data.numel()], dtype=torch.int64)
-    else:
-        data = None
-        length = torch.zeros(1, dtype=torch.int64)
-    mpi_ops.broadcast_(length, root_rank, "broadcast_object.len." + name, process_set)
-    if data is None:
-        data = torch.empty(int(length.item()), dtype=torch.uint8)
-    mpi_ops.broadcast_(data, root_rank, "broadcast_object.data." + name, process_set)
-    return torch.load(io.BytesIO(data.numpy().tobytes()), pickle_module=pickle)
-
-
-def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's obj, in rank order (objects may differ in type)."""
-    name = name or submission._auto_name("allgather_object", None, process_set)
-    buf = io.BytesIO()
-    torch.save(obj, buf, pickle_module=pickle)
-    data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-    sizes = mpi_ops.allgather(torch.tensor([data.numel()], dtype=torch.int64),
-                              "allgather_object.len." + name, process_set)
-    gathered = mpi_ops.allgather(data, "allgather_object.data." + name, process_set).numpy()
-    out, offset = [], 0
-    for n in sizes.tolist():
-        out.append(torch.load(io.BytesIO(gathered[offset:offset + n].tobytes()),
-                              pickle_module=pickle))
-        offset += n
-    return out
 
 
 def _initialize_state(optimizer):

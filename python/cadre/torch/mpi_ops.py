@@ -25,12 +25,13 @@ import torch
 from cadre.torch import differentiable, submission
 from cadre.torch.basics import (  # noqa: F401  (Horovod's mpi_ops exports these names)
     HorovodInternalError, ProcessSet, add_process_set, ccl_built, cross_rank, cross_size,
-    cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled, init, is_homogeneous,
+    cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled, is_homogeneous,
     is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
     nccl_built, rank, remove_process_set, rocm_built, shutdown, size, start_timeline,
     stop_timeline)
 from cadre.torch.compression import Compression  # noqa: F401
 from cadre.torch.sparse import sparse_allreduce, sparse_allreduce_async  # noqa: F401
+from cadre.torch.startup import init  # noqa: F401
 from cadre.torch.submission import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, _auto_name, _check_tensor, _resolve_op,
     allgather_async, allreduce_, allreduce_async, allreduce_async_, alltoall_async, barrier,

@@ -18,35 +18,12 @@ import warnings
 import torch
 
 from cadre.torch import cuda_staging, mpi_ops, submission
+from cadre.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from cadre.torch.basics import global_process_set
 from cadre.torch.compression import Compression
 from cadre.torch.functions import broadcast_object
+from cadre.torch.parameter_names import named_parameter_table
 from cadre.torch.sparse import sparse_allreduce_async
-
-
-def named_parameter_table(optimizer, named_parameters):
-    """{id(parameter): name} after Horovod's checks; unnamed parameters are named by group and
-    position, unique across groups and never equal to generated collective names."""
-    if named_parameters is not None:
-        named_parameters = list(named_parameters)
-    else:
-        named_parameters = [("allreduce.noname.%d.%d" % (g, i), v)
-                            for g, param_group in enumerate(optimizer.param_groups)
-                            for i, v in enumerate(param_group["params"])]
-    if any(not isinstance(p, tuple) for p in named_parameters):
-        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                         "usually produced by model.named_parameters().")
-    names = [k for k, _ in named_parameters]
-    dups = sorted({n for n in names if names.count(n) > 1})
-    if dups:
-        raise ValueError("Parameter names in named_parameters must be unique. Found "
-                         "duplicates: %s" % ", ".join(dups))
-    all_params = {id(v) for group in optimizer.param_groups for v in group["params"]}
-    unnamed = all_params - {id(v) for _, v in named_parameters}
-    if unnamed:
-        raise ValueError("named_parameters was specified, but one or more model parameters "
-                         "were not named (%d of them)" % len(unnamed))
-    return {id(v): k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
 
 
 def split_list(items, n):
@@ -320,7 +297,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                    sparse_as_dense, process_set)
     if process_set is not global_process_set:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
-    from cadre.torch.adasum_optimizer import _DistributedAdasumOptimizer
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedAdasumOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)

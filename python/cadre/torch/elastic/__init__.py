@@ -30,11 +30,12 @@ import functools
 import os
 import sys
 
-from cadre.torch.basics import HorovodInternalError, HostsUpdatedInterrupt, init, shutdown
+from cadre.torch.basics import HorovodInternalError, HostsUpdatedInterrupt, shutdown
 from cadre.torch.elastic.sampler import ElasticSampler
 from cadre.torch.elastic.state import (ObjectState, State, TorchState,  # noqa: F401
                                        get_handler_registry, runner_restarts,
                                        runner_update, set_handler_registry)
+from cadre.torch.startup import init
 
 __all__ = ["TorchState", "ElasticSampler", "run", "State", "ObjectState"]
 

@@ -14,7 +14,7 @@ import os
 import torch
 
 from cadre.torch import functions
-from cadre.torch.basics import HostsUpdatedInterrupt, rank
+from cadre.torch.basics import HostsUpdatedInterrupt, is_initialized, rank
 from cadre.torch.elastic.sampler import ElasticSampler
 
 COMMIT_FILE = "hvd-elastic-state.pt"
@@ -219,16 +219,11 @@ class SamplerStateHandler(StateHandler):
         state = copy.deepcopy(self.value.state_dict())
         state["processed_num"] = max(
             s["processed_num"] for s in functions.allgather_object(self.value.state_dict())) \
-            if _initialized() else state["processed_num"]
+            if is_initialized() else state["processed_num"]
         self.saved = state
 
     def sync(self):
         self.value.load_state_dict(functions.broadcast_object(self.value.state_dict()))
-
-
-def _initialized():
-    from cadre.torch.basics import is_initialized
-    return is_initialized()
 
 
 _handler_registry = [
