@@ -10,11 +10,11 @@
 
 #include <iostream>
 #include <memory>
-#include <thread>
 
 #include "cadre/backends/k8s_render.h"
 #include "cadre/backends/task.h"
 #include "cadre/base/deadline.h"
+#include "cadre/launch/job_status.h"
 #include "cadre/launch/learner_env.h"
 #include "cadre/launch/process.h"
 #include "cadre/store/tcp_store.h"
@@ -24,8 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The learners' addresses, waiting (bounded) for pods that are still being scheduled.
-Status ResolveLearners(const std::vector<std::string>& names, Duration wait,
+// The learners' addresses, waiting (bounded) for pods that are still being scheduled. A stop
+// signal in `stop` (blocked) ends the wait at once: the pod is being deleted.
+Status ResolveLearners(const std::vector<std::string>& names, Duration wait, const sigset_t& stop,
                        std::vector<std::string>* out) {
   Deadline deadline(wait);
   std::vector<std::string> addresses(names.size());
@@ -37,7 +38,14 @@ Status ResolveLearners(const std::vector<std::string>& names, Duration wait,
             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(wait).count()) +
             " s: is its pod scheduled, and the headless Service there?");
       }
-      std::this_thread::sleep_for(std::chrono::seconds(1));
+      timespec tick{1, 0};
+      siginfo_t info;
+      int sig = sigtimedwait(&stop, &info, &tick);
+      if (sig > 0 && sig != SIGCHLD) {
+        return Status(Code::kAborted, "stopped by " + launch::SignalName(sig) + " while " +
+                                          names[i] + " (learner-" + std::to_string(i + 1) +
+                                          ") did not resolve yet");
+      }
     }
   }
   *out = std::move(addresses);
@@ -112,7 +120,7 @@ int RunKubernetesLearner(TaskPlan plan, const fs::path& job_dir) {
     }
   }
   std::vector<std::string> addresses;
-  st = ResolveLearners(slot.nodes, std::chrono::minutes(10), &addresses);
+  st = ResolveLearners(slot.nodes, std::chrono::minutes(10), set, &addresses);
   if (!st.ok()) return fail(st);
   // The pod's volume starts empty: the folders the contract names (as CreateJobDirectory makes).
   std::error_code ec;
