@@ -181,3 +181,23 @@ def test_parameter_servers_end_with_the_workers(kubectl_emulator, tmp_path):
     assert "[learner-2] worker done" in job.stdout
     assert job.status()["state"] == "completed"
     assert_nothing_left(kubectl_emulator)
+
+
+def test_a_cluster_that_ignores_ordinals_start_is_named(kubectl_emulator, tmp_path):
+    job = k8s_run(kubectl_emulator, tmp_path, "-n", "2", "--image", "img", "--", "sleep", "300",
+                  env={"FAKE_KUBECTL_NO_ORDINALS": "1"})
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "-0 is not one of" in job.stderr and "ordinals.start (Kubernetes 1.27 or later" \
+        in job.stderr, job.stderr
+    assert_nothing_left(kubectl_emulator)
+
+
+def test_log_streams_that_end_early_are_followed_again(kubectl_emulator, tmp_path):
+    # Every `kubectl logs -f` ends after 1 s; the learners print, wait, print and finish.
+    job = k8s_run(kubectl_emulator, tmp_path, "-n", "2", "--image", "img", "--", "sh", "-c",
+                  "echo before; sleep 6; echo after", env={"FAKE_KUBECTL_STREAMS_END_AFTER": "1"})
+    assert job.returncode == 0, job.stdout + job.stderr
+    for k in (1, 2):
+        assert f"[learner-{k}] after" in job.stdout
+        assert f"[learner-{k}] cadre task: learner-{k} finished" in job.stdout
+    assert_nothing_left(kubectl_emulator)

@@ -4,7 +4,7 @@ $FAKE_KUBECTL_STATE and implements only what cadre uses:
 
   kubectl [-n NS] create|apply -f FILE          store the objects; a StatefulSet gets a controller
   kubectl [-n NS] get pods -l K=V -o json       the pods as a v1 List
-  kubectl [-n NS] logs POD [-c C] [-f|--previous]
+  kubectl [-n NS] logs POD [-c C] [-f|--previous] [--since-time=T: ignored, the whole log]
   kubectl [-n NS] delete -f FILE [--ignore-not-found] [--wait=false] [--grace-period=N] [--force]
 
 A StatefulSet's controller (this file, run detached) runs each pod's container as local processes:
@@ -17,7 +17,9 @@ command that point into a volume's mountPath are rewritten to its folder. An exi
 restarted (StatefulSet semantics), its state as the kubelet reports it (terminated, then running
 again with lastState and restartCount). Pods that ask for more nvidia.com/gpu than
 $FAKE_KUBECTL_GPUS (default 0) stay Pending, Unschedulable. $FAKE_KUBECTL_NO_CLUSTER=1 answers
-every call as kubectl does when no API server is reachable. Differences from a cluster that the
+every call as kubectl does when no API server is reachable; $FAKE_KUBECTL_NO_ORDINALS=1 ignores
+ordinals.start as clusters before 1.27 do; $FAKE_KUBECTL_STREAMS_END_AFTER=S ends `logs -f`
+streams after S seconds although their containers run. Differences from a cluster that the
 tests do not care about: one node (this machine), one network namespace (ports other than the
 pods' own addresses are shared), no scheduling beyond the GPU count, no probes, no events, the
 image is this machine (its programs and the working directory of `kubectl create`).
@@ -162,6 +164,9 @@ def logs(ns, args):
              f'to start: {reason}')
     path = os.path.join(pod_dir(ns, pod), "logs", container.split("//")[1] + ".log")
     follow = "-f" in args or "--follow" in args
+    # A stream that ends while its container runs (an API server restart, log rotation).
+    cut = float(os.environ.get("FAKE_KUBECTL_STREAMS_END_AFTER", "inf"))
+    started = time.monotonic()
     if not os.path.exists(path):
         fail(f'Error from server (NotFound): pods "{pod}" not found')
     with open(path, "rb") as f:
@@ -171,6 +176,8 @@ def logs(ns, args):
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.flush()
                 continue
+            if time.monotonic() - started > cut:
+                return
             if not follow or not container_running(ns, pod, container):
                 sys.stdout.buffer.write(f.read())
                 return
@@ -388,7 +395,9 @@ def controller(ns, name, workdir):
     sts = read_json(object_path(ns, "StatefulSet", name))
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(0))
-    start = sts["spec"].get("ordinals", {}).get("start", 0)
+    # A cluster before Kubernetes 1.27 drops ordinals.start: pods <set>-0..N-1.
+    start = 0 if os.environ.get("FAKE_KUBECTL_NO_ORDINALS") else \
+        sts["spec"].get("ordinals", {}).get("start", 0)
     replicas = sts["spec"]["replicas"]
     block = f"127.{100 + os.getpid() % 100}.{1 + (os.getpid() // 100) % 250}"
     service = sts["spec"]["serviceName"]

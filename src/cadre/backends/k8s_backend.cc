@@ -38,6 +38,14 @@ double ParseTime(const json& v) {
   return static_cast<double>(timegm(&tm));
 }
 
+std::string Rfc3339(time_t t) {
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
 std::string Text(const json& object, const char* key) {
   auto it = object.find(key);
   return it != object.end() && it->is_string() ? it->get<std::string>() : "";
@@ -108,8 +116,9 @@ PodView ViewPod(const json& pod, int learner_id) {
 }  // namespace
 
 Status ParsePods(const std::string& text, const std::string& name, int learners,
-                 std::vector<PodView>* pods) {
+                 std::vector<PodView>* pods, std::string* stray) {
   std::vector<PodView> out;
+  std::string first_stray;
   try {
     const json list = json::parse(text);
     const std::string prefix = name + "-";
@@ -118,10 +127,15 @@ Status ParsePods(const std::string& text, const std::string& name, int learners,
       if (!pod_name.starts_with(prefix) || pod_name.size() > prefix.size() + 6 ||
           pod_name.find_first_not_of("0123456789", prefix.size()) != std::string::npos ||
           pod_name.size() == prefix.size()) {
+        if (first_stray.empty()) first_stray = pod_name;
         continue;
       }
       const int id = std::stoi(pod_name.substr(prefix.size()));
-      if (id >= 1 && id <= learners) out.push_back(ViewPod(pod, id));
+      if (id >= 1 && id <= learners) {
+        out.push_back(ViewPod(pod, id));
+      } else if (first_stray.empty()) {
+        first_stray = pod_name;
+      }
     }
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("kubectl get pods -o json printed no pod list: ") +
@@ -130,6 +144,7 @@ Status ParsePods(const std::string& text, const std::string& name, int learners,
   std::sort(out.begin(), out.end(),
             [](const PodView& a, const PodView& b) { return a.learner_id < b.learner_id; });
   *pods = std::move(out);
+  if (stray != nullptr) *stray = first_stray;
   return Status::Ok();
 }
 
@@ -197,7 +212,8 @@ class KubernetesEngine : public Engine {
     std::string out;
     std::vector<PodView> pods;
     Status st = Kubectl({"get", "pods", "-l", "cadre.io/job=" + name_, "-o", "json"}, &out);
-    if (st.ok()) st = ParsePods(out, name_, job_.spec().nodes, &pods);
+    std::string stray;
+    if (st.ok()) st = ParsePods(out, name_, job_.spec().nodes, &pods, &stray);
     if (!st.ok()) {
       // The API may be away for a moment; while deleting, a few misses in a row end the wait.
       s.description = st.message();
@@ -206,6 +222,13 @@ class KubernetesEngine : public Engine {
     }
     misses_ = 0;
     for (const PodView& pod : pods) Observe(pod);
+    if (!deleting_ && !stray.empty()) {
+      description_ = "pod " + stray + " is not one of " + name_ + "-1.." + name_ + "-" +
+                     std::to_string(job_.spec().nodes) +
+                     ": the cluster did not honour the StatefulSet's ordinals.start (Kubernetes "
+                     "1.27 or later is needed)";
+      Delete(false);
+    }
     if (!deleting_) Decide(pods, &s);
     if (deleting_) {
       bool following = false;
@@ -227,10 +250,11 @@ class KubernetesEngine : public Engine {
 
  private:
   struct Learner {
-    pid_t follower = 0;     // `kubectl logs` while it runs
-    std::string followed;   // the container it follows or followed
-    std::string uid;        // the pod's, once seen
-    bool finished = false;  // the pod said KubernetesFinishedLine
+    pid_t follower = 0;                         // `kubectl logs` while it runs
+    std::string followed;                       // the container it follows or followed
+    std::string uid;                            // the pod's, once seen
+    time_t stream_alive = 0, stream_ended = 0;  // the follower was last seen running; ended
+    bool finished = false;                      // the pod said KubernetesFinishedLine
     std::string failure;
     double failed_at = 0;
   };
@@ -282,20 +306,22 @@ class KubernetesEngine : public Engine {
       }
     }
     l.uid = pod.uid;
-    if (l.follower > 0 || pod.container_id.empty() || pod.container_id == l.followed) return;
+    // A stream can end while its container runs (the API server, log rotation): followed again
+    // from shortly before it ended (a few lines may show twice), once the pod's state had time
+    // to say whether the container ended instead.
+    const bool again = l.follower == 0 && pod.running && pod.container_id == l.followed &&
+                       time(nullptr) - l.stream_ended > 3;
+    if (l.follower > 0 || pod.container_id.empty() || (pod.container_id == l.followed && !again)) {
+      return;
+    }
     // The container's whole log, followed while it runs; a restarted one's, from before.
-    std::vector<std::string> argv = {"/bin/sh",
-                                     "-c",
-                                     "exec \"$@\" 2>>\"$0\"",
-                                     (dir_ / ("logs-" + pod.name + ".err")).string(),
-                                     "kubectl",
-                                     "--namespace",
-                                     ns_,
-                                     "logs",
-                                     pod.name,
-                                     "-c",
-                                     "learner"};
+    const std::string err = (dir_ / ("logs-" + pod.name + ".err")).string();
+    std::vector<std::string> argv = {"/bin/sh", "-c",      "exec \"$@\" 2>>\"$0\"",
+                                     err,       "kubectl", "--namespace",
+                                     ns_,       "logs",    pod.name,
+                                     "-c",      "learner"};
     argv.push_back(pod.log_previous ? "--previous" : "--follow");
+    if (again) argv.push_back("--since-time=" + Rfc3339(l.stream_alive - 1));
     launch::SpawnOptions spawn;
     spawn.argv = argv;
     for (char** e = environ; *e != nullptr; ++e) spawn.env.emplace_back(*e);
@@ -303,13 +329,22 @@ class KubernetesEngine : public Engine {
         job_.layout().job_dir / ("learner-" + std::to_string(pod.learner_id)) / "pod.log";
     spawn.output_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (spawn.output_fd < 0) return;
-    if (launch::SpawnSlot(spawn, &l.follower).ok()) l.followed = pod.container_id;
+    if (launch::SpawnSlot(spawn, &l.follower).ok()) {
+      l.followed = pod.container_id;
+      l.stream_alive = time(nullptr);
+    }
     close(spawn.output_fd);
   }
 
   void ReapFollowers() {
     for (auto& l : learners_) {
-      if (l.follower > 0 && waitpid(l.follower, nullptr, WNOHANG) == l.follower) l.follower = 0;
+      if (l.follower <= 0) continue;
+      if (waitpid(l.follower, nullptr, WNOHANG) == l.follower) {
+        l.follower = 0;
+        l.stream_ended = time(nullptr);
+      } else {
+        l.stream_alive = time(nullptr);
+      }
     }
   }
 

@@ -36,10 +36,11 @@ struct PodView {
   double failed_at = 0;  // when (seconds since the epoch), for naming the first failure
 };
 
-// The pods of job `name` with learners 1..`learners`, in learner order; pods of other names are
-// ignored. InvalidArgument when `json` is not a pod list.
+// The pods of job `name` with learners 1..`learners`, in learner order. Pods of other names
+// are left out; the first is named in *stray (a cluster that ignored ordinals.start names its
+// pods <name>-0..N-1). InvalidArgument when `json` is not a pod list.
 Status ParsePods(const std::string& json, const std::string& name, int learners,
-                 std::vector<PodView>* pods);
+                 std::vector<PodView>* pods, std::string* stray = nullptr);
 
 std::unique_ptr<Backend> MakeKubernetesBackend(const BackendOptions& options);
 

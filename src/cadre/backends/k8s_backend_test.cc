@@ -27,21 +27,27 @@ std::string Container(const std::string& state, const std::string& last = "{}", 
          std::to_string(restarts) + R"(, "state": )" + state + R"(, "lastState": )" + last + "}]";
 }
 
-std::vector<PodView> Parse(const std::string& json, int learners = 2) {
+std::vector<PodView> Parse(const std::string& json, int learners = 2,
+                           std::string* stray = nullptr) {
   std::vector<PodView> pods;
-  Status st = ParsePods(json, "job-abc123", learners, &pods);
+  Status st = ParsePods(json, "job-abc123", learners, &pods, stray);
   EXPECT_TRUE(st.ok()) << st.message();
   return pods;
 }
 
-TEST(ParsePods, RunningPodsInLearnerOrderOthersIgnored) {
-  auto pods = Parse(List({
-      Pod("job-abc123-2", "Running", Container(R"({"running": {"startedAt": "x"}})")),
-      Pod("job-abc123-1", "Running", Container(R"({"running": {}})")),
-      Pod("job-abc123-3", "Running", ""),   // beyond the job's learners
-      Pod("job-abc123x-1", "Running", ""),  // another job's
-      Pod("job-abc123-", "Running", ""),
-  }));
+TEST(ParsePods, RunningPodsInLearnerOrderOthersNamed) {
+  std::string stray;
+  auto pods =
+      Parse(List({
+                Pod("job-abc123-2", "Running", Container(R"({"running": {"startedAt": "x"}})")),
+                Pod("job-abc123-1", "Running", Container(R"({"running": {}})")),
+                Pod("job-abc123-3", "Running", ""),  // beyond the job's learners
+                Pod("job-abc123x-1", "Running", ""),
+                Pod("job-abc123-", "Running", ""),
+            }),
+            2, &stray);
+  // Say, pod <name>-0 of a cluster that ignored ordinals.start.
+  EXPECT_EQ(stray, "job-abc123-3");
   ASSERT_EQ(pods.size(), 2u);
   EXPECT_EQ(pods[0].learner_id, 1);
   EXPECT_EQ(pods[1].name, "job-abc123-2");
