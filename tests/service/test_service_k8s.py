@@ -1,11 +1,12 @@
 """`cadre server --backend kubernetes`: the service runs the jobs it admits through `cadre run
 --backend kubernetes`, here against the kubectl emulator (tests/k8s/fake_kubectl.py; not a
 cluster). A job runs to completion in pods, with the learners' logs in the training's log and
-nothing left behind; the server needs --slots and refuses manifests without an image."""
+nothing left behind, a cancel deletes its pods; the server needs --slots and refuses manifests
+without an image."""
 import os
 import subprocess
 
-from service_helpers import CADRE, FINAL
+from service_helpers import CADRE, FINAL, wait_for
 
 
 def test_a_job_runs_to_completion_in_pods(make_server, kubectl_emulator):
@@ -43,3 +44,24 @@ def test_the_server_needs_slots_and_jobs_need_an_image(make_server, kubectl_emul
         "execution: {command: 'true', compute_configuration: {name: cpu, nodes: 1}}\n")
     assert r.status == 400, r
     assert r.error_targets() == ["image"], r
+
+
+def test_a_cancel_deletes_the_jobs_pods(make_server, kubectl_emulator):
+    server = make_server(slots=4, extra=["--backend", "kubernetes"], env=kubectl_emulator.env)
+    ada = server.client(server.add_user("ada"))
+    r = ada.submit_manifest(
+        "name: long\nframework: {name: pytorch-horovod}\nimage: img\n"
+        "execution: {command: 'echo up; sleep 300', compute_configuration: {name: cpu, nodes: 2}}\n")
+    assert r.status == 201, r
+    tid = r.json()["metadata"]["id"]
+    log = os.path.join(server.data_dir, "trainings", tid, "training.log")
+
+    def both_up():
+        text = open(log).read() if os.path.exists(log) else ""
+        return "[learner-1] up" in text and "[learner-2] up" in text
+    wait_for("both learners' pods to run", both_up, timeout=120)
+    assert len(kubectl_emulator.pods()) == 2
+    assert ada.api("DELETE", f"/{tid}").status == 204
+    assert ada.wait_state(tid, FINAL, timeout=120)["state"] == "canceled"
+    assert kubectl_emulator.wait_gone(timeout=60)
+    assert kubectl_emulator.objects() == [] and kubectl_emulator.pods() == []
