@@ -201,7 +201,8 @@ class KubernetesEngine : public Engine {
     job_.Message("created StatefulSet " + name_ + " in namespace " + ns_ + " for " +
                  job_.layout().training_id + " (pods " + name_ + "-1.." + name_ + "-" +
                  std::to_string(job_.spec().nodes) + ", " +
-                 std::to_string(job_.spec().slots_per_learner) + " slots each; objects in " +
+                 std::to_string(job_.spec().slots_per_learner) +
+                 (job_.spec().slots_per_learner == 1 ? " slot" : " slots") + " each; objects in " +
                  objects_.string() + ")");
     return Status::Ok();
   }
