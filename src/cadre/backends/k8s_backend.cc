@@ -219,6 +219,9 @@ class KubernetesEngine : public Engine {
       // The API may be away for a moment; while deleting, a few misses in a row end the wait.
       s.description = st.message();
       if (deleting_ && ++misses_ >= 5) return Finished(s);
+      if (!deleting_ && ++misses_ % 20 == 0) {  // every 10 s at the default poll
+        job_.Message("warning: " + st.message() + "; still trying (Ctrl-C deletes the job)");
+      }
       return s;
     }
     misses_ = 0;
