@@ -1,10 +1,14 @@
 // Open MPI's MPI_Allreduce timed exactly like `cadre bench allreduce` (float32 sum, in place,
 // warm-up, barrier, back-to-back calls, the slowest rank's mean), for bench/compare_allreduce.
-// Usage: mpirun -np N mpi_allreduce 4,4096,16M   -> one JSON object per size on rank 0 (sizes in
-// the units of `cadre bench allreduce`, base/byte_size.h).
+// Usage: mpirun -np N mpi_allreduce 4,4096,16M [LATE_US]   -> one JSON object per size on rank 0
+// (sizes in the units of `cadre bench allreduce`, base/byte_size.h). As there, cpu_us is rank
+// 0's CPU time per call, and with LATE_US the last rank computes (busy) that long before each
+// call (`cadre bench allreduce --late-us`).
 #include <mpi.h>
+#include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +16,22 @@
 #include <vector>
 
 #include "cadre/base/byte_size.h"
+
+namespace {
+
+double ThreadCpuMicros() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+}
+
+void Work(int us) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -37,6 +57,8 @@ int main(int argc, char** argv) {
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
+  const int late_us = argc > 2 ? std::atoi(argv[2]) : 0;
+  const bool late = late_us > 0 && rank == size - 1;
   size_t largest = *std::max_element(sizes.begin(), sizes.end());
   std::vector<float> buf(largest / 4 + 1, 1.0f);
   for (size_t bytes : sizes) {
@@ -46,15 +68,20 @@ int main(int argc, char** argv) {
       MPI_Allreduce(MPI_IN_PLACE, buf.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }
     MPI_Barrier(MPI_COMM_WORLD);
+    const double cpu_start = ThreadCpuMicros();
     double start = MPI_Wtime();
     for (int i = 0; i < iters; ++i) {
+      if (late) Work(late_us);
       MPI_Allreduce(MPI_IN_PLACE, buf.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }
     double us = (MPI_Wtime() - start) * 1e6 / iters;
+    const double cpu_us = (ThreadCpuMicros() - cpu_start) / iters;
     MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) {
-      std::printf("{\"bytes\": %zu, \"time_us\": %.3f, \"ranks\": %d, \"iters\": %d}\n", bytes, us,
-                  size, iters);
+      std::printf(
+          "{\"bytes\": %zu, \"time_us\": %.3f, \"ranks\": %d, \"iters\": %d, \"cpu_us\": %.3f, "
+          "\"late_us\": %d}\n",
+          bytes, us, size, iters, cpu_us, late_us);
       std::fflush(stdout);
     }
   }

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,6 +59,20 @@ int ItersFor(size_t bytes, int override_iters) {
   return static_cast<int>(std::clamp<size_t>(iters, 5, 2000));
 }
 
+// The calling thread's CPU time (user + system) in microseconds.
+double ThreadCpuMicros() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+}
+
+// Busy work for `us` microseconds (a late rank's compute).
+void Work(int us) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
 // One rank's whole benchmark. Returns the process exit code.
 int RunRank(int rank, const AllreduceBenchOptions& args, const std::vector<size_t>& sizes,
             uint16_t store_port, const std::string& token) {
@@ -77,9 +92,11 @@ int RunRank(int rank, const AllreduceBenchOptions& args, const std::vector<size_
   size_t largest = *std::max_element(sizes.begin(), sizes.end());
   std::vector<float> buf(largest / 4, 1.0f);
   if (rank == 0 && !args.json) {
-    std::printf("# cadre allreduce, %d ranks (processes), %s, float32 sum\n", args.ranks,
+    std::printf("# cadre allreduce, %d ranks (processes), %s, float32 sum", args.ranks,
                 args.transport.c_str());
-    std::printf("%12s %12s %12s %8s\n", "bytes", "time_us", "busbw_gbps", "iters");
+    if (args.late_us > 0) std::printf(", the last rank %d us late per call", args.late_us);
+    std::printf("; cpu_us: rank 0's CPU per call\n");
+    std::printf("%12s %12s %12s %8s %10s\n", "bytes", "time_us", "busbw_gbps", "iters", "cpu_us");
   }
   for (size_t bytes : sizes) {
     comm::AllreduceOptions o;
@@ -88,11 +105,17 @@ int RunRank(int rank, const AllreduceBenchOptions& args, const std::vector<size_
     int iters = ItersFor(bytes, args.iters);
     for (int i = 0; i < std::max(2, iters / 10); ++i) comm::Allreduce(*comm, o);
     comm::Barrier(*comm);
+    const bool late = args.late_us > 0 && rank == args.ranks - 1;
+    const double cpu_start = ThreadCpuMicros();
     auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) comm::Allreduce(*comm, o);
+    for (int i = 0; i < iters; ++i) {
+      if (late) Work(args.late_us);
+      comm::Allreduce(*comm, o);
+    }
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
                     .count() /
                 iters;
+    const double cpu_us = (ThreadCpuMicros() - cpu_start) / iters;
     comm::AllreduceOptions mx;  // the slowest rank decides
     mx.input = mx.output = &us;
     mx.count = 1;
@@ -105,10 +128,10 @@ int RunRank(int rank, const AllreduceBenchOptions& args, const std::vector<size_
       if (args.json) {
         std::printf(
             "{\"bytes\": %zu, \"time_us\": %.3f, \"busbw_gbps\": %.4f, \"ranks\": %d, "
-            "\"iters\": %d, \"transport\": \"%s\"}\n",
-            bytes, us, busbw, args.ranks, iters, args.transport.c_str());
+            "\"iters\": %d, \"transport\": \"%s\", \"cpu_us\": %.3f, \"late_us\": %d}\n",
+            bytes, us, busbw, args.ranks, iters, args.transport.c_str(), cpu_us, args.late_us);
       } else {
-        std::printf("%12zu %12.2f %12.3f %8d\n", bytes, us, busbw, iters);
+        std::printf("%12zu %12.2f %12.3f %8d %10.2f\n", bytes, us, busbw, iters, cpu_us);
       }
       std::fflush(stdout);
     }
@@ -121,6 +144,9 @@ int RunRank(int rank, const AllreduceBenchOptions& args, const std::vector<size_
 int RunAllreduceBench(const AllreduceBenchOptions& args) {
   if (args.ranks < 1 || args.ranks > 256) {
     throw Error(Code::kInvalidArgument, "bench allreduce: -n must be between 1 and 256");
+  }
+  if (args.late_us < 0 || args.late_us > 1'000'000) {
+    throw Error(Code::kInvalidArgument, "bench allreduce: --late-us must be 0 to 1000000");
   }
   if (args.transport != "shm" && args.transport != "tcp") {
     throw Error(Code::kInvalidArgument, "bench allreduce: --transport must be shm or tcp");

@@ -5,7 +5,10 @@
 // each size: warm-up, a barrier, `iters` back-to-back calls, and the slowest rank's mean is the
 // result (so the table is what a training step would wait for). Rank 0 prints to stdout one
 // row, or one JSON object, per size: bytes, time_us, busbw_gbps = bytes / time * 2(n-1)/n in
-// GB/s (1e9 B/s).
+// GB/s (1e9 B/s), and cpu_us: rank 0's CPU time (its calling thread's, user + system) per
+// call, what waiting costs a core. With late_us > 0 the last rank computes (busy) that long
+// before each call, as a rank whose backward pass ends later: rank 0 then waits about late_us
+// per call, and cpu_us shows how much of that wait it burns.
 //
 // Forks: call it from a process with no other threads (the cadre program's command), and one
 // run at a time. Errors in the arguments are thrown as cadre::Error (kInvalidArgument); a rank
@@ -27,6 +30,7 @@ struct AllreduceBenchOptions {
   std::string transport = "shm";  // "shm" or "tcp"
   int iters = 0;                  // timed calls per size; 0: by size (about 128 MiB reduced)
   double timeout_s = 120;         // what any collective may wait on a peer
+  int late_us = 0;                // the last rank's busy work before each call; 0: none
   // Every rank's communicator starts from this one (its tunables, e.g. read by
   // config::ReadCommunicatorTunables); rank, size, store, token, use_shm and timeout are set
   // by the run.

@@ -20,6 +20,7 @@ struct AllreduceBenchArgs {
   std::string transport = "shm";
   int iters = 0;  // 0 = by size
   double timeout_s = 120;
+  int late_us = 0;
 };
 
 int RunBenchAllreduce(const AllreduceBenchArgs& args) {
@@ -33,6 +34,7 @@ int RunBenchAllreduce(const AllreduceBenchArgs& args) {
   options.transport = args.transport;
   options.iters = args.iters;
   options.timeout_s = args.timeout_s;
+  options.late_us = args.late_us;
   config::ReadCommunicatorTunables(&options.communicator);  // CADRE_SHM_SLOT_BYTES, ..._SPIN_US
   // The ranks are bound to CPUs as `cadre run` binds slots (CADRE_CPU_BIND), so that the raw
   // collective and jobs are timed alike.
@@ -53,6 +55,9 @@ void AddBenchAllreduceCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"shm", "tcp"}));
   cmd->add_option("--iters", args->iters, "Timed iterations per size (default: by size)");
   cmd->add_option("--timeout", args->timeout_s, "Seconds any collective may wait on a peer");
+  cmd->add_option("--late-us", args->late_us,
+                  "The last rank computes this long before each call (rank 0 waits; cpu_us "
+                  "shows what waiting burns)");
   cmd->callback([args, exit_code] { *exit_code = RunBenchAllreduce(*args); });
 }
 
