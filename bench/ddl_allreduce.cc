@@ -1,5 +1,5 @@
-// Flat ring vs hierarchical allreduce on emulated nodes (DDL mode's benchmark): flags and the
-// emulated host's environment, handed to cadre/bench/ddl_allreduce.h.
+// Flat (cadre's own choice by size) vs hierarchical allreduce on emulated nodes (DDL mode's
+// benchmark): flags and the emulated host's environment, handed to cadre/bench/ddl_allreduce.h.
 //
 // Run once per emulated host by `cadre netem exec` (docs/netem.md), which sets CADRE_NETEM_HOST,
 // CADRE_NETEM_HOSTS, CADRE_NETEM_ADDRESS(ES) and CADRE_NETEM_LINK:

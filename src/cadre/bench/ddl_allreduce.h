@@ -1,5 +1,6 @@
-// DDL mode's benchmark: flat ring vs hierarchical allreduce, one emulated host's part (the
-// program bench/ddl_allreduce_bench runs it once per host under `cadre netem exec`).
+// DDL mode's benchmark: flat (the algorithm cadre chooses by size without hierarchy) vs
+// hierarchical allreduce, one emulated host's part (the program bench/ddl_allreduce_bench runs it
+// once per host under `cadre netem exec`).
 //
 // The host holds `slots` ranks as threads (one learner with several slots: the ranks of one
 // host share memory, hosts talk TCP over the shaped links). Host 0 serves the rendezvous store
