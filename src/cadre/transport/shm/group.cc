@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cerrno>
 #include <climits>
 #include <thread>
@@ -22,7 +23,7 @@ namespace cadre::transport::shm {
 namespace {
 
 constexpr uint32_t kMagic = 0x4d485343;  // "CSHM"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 
 struct alignas(64) Line {
@@ -36,10 +37,17 @@ long Futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ti
 // Wrap-safe "a has reached b" for step numbers.
 bool Reached(uint32_t value, uint32_t step) { return static_cast<int32_t>(value - step) >= 0; }
 
-int CpuCount() {
+constexpr int kCpuWords = CPU_SETSIZE / 64;
+
+// The calling thread's CPUs as a bit mask; every CPU when the affinity cannot be read.
+void ReadCpus(uint64_t (&words)[kCpuWords]) {
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool known = sched_getaffinity(0, sizeof set, &set) == 0;
+  for (int w = 0; w < kCpuWords; ++w) words[w] = 0;
+  const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (known ? CPU_ISSET(c, &set) : c < all) words[c / 64] |= uint64_t{1} << (c % 64);
+  }
 }
 
 }  // namespace
@@ -59,6 +67,7 @@ struct ShmGroup::RankState {
   Line flags[kNumFlags];
   alignas(64) std::atomic<int32_t> pid{0};
   OpDescriptor desc[2];
+  uint64_t cpus[kCpuWords] = {};  // the rank's CPU affinity at attach, written before `attached`
 };
 
 namespace {
@@ -86,13 +95,9 @@ Status ShmGroup::Create(store::Store& store, int rank, int size, std::vector<std
   g->slot_bytes_ = AlignUp(options.slot_bytes, 4096);
   g->names_ = std::move(names);
   g->pidfds_.assign(size, -1);
-  // Spinning only pays when every rank can hold a core; with more ranks than cores it steals the
-  // core from the rank being waited for.
-  g->spin_max_ns_ =
-      size <= CpuCount()
-          ? std::chrono::duration_cast<std::chrono::nanoseconds>(options.spin_max).count()
-          : 0;
-  g->spin_ns_ = std::min<int64_t>(g->spin_max_ns_, 5000);
+  // Spinning waits only once every rank's CPUs are known (RanksHaveCpus).
+  g->spin_limit_ns_ =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options.spin_max).count();
   g->slots_offset_ =
       AlignUp(AlignUp(sizeof(Header), 64) + sizeof(RankState) * static_cast<size_t>(size), 4096);
   size_t total = g->slots_offset_ + static_cast<size_t>(size) * 2 * g->slot_bytes_;
@@ -124,6 +129,7 @@ Status ShmGroup::Create(store::Store& store, int rank, int size, std::vector<std
                            " has another layout (different cadre version or settings)");
     }
   }
+  ReadCpus(g->state(rank)->cpus);  // published by the release of `attached` below
   g->state(rank)->pid.store(static_cast<int32_t>(getpid()), std::memory_order_release);
   g->header()->attached.value.fetch_add(1, std::memory_order_acq_rel);
   if (rank == 0) {
@@ -224,6 +230,27 @@ Status ShmGroup::PeerFailure(int peer) {
   return Status::Ok();
 }
 
+bool ShmGroup::RanksHaveCpus() {
+  if (spin_decided_) return spin_max_ns_ > 0;
+  if (header()->attached.value.load(std::memory_order_acquire) < uint32_t(size_)) return false;
+  // Spinning only pays when every rank can hold a CPU; with more ranks than the CPUs they may use
+  // it steals the CPU from the rank being waited for. Ranks pinned to one CPU each (as `cadre run`
+  // binds slots) can each hold theirs, so they spin: a wait that ends within the budget then costs
+  // no system call (a yield each turn took 0.2-0.3 us more per 4-byte allreduce, which put it
+  // below half Open MPI's speed), and the adaptive budget keeps a wait for a late peer (another
+  // thread of the rank may need its CPU) to about a microsecond of spinning before the yields.
+  int cpus = 0;
+  for (int w = 0; w < kCpuWords; ++w) {
+    uint64_t any = 0;
+    for (int r = 0; r < size_; ++r) any |= state(r)->cpus[w];
+    cpus += std::popcount(any);
+  }
+  spin_max_ns_ = size_ <= cpus ? spin_limit_ns_ : 0;
+  spin_ns_ = std::min<int64_t>(spin_max_ns_, 5000);
+  spin_decided_ = true;
+  return spin_max_ns_ > 0;
+}
+
 Status ShmGroup::WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline) {
   auto& word = state(peer)->flags[flag].value;
   if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
@@ -232,7 +259,7 @@ Status ShmGroup::WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline) 
   // programs compete for the cores), so an idle machine gets microsecond latency and a loaded
   // one does not burn the time slice its peer needs. Then yield, which hands the core to the rank
   // we wait for; only then sleep.
-  if (spin_max_ns_ > 0) {
+  if (RanksHaveCpus()) {
     auto start = Clock::now();
     auto until = start + std::chrono::nanoseconds(spin_ns_);
     for (int i = 0;; ++i) {

@@ -7,8 +7,10 @@
 // can only reach step s+1 after every peer arrived at step s, and peers only write half (s & 1)
 // again at step s+2, two halves make reuse safe without an extra "done" flag.
 //
-// Waiting: spin briefly (only when there are at least as many cores as ranks; an adaptive budget
-// up to ShmOptions::spin_max, default 50 us), then yield for up to 500 us, then
+// Waiting: spin briefly (only when the ranks together may run on at least as many CPUs as there
+// are ranks: the union of their affinity masks, each published in its RankState, so ranks pinned
+// one CPU each, as `cadre run` binds them, spin, and ranks sharing too few CPUs do not; an
+// adaptive budget up to ShmOptions::spin_max, default 50 us), then yield for up to 500 us, then
 // sleep on a futex on the peer's flag word, waking every 50 ms to check that the peer process is
 // alive (pidfd) and that no rank aborted the group. Nothing waits past the Deadline.
 // Failures name the peer with the name given at creation ("rank 3").
@@ -44,7 +46,7 @@ struct ShmOptions {
   // Bytes of each half of a rank's slot: the largest piece one step moves (rounded up to pages).
   size_t slot_bytes = size_t{1} << 20;
   // The longest busy-wait of one wait before it yields (CADRE_SHM_SPIN_US at the edges); spinning
-  // happens only when the ranks do not outnumber the cores.
+  // happens only when the ranks do not outnumber the CPUs they may run on together.
   std::chrono::microseconds spin_max{50};
 };
 
@@ -94,6 +96,9 @@ class ShmGroup {
   Status PeerFailure(int peer);     // non-ok if the peer died or the group was aborted
   bool Exited(int peer, int* pid);  // the peer's process has exited (*pid: its pid)
   Status AbortedStatus() const;
+  // Once every rank attached: whether the union of the ranks' CPUs holds a CPU per rank; until
+  // then false (no spinning).
+  bool RanksHaveCpus();
 
   SharedSegment segment_;
   int rank_ = 0;
@@ -101,8 +106,10 @@ class ShmGroup {
   size_t slot_bytes_ = 0;
   size_t slots_offset_ = 0;
   uint32_t step_ = 0;
-  int64_t spin_max_ns_ = 0;  // busy-wait cap per wait; 0 when ranks outnumber cores
-  int64_t spin_ns_ = 0;      // current adaptive busy-wait budget
+  int64_t spin_limit_ns_ = 0;  // ShmOptions::spin_max
+  int64_t spin_max_ns_ = 0;    // busy-wait cap per wait; 0 when ranks outnumber their CPUs
+  int64_t spin_ns_ = 0;        // current adaptive busy-wait budget
+  bool spin_decided_ = false;  // spin_max_ns_ is final (every rank attached)
   std::vector<std::string> names_;
   std::vector<int> pidfds_;  // per peer, -1 until opened
 };
