@@ -1,10 +1,12 @@
 // The gRPC service over ServerState, and the Server that owns the grpc::Server.
 #include "cadre/ps/server.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "cadre/ps/credentials.h"
 #include "cadre/ps/proto_util.h"
+#include "cadre/ps/wire.h"
 
 namespace cadre::ps {
 namespace {
@@ -17,9 +19,44 @@ constexpr int kMaxMessageBytes = 64 << 20;
 // so that a reply with its framing stays under kMaxMessageBytes.
 constexpr size_t kMaxReplyPayloadBytes = size_t{32} << 20;
 
+// Idle buffers kept for the next RPCs (wire::BufferPool): enough for the requests and replies
+// of several workers' 4 RPCs of 1 MiB in flight (ClientOptions).
+constexpr size_t kPoolKeepBytes = size_t{64} << 20;
+
+// A buffer of the pool for one request's payloads (wire::DecodePush), given back at scope end.
+class Scratch {
+ public:
+  explicit Scratch(wire::BufferPool& pool) : pool_(pool), buf_(pool.Take()) {}
+  ~Scratch() { pool_.Give(std::move(buf_)); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  std::string* get() { return buf_.get(); }
+
+ private:
+  wire::BufferPool& pool_;
+  std::unique_ptr<std::string> buf_;
+};
+
+// Push, Pull and PushPull carry the tensors: they are served from gRPC's byte buffers by the
+// hand-written codec (wire.h), which spares protobuf's copies and allocations. Their generated
+// handlers are replaced with raw ones through gRPC's "streamed unary" hook (the only way to give
+// a synchronous method other message types; on the wire the call stays unary, in ps.proto's
+// format). Declare and WorkerDone stay protobuf. The indices are the methods' positions in the
+// service of ps.proto.
+constexpr int kPushIndex = 1;
+constexpr int kPullIndex = 2;
+constexpr int kPushPullIndex = 3;
+
+using RawStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>;
+
 class Service final : public proto::ParameterServer::Service {
  public:
-  explicit Service(ServerState* state) : state_(state) {}
+  explicit Service(ServerState* state)
+      : state_(state), buffers_(wire::BufferPool::Create(kPoolKeepBytes)) {
+    MarkRaw(kPushIndex, &Service::RawPush);
+    MarkRaw(kPullIndex, &Service::RawPull);
+    MarkRaw(kPushPullIndex, &Service::RawPushPull);
+  }
 
   grpc::Status Declare(grpc::ServerContext* ctx, const proto::DeclareRequest* req,
                        proto::DeclareReply* rep) override {
@@ -44,31 +81,6 @@ class Service final : public proto::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Push(grpc::ServerContext* ctx, const proto::PushRequest* req,
-                    proto::PushReply*) override {
-    if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
-    return ToGrpcStatus(state_->Push(req->worker_id(), req->step(), Chunks(req->grads())));
-  }
-
-  grpc::Status Pull(grpc::ServerContext* ctx, const proto::PullRequest* req,
-                    proto::PullReply* rep) override {
-    if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
-    std::vector<PartitionRef> ids;
-    for (const proto::PartitionId& id : req->ids()) ids.push_back(FromProto(id));
-    return ToGrpcStatus(Emit(req->worker_id(), req->step(), ids, rep));
-  }
-
-  grpc::Status PushPull(grpc::ServerContext* ctx, const proto::PushPullRequest* req,
-                        proto::PullReply* rep) override {
-    if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
-    Status s = state_->Push(req->worker_id(), req->step(), Chunks(req->grads()));
-    if (!s.ok()) return ToGrpcStatus(s);
-    std::vector<PartitionRef> ids;
-    for (const proto::TensorChunk& c : req->grads()) ids.push_back(FromProto(c.id()));
-    // Async partitions answer at once; sync ones once step + 1 is applied.
-    return ToGrpcStatus(Emit(req->worker_id(), req->step() + 1, ids, rep));
-  }
-
   grpc::Status WorkerDone(grpc::ServerContext* ctx, const proto::DoneRequest* req,
                           proto::DoneReply* rep) override {
     if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
@@ -80,6 +92,66 @@ class Service final : public proto::ParameterServer::Service {
   }
 
  private:
+  using RawHandler = grpc::Status (Service::*)(grpc::ServerContext*, const grpc::ByteBuffer&,
+                                               grpc::ByteBuffer*);
+
+  void MarkRaw(int index, RawHandler handler) {
+    MarkMethodStreamed(
+        index, new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+                   [this, handler](grpc::ServerContext* ctx, RawStream* stream) {
+                     grpc::ByteBuffer req, rep;
+                     if (!stream->Read(&req))
+                       return grpc::Status(grpc::StatusCode::INTERNAL, "no request message");
+                     grpc::Status status = (this->*handler)(ctx, req, &rep);
+                     if (status.ok() && !stream->Write(rep))
+                       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "reply not sent");
+                     return status;
+                   }));
+  }
+
+  grpc::Status RawPush(grpc::ServerContext* ctx, const grpc::ByteBuffer& req,
+                       grpc::ByteBuffer* rep) {
+    if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
+    Scratch scratch(*buffers_);
+    wire::PushCall call;
+    Status s = wire::DecodePush(req, scratch.get(), &call);
+    if (s.ok()) s = state_->Push(call.worker, call.step, call.chunks);
+    if (!s.ok()) return ToGrpcStatus(s);
+    *rep = EmptyMessage();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RawPull(grpc::ServerContext* ctx, const grpc::ByteBuffer& req,
+                       grpc::ByteBuffer* rep) {
+    if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
+    // The request is a few ids: protobuf parses it.
+    grpc::ByteBuffer copy(req);  // shares the slices; Deserialize consumes its argument
+    proto::PullRequest pull;
+    if (!grpc::SerializationTraits<proto::PullRequest>::Deserialize(&copy, &pull).ok())
+      return ToGrpcStatus(ProtocolError("pull: the request is not a PullRequest"));
+    std::vector<PartitionRef> ids;
+    ids.reserve(static_cast<size_t>(pull.ids_size()));
+    for (const proto::PartitionId& id : pull.ids()) ids.push_back(FromProto(id));
+    return ToGrpcStatus(Emit(pull.worker_id(), pull.step(), ids, rep));
+  }
+
+  grpc::Status RawPushPull(grpc::ServerContext* ctx, const grpc::ByteBuffer& req,
+                           grpc::ByteBuffer* rep) {
+    if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
+    std::vector<PartitionRef> ids;
+    wire::PushCall call;
+    {
+      Scratch scratch(*buffers_);
+      Status s = wire::DecodePush(req, scratch.get(), &call);
+      if (s.ok()) s = state_->Push(call.worker, call.step, call.chunks);
+      if (!s.ok()) return ToGrpcStatus(s);
+    }  // the scratch goes back before this call waits for the step
+    ids.reserve(call.chunks.size());
+    for (ChunkArgs& c : call.chunks) ids.push_back(std::move(c.id));
+    // Async partitions answer at once; sync ones once step + 1 is applied.
+    return ToGrpcStatus(Emit(call.worker, call.step + 1, ids, rep));
+  }
+
   // The TLS handshake already required a certificate of the job's CA (credentials.h); this
   // only guards against a server built with other credentials by mistake.
   static grpc::Status Authenticate(grpc::ServerContext* ctx) {
@@ -90,25 +162,29 @@ class Service final : public proto::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  static std::vector<ChunkArgs> Chunks(
-      const google::protobuf::RepeatedPtrField<proto::TensorChunk>& in) {
-    std::vector<ChunkArgs> out;
-    out.reserve(static_cast<size_t>(in.size()));
-    for (const proto::TensorChunk& c : in) out.push_back({FromProto(c.id()), c.dtype(), c.data()});
-    return out;
+  // An empty message (PushReply): zero bytes, but a message all the same.
+  static grpc::ByteBuffer EmptyMessage() {
+    grpc::Slice none;
+    return grpc::ByteBuffer(&none, 1);
   }
 
   Status Emit(int worker, int64_t step, const std::vector<PartitionRef>& ids,
-              proto::PullReply* rep) {
-    return state_->Pull(worker, step, ids, [&](const PartitionRef& id, std::span<const float> v) {
-      proto::TensorChunk* c = rep->add_values();
-      ToProto(id, c->mutable_id());
-      c->set_dtype("float32");
-      c->set_data(reinterpret_cast<const char*>(v.data()), v.size_bytes());
-    });
+              grpc::ByteBuffer* rep) {
+    // What the ids claim, capped at what a reply may hold: only a hint for the allocation.
+    constexpr auto kMaxCount = static_cast<int64_t>(kMaxReplyPayloadBytes / sizeof(float));
+    size_t hint = 0;
+    for (const PartitionRef& id : ids)
+      hint += static_cast<size_t>(std::clamp<int64_t>(id.count, 0, kMaxCount)) * sizeof(float);
+    wire::PullReplyWriter writer(buffers_, std::min(hint, kMaxReplyPayloadBytes));
+    Status s =
+        state_->Pull(worker, step, ids,
+                     [&](const PartitionRef& id, std::span<const float> v) { writer.Add(id, v); });
+    if (s.ok()) *rep = writer.Finish();
+    return s;
   }
 
   ServerState* state_;
+  std::shared_ptr<wire::BufferPool> buffers_;
 };
 
 }  // namespace
