@@ -7,18 +7,31 @@
 #include <map>
 #include <mutex>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "cadre/ps/credentials.h"
 #include "cadre/ps/proto_util.h"
+#include "cadre/ps/wire.h"
 
 namespace cadre::ps {
 namespace {
 
-using Stub = proto::ParameterServer::Stub;
 using DoneFn = std::function<void(grpc::Status)>;
+
+// One server's stubs: protobuf messages for Declare and WorkerDone, raw byte buffers (wire.h)
+// for the calls that carry tensors.
+struct Stubs {
+  std::unique_ptr<proto::ParameterServer::Stub> typed;
+  std::unique_ptr<grpc::GenericStub> raw;
+};
+
+constexpr char kPushMethod[] = "/cadre.ps.proto.ParameterServer/Push";
+constexpr char kPullMethod[] = "/cadre.ps.proto.ParameterServer/Pull";
+constexpr char kPushPullMethod[] = "/cadre.ps.proto.ParameterServer/PushPull";
 
 // One RPC of a batch: `start` begins the async call; `finish` consumes the reply once it succeeded.
 struct Task {
-  std::function<void(Stub*, grpc::ClientContext*, DoneFn)> start;
+  std::function<void(Stubs&, grpc::ClientContext*, DoneFn)> start;
   std::function<Status()> finish;
 };
 
@@ -40,7 +53,7 @@ int64_t Product(const std::vector<int64_t>& shape) {
 struct Client::Impl {
   ClientOptions options;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
-  std::vector<std::unique_ptr<Stub>> stubs;
+  std::vector<Stubs> stubs;
   ShardMap map;
   bool declared = false;
   bool done = false;
@@ -72,7 +85,7 @@ Status Client::Impl::Unreachable(const Status& failure) {
     proto::PullRequest req;  // no partitions: nothing to wait for, nothing changed
     req.set_worker_id(options.worker_id);
     proto::PullReply rep;
-    const grpc::Status probe = stubs[s]->Pull(&ctx, req, &rep);
+    const grpc::Status probe = stubs[s].typed->Pull(&ctx, req, &rep);
     if (probe.ok()) continue;
     const std::string& why = probe.error_message();
     const bool tls = why.find("andshake") != std::string::npos ||
@@ -118,35 +131,34 @@ Status Client::Impl::Run(std::vector<std::deque<Task>> queues, Duration timeout,
     }
     ctx->set_deadline(std::chrono::system_clock::now() + timeout);
     ctx->set_wait_for_ready(wait_for_ready);
-    task->start(stubs[static_cast<size_t>(s)].get(), ctx,
-                [this, &st, &launch, s, task](grpc::Status g) {
-                  Status status = FromGrpcStatus(g);
-                  if (status.ok()) status = task->finish();
-                  bool more = false;
-                  {
-                    std::lock_guard lock(st.mu);
-                    if (!status.ok() && st.error.ok()) {
-                      st.error = status.WithContext(ServerName(s));
-                      // Stop here: drop every task not yet started.
-                      for (auto& q : st.queues) {
-                        st.outstanding -= q.size();
-                        q.clear();
-                      }
-                    }
-                    more = !st.queues[static_cast<size_t>(s)].empty();
-                    // Once `outstanding` reaches zero the caller may destroy `st`: touch nothing
-                    // after this unlock unless another task of ours is still counted.
-                    if (!more) {
-                      st.outstanding -= 1;
-                      st.cv.notify_all();
-                      return;
-                    }
-                  }
-                  launch(s);  // our own slot passes to the next task before we count down
-                  std::lock_guard lock(st.mu);
-                  st.outstanding -= 1;
-                  st.cv.notify_all();
-                });
+    task->start(stubs[static_cast<size_t>(s)], ctx, [this, &st, &launch, s, task](grpc::Status g) {
+      Status status = FromGrpcStatus(g);
+      if (status.ok()) status = task->finish();
+      bool more = false;
+      {
+        std::lock_guard lock(st.mu);
+        if (!status.ok() && st.error.ok()) {
+          st.error = status.WithContext(ServerName(s));
+          // Stop here: drop every task not yet started.
+          for (auto& q : st.queues) {
+            st.outstanding -= q.size();
+            q.clear();
+          }
+        }
+        more = !st.queues[static_cast<size_t>(s)].empty();
+        // Once `outstanding` reaches zero the caller may destroy `st`: touch nothing
+        // after this unlock unless another task of ours is still counted.
+        if (!more) {
+          st.outstanding -= 1;
+          st.cv.notify_all();
+          return;
+        }
+      }
+      launch(s);  // our own slot passes to the next task before we count down
+      std::lock_guard lock(st.mu);
+      st.outstanding -= 1;
+      st.cv.notify_all();
+    });
   };
 
   for (size_t s = 0; s < st.queues.size(); ++s)
@@ -233,7 +245,8 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
     // share (and serialise on) one connection.
     args.SetInt("cadre.channel", static_cast<int>(s) * 1000 + options.worker_id);
     auto channel = grpc::CreateCustomChannel(options.servers[s], credentials, args);
-    impl->stubs.push_back(proto::ParameterServer::NewStub(channel));
+    impl->stubs.push_back(
+        {proto::ParameterServer::NewStub(channel), std::make_unique<grpc::GenericStub>(channel)});
     impl->channels.push_back(std::move(channel));
   }
   out->reset(new Client(std::move(impl)));
@@ -284,8 +297,9 @@ Status Client::Declare(const std::vector<Variable>& variables) {
         ToProto(v.optimizer, d->mutable_optimizer());
         d->set_sync(v.sync);
       }
-      queues[s].push_back({[req, rep](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
-                             stub->async()->Declare(ctx, req.get(), rep.get(), std::move(done));
+      queues[s].push_back({[req, rep](Stubs& stub, grpc::ClientContext* ctx, DoneFn done) {
+                             stub.typed->async()->Declare(ctx, req.get(), rep.get(),
+                                                          std::move(done));
                            },
                            [] { return Status::Ok(); }});
     }
@@ -301,30 +315,51 @@ Status Client::Declare(const std::vector<Variable>& variables) {
 
 namespace {
 
-// Copies a reply's values into the pieces' destinations, checking that each answers its request.
-Status Unpack(const proto::PullReply& rep, const std::vector<Piece>& batch) {
-  if (rep.values_size() != static_cast<int>(batch.size()))
-    return ProtocolError("reply has " + std::to_string(rep.values_size()) + " values for " +
-                         std::to_string(batch.size()) + " partitions");
-  for (size_t k = 0; k < batch.size(); ++k) {
-    const proto::TensorChunk& c = rep.values(static_cast<int>(k));
-    const Partition& p = *batch[k].part;
-    size_t bytes = static_cast<size_t>(p.count) * sizeof(float);
-    if (c.id().variable() != p.variable || c.id().index() != p.index || c.data().size() != bytes)
-      return ProtocolError("reply value " + std::to_string(k) + " does not match variable '" +
-                           p.variable + "' partition " + std::to_string(p.index));
-    if (bytes > 0) std::memcpy(batch[k].dst + p.offset, c.data().data(), bytes);
+std::vector<wire::OutChunk> OutChunks(const std::vector<Piece>& batch) {
+  std::vector<wire::OutChunk> out;
+  out.reserve(batch.size());
+  for (const Piece& pc : batch) {
+    const Partition& p = *pc.part;
+    out.push_back({p.variable, p.index, p.offset, p.count, pc.src + p.offset});
   }
-  return Status::Ok();
+  return out;
 }
 
-void AddChunk(const Piece& pc, proto::TensorChunk* c) {
-  ToProto(PartitionRef{pc.part->variable, pc.part->index, pc.part->offset, pc.part->count},
-          c->mutable_id());
-  c->set_dtype("float32");
-  if (pc.part->count > 0)
-    c->set_data(reinterpret_cast<const char*>(pc.src + pc.part->offset),
-                static_cast<size_t>(pc.part->count) * sizeof(float));
+std::vector<wire::InChunk> InChunks(const std::vector<Piece>& batch) {
+  std::vector<wire::InChunk> out;
+  out.reserve(batch.size());
+  for (const Piece& pc : batch) {
+    const Partition& p = *pc.part;
+    out.push_back({p.variable, p.index, p.count, pc.dst + p.offset});
+  }
+  return out;
+}
+
+// Push and PushPull requests: the payloads are not copied but wrapped where they lie (wire.h),
+// and only when the RPC starts, so that the first bytes go out at once. `pins` must outlive the
+// RPCs and see WaitReleased() before the caller's tensors may change.
+std::vector<std::deque<Task>> PushTasks(const std::vector<std::vector<std::vector<Piece>>>& batches,
+                                        const char* method, int32_t worker, int64_t step,
+                                        bool reply_values, wire::PayloadPins& pins) {
+  std::vector<std::deque<Task>> queues(batches.size());
+  for (size_t s = 0; s < batches.size(); ++s) {
+    for (const auto& batch : batches[s]) {
+      auto req = std::make_shared<grpc::ByteBuffer>();
+      auto rep = std::make_shared<grpc::ByteBuffer>();
+      Task t;
+      t.start = [req, rep, batch, method, worker, step, &pins](
+                    Stubs& stub, grpc::ClientContext* ctx, DoneFn done) {
+        *req = wire::EncodePush(worker, step, OutChunks(batch), pins);
+        stub.raw->UnaryCall(ctx, method, {}, req.get(), rep.get(), std::move(done));
+      };
+      if (reply_values)
+        t.finish = [rep, batch] { return wire::DecodePullReply(*rep, InChunks(batch)); };
+      else
+        t.finish = [] { return Status::Ok(); };
+      queues[s].push_back(std::move(t));
+    }
+  }
+  return queues;
 }
 
 }  // namespace
@@ -337,24 +372,12 @@ Status Client::Push(int64_t step, const std::vector<TensorView>& grads) {
     CADRE_RETURN_IF_ERROR(m.Resolve("ps push", t.name, t.count, &parts));
     for (const Partition& p : *parts) pieces.push_back({&p, t.data, nullptr});
   }
-  std::vector<std::deque<Task>> queues(m.stubs.size());
-  auto batches = m.Batches(pieces);
-  for (size_t s = 0; s < batches.size(); ++s) {
-    for (const auto& batch : batches[s]) {
-      auto req = std::make_shared<proto::PushRequest>();
-      auto rep = std::make_shared<proto::PushReply>();
-      req->set_worker_id(m.options.worker_id);
-      req->set_step(step);
-      // The payload is copied in when the RPC starts, not here: copying every batch up front
-      // would delay the first byte on the wire by the whole tensor's copy time.
-      queues[s].push_back({[req, rep, batch](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
-                             for (const Piece& pc : batch) AddChunk(pc, req->add_grads());
-                             stub->async()->Push(ctx, req.get(), rep.get(), std::move(done));
-                           },
-                           [] { return Status::Ok(); }});
-    }
-  }
-  return m.Run(std::move(queues), m.options.rpc_timeout, false);
+  wire::PayloadPins pins;
+  Status s =
+      m.Run(PushTasks(m.Batches(pieces), kPushMethod, m.options.worker_id, step, false, pins),
+            m.options.rpc_timeout, false);
+  pins.WaitReleased();  // gRPC holds no slice of `grads` any more
+  return s;
 }
 
 Status Client::Pull(int64_t step, const std::vector<MutableTensorView>& out) {
@@ -369,17 +392,23 @@ Status Client::Pull(int64_t step, const std::vector<MutableTensorView>& out) {
   auto batches = m.Batches(pieces);
   for (size_t s = 0; s < batches.size(); ++s) {
     for (auto& batch : batches[s]) {
-      auto req = std::make_shared<proto::PullRequest>();
-      auto rep = std::make_shared<proto::PullReply>();
-      req->set_worker_id(m.options.worker_id);
-      req->set_step(step);
+      // The request is a few ids: protobuf encodes it; the reply's values are decoded by hand.
+      proto::PullRequest pull;
+      pull.set_worker_id(m.options.worker_id);
+      pull.set_step(step);
       for (const Piece& pc : batch)
         ToProto(PartitionRef{pc.part->variable, pc.part->index, pc.part->offset, pc.part->count},
-                req->add_ids());
-      queues[s].push_back({[req, rep](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
-                             stub->async()->Pull(ctx, req.get(), rep.get(), std::move(done));
+                pull.add_ids());
+      auto req = std::make_shared<grpc::ByteBuffer>();
+      bool own = false;
+      if (!grpc::SerializationTraits<proto::PullRequest>::Serialize(pull, req.get(), &own).ok())
+        return InternalError("ps pull: cannot encode a request");
+      auto rep = std::make_shared<grpc::ByteBuffer>();
+      queues[s].push_back({[req, rep](Stubs& stub, grpc::ClientContext* ctx, DoneFn done) {
+                             stub.raw->UnaryCall(ctx, kPullMethod, {}, req.get(), rep.get(),
+                                                 std::move(done));
                            },
-                           [rep, batch] { return Unpack(*rep, batch); }});
+                           [rep, batch] { return wire::DecodePullReply(*rep, InChunks(batch)); }});
     }
   }
   return m.Run(std::move(queues), m.options.rpc_timeout, false);
@@ -400,23 +429,12 @@ Status Client::PushPull(int64_t step, const std::vector<TensorView>& grads,
     CADRE_RETURN_IF_ERROR(m.Resolve("ps push-pull", grads[i].name, grads[i].count, &parts));
     for (const Partition& p : *parts) pieces.push_back({&p, grads[i].data, out[i].data});
   }
-  std::vector<std::deque<Task>> queues(m.stubs.size());
-  auto batches = m.Batches(pieces);
-  for (size_t s = 0; s < batches.size(); ++s) {
-    for (auto& batch : batches[s]) {
-      auto req = std::make_shared<proto::PushPullRequest>();
-      auto rep = std::make_shared<proto::PullReply>();
-      req->set_worker_id(m.options.worker_id);
-      req->set_step(step);
-      // Payload copied in at start, as in Push.
-      queues[s].push_back({[req, rep, batch](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
-                             for (const Piece& pc : batch) AddChunk(pc, req->add_grads());
-                             stub->async()->PushPull(ctx, req.get(), rep.get(), std::move(done));
-                           },
-                           [rep, batch] { return Unpack(*rep, batch); }});
-    }
-  }
-  return m.Run(std::move(queues), m.options.rpc_timeout, false);
+  wire::PayloadPins pins;
+  Status s =
+      m.Run(PushTasks(m.Batches(pieces), kPushPullMethod, m.options.worker_id, step, true, pins),
+            m.options.rpc_timeout, false);
+  pins.WaitReleased();  // gRPC holds no slice of `grads` any more
+  return s;
 }
 
 Status Client::Done() {
@@ -427,8 +445,8 @@ Status Client::Done() {
     auto req = std::make_shared<proto::DoneRequest>();
     auto rep = std::make_shared<proto::DoneReply>();
     req->set_worker_id(m.options.worker_id);
-    q.push_back({[req, rep](Stub* stub, grpc::ClientContext* ctx, DoneFn done) {
-                   stub->async()->WorkerDone(ctx, req.get(), rep.get(), std::move(done));
+    q.push_back({[req, rep](Stubs& stub, grpc::ClientContext* ctx, DoneFn done) {
+                   stub.typed->async()->WorkerDone(ctx, req.get(), rep.get(), std::move(done));
                  },
                  [] { return Status::Ok(); }});
   }
