@@ -25,10 +25,6 @@ struct Stubs {
   std::unique_ptr<grpc::GenericStub> raw;
 };
 
-constexpr char kPushMethod[] = "/cadre.ps.proto.ParameterServer/Push";
-constexpr char kPullMethod[] = "/cadre.ps.proto.ParameterServer/Pull";
-constexpr char kPushPullMethod[] = "/cadre.ps.proto.ParameterServer/PushPull";
-
 // One RPC of a batch: `start` begins the async call; `finish` consumes the reply once it succeeded.
 struct Task {
   std::function<void(Stubs&, grpc::ClientContext*, DoneFn)> start;

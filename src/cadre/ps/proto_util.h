@@ -11,6 +11,14 @@
 
 namespace cadre::ps {
 
+// The full names of ps.proto's methods, the wire contract: the server registers all of them by
+// name and the client calls the tensor-carrying ones through a generic stub (wire.h).
+inline constexpr char kDeclareMethod[] = "/cadre.ps.proto.ParameterServer/Declare";
+inline constexpr char kPushMethod[] = "/cadre.ps.proto.ParameterServer/Push";
+inline constexpr char kPullMethod[] = "/cadre.ps.proto.ParameterServer/Pull";
+inline constexpr char kPushPullMethod[] = "/cadre.ps.proto.ParameterServer/PushPull";
+inline constexpr char kWorkerDoneMethod[] = "/cadre.ps.proto.ParameterServer/WorkerDone";
+
 grpc::StatusCode ToGrpcCode(Code code);
 Code FromGrpcCode(grpc::StatusCode code);
 grpc::Status ToGrpcStatus(const Status& status);

@@ -37,29 +37,39 @@ class Scratch {
   std::unique_ptr<std::string> buf_;
 };
 
-// Push, Pull and PushPull carry the tensors: they are served from gRPC's byte buffers by the
-// hand-written codec (wire.h), which spares protobuf's copies and allocations. Their generated
-// handlers are replaced with raw ones through gRPC's "streamed unary" hook (the only way to give
-// a synchronous method other message types; on the wire the call stays unary, in ps.proto's
-// format). Declare and WorkerDone stay protobuf. The indices are the methods' positions in the
-// service of ps.proto.
-constexpr int kPushIndex = 1;
-constexpr int kPullIndex = 2;
-constexpr int kPushPullIndex = 3;
-
-using RawStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>;
-
-class Service final : public proto::ParameterServer::Service {
+// The service of ps.proto, registered by hand rather than through the generated base class:
+// Push, Pull and PushPull carry the tensors and are served from gRPC's byte buffers by the
+// hand-written codec (wire.h), which spares protobuf's copies and allocations; the generated code
+// offers raw types only to the async and callback APIs, and this server blocks in its handlers
+// (a sync pull waits for the step). Declare and WorkerDone stay protobuf. Method names are the
+// wire contract of ps.proto (proto_util.h); every call stays a plain unary one.
+class Service final : public grpc::Service {
  public:
   explicit Service(ServerState* state)
       : state_(state), buffers_(wire::BufferPool::Create(kPoolKeepBytes)) {
-    MarkRaw(kPushIndex, &Service::RawPush);
-    MarkRaw(kPullIndex, &Service::RawPull);
-    MarkRaw(kPushPullIndex, &Service::RawPushPull);
+    Add<proto::DeclareRequest, proto::DeclareReply>(kDeclareMethod, &Service::Declare);
+    Add<grpc::ByteBuffer, grpc::ByteBuffer>(kPushMethod, &Service::RawPush);
+    Add<grpc::ByteBuffer, grpc::ByteBuffer>(kPullMethod, &Service::RawPull);
+    Add<grpc::ByteBuffer, grpc::ByteBuffer>(kPushPullMethod, &Service::RawPushPull);
+    Add<proto::DoneRequest, proto::DoneReply>(kWorkerDoneMethod, &Service::WorkerDone);
+  }
+
+ private:
+  // Registers a synchronous unary handler, as generated code does.
+  template <typename Request, typename Reply>
+  void Add(const char* method,
+           grpc::Status (Service::*handler)(grpc::ServerContext*, const Request*, Reply*)) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        method, grpc::internal::RpcMethod::NORMAL_RPC,
+        new grpc::internal::RpcMethodHandler<Service, Request, Reply>(
+            [handler](Service* service, grpc::ServerContext* ctx, const Request* req, Reply* rep) {
+              return (service->*handler)(ctx, req, rep);
+            },
+            this)));
   }
 
   grpc::Status Declare(grpc::ServerContext* ctx, const proto::DeclareRequest* req,
-                       proto::DeclareReply* rep) override {
+                       proto::DeclareReply* rep) {
     if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
     std::vector<DeclareArgs> parts;
     parts.reserve(static_cast<size_t>(req->partitions_size()));
@@ -82,7 +92,7 @@ class Service final : public proto::ParameterServer::Service {
   }
 
   grpc::Status WorkerDone(grpc::ServerContext* ctx, const proto::DoneRequest* req,
-                          proto::DoneReply* rep) override {
+                          proto::DoneReply* rep) {
     if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
     int remaining = 0;
     Status s = state_->WorkerDone(req->worker_id(), &remaining);
@@ -91,41 +101,23 @@ class Service final : public proto::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
- private:
-  using RawHandler = grpc::Status (Service::*)(grpc::ServerContext*, const grpc::ByteBuffer&,
-                                               grpc::ByteBuffer*);
-
-  void MarkRaw(int index, RawHandler handler) {
-    MarkMethodStreamed(
-        index, new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
-                   [this, handler](grpc::ServerContext* ctx, RawStream* stream) {
-                     grpc::ByteBuffer req, rep;
-                     if (!stream->Read(&req))
-                       return grpc::Status(grpc::StatusCode::INTERNAL, "no request message");
-                     grpc::Status status = (this->*handler)(ctx, req, &rep);
-                     if (status.ok() && !stream->Write(rep))
-                       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "reply not sent");
-                     return status;
-                   }));
-  }
-
-  grpc::Status RawPush(grpc::ServerContext* ctx, const grpc::ByteBuffer& req,
+  grpc::Status RawPush(grpc::ServerContext* ctx, const grpc::ByteBuffer* req,
                        grpc::ByteBuffer* rep) {
     if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
     Scratch scratch(*buffers_);
     wire::PushCall call;
-    Status s = wire::DecodePush(req, scratch.get(), &call);
+    Status s = wire::DecodePush(*req, scratch.get(), &call);
     if (s.ok()) s = state_->Push(call.worker, call.step, call.chunks);
     if (!s.ok()) return ToGrpcStatus(s);
     *rep = EmptyMessage();
     return grpc::Status::OK;
   }
 
-  grpc::Status RawPull(grpc::ServerContext* ctx, const grpc::ByteBuffer& req,
+  grpc::Status RawPull(grpc::ServerContext* ctx, const grpc::ByteBuffer* req,
                        grpc::ByteBuffer* rep) {
     if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
     // The request is a few ids: protobuf parses it.
-    grpc::ByteBuffer copy(req);  // shares the slices; Deserialize consumes its argument
+    grpc::ByteBuffer copy(*req);  // shares the slices; Deserialize consumes its argument
     proto::PullRequest pull;
     if (!grpc::SerializationTraits<proto::PullRequest>::Deserialize(&copy, &pull).ok())
       return ToGrpcStatus(ProtocolError("pull: the request is not a PullRequest"));
@@ -135,14 +127,14 @@ class Service final : public proto::ParameterServer::Service {
     return ToGrpcStatus(Emit(pull.worker_id(), pull.step(), ids, rep));
   }
 
-  grpc::Status RawPushPull(grpc::ServerContext* ctx, const grpc::ByteBuffer& req,
+  grpc::Status RawPushPull(grpc::ServerContext* ctx, const grpc::ByteBuffer* req,
                            grpc::ByteBuffer* rep) {
     if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
     std::vector<PartitionRef> ids;
     wire::PushCall call;
     {
       Scratch scratch(*buffers_);
-      Status s = wire::DecodePush(req, scratch.get(), &call);
+      Status s = wire::DecodePush(*req, scratch.get(), &call);
       if (s.ok()) s = state_->Push(call.worker, call.step, call.chunks);
       if (!s.ok()) return ToGrpcStatus(s);
     }  // the scratch goes back before this call waits for the step
