@@ -86,13 +86,40 @@ def report(result):
         print("RESULT " + json.dumps(result), flush=True)
 
 
+def thread_cpu():
+    """CPU seconds used so far by this process's threads, summed by thread name ('main' for the
+    main thread): where a rank's CPU goes, which wall-clock figures on a busy machine hide."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    pid = os.getpid()
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/stat" % tid) as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = "main" if int(tid) == pid else stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+last_cpu_ms_per_step = {}
+
+
 def timed_steps(step):
     for _ in range(args.warmup):
         step()
+    cpu0 = thread_cpu()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         step()
-    return time.perf_counter() - t0
+    secs = time.perf_counter() - t0
+    cpu1 = thread_cpu()
+    last_cpu_ms_per_step.clear()
+    last_cpu_ms_per_step.update({k: round(1000 * (v - cpu0.get(k, 0.0)) / args.steps, 2)
+                                 for k, v in cpu1.items() if v - cpu0.get(k, 0.0) > 0})
+    return secs
 
 
 def train_setup():
@@ -115,7 +142,8 @@ def train_throughput(model, opt, data, target):
         opt.step()
 
     secs = timed_steps(step)
-    report({"samples_per_s": args.steps * args.batch_size * size / secs})
+    report({"samples_per_s": args.steps * args.batch_size * size / secs,
+            "ms_per_step": 1000 * secs / args.steps, "cpu_ms_per_step": last_cpu_ms_per_step})
 
 
 if args.mode == "cadre":

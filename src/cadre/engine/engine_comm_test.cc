@@ -105,6 +105,51 @@ TEST_P(EngineOnCommTest, EngineCollectivesMatchClosedForm) {
   });
 }
 
+// Averaged tensors larger than a fusion segment are reduced in place segment by segment, the
+// small ones around them packed: every element must land where it came from, scaled once.
+TEST(EngineOnComm, AveragedTensorsSpanningSegmentsKeepEveryElementInPlace) {
+  constexpr int kSize = 2;
+  auto store = std::make_shared<store::HashStore>();
+  cadre::testing::RunThreadsAsRanks(kSize, [&](int rank) {
+    comm::CommunicatorOptions o;
+    o.rank = rank;
+    o.size = kSize;
+    o.store = store;
+    o.token = "engine-segments";
+    o.host = "host-0";
+    o.bind_address = "127.0.0.1";
+    o.timeout = 30s;
+    EngineOptions eo;
+    eo.cycle_time = 1ms;
+    eo.fusion_threshold_bytes = 1 << 20;
+    eo.fusion_segment_bytes = 64;  // 16 floats: the large tensor spans many segments
+    EngineGroupOptions g;
+    g.comm = o;
+    Engine e(CreateEngineGroup(g), eo);
+    const std::vector<int64_t> lengths = {5, 1001, 7, 300};
+    std::vector<std::vector<float>> data;
+    std::vector<std::shared_ptr<Handle>> hs;
+    for (size_t t = 0; t < lengths.size(); ++t) {
+      data.emplace_back(lengths[t]);
+      for (int64_t i = 0; i < lengths[t]; ++i) data[t][i] = float(10000 * t + i + 4 * rank);
+    }
+    for (size_t t = 0; t < lengths.size(); ++t) {
+      Request r;
+      r.name = "avg." + std::to_string(t);
+      r.dtype = comm::DataType::kFloat32;
+      r.shape = {lengths[t]};
+      r.postscale = 1.0 / kSize;
+      hs.push_back(e.Enqueue(r, data[t].data()));
+    }
+    for (size_t t = 0; t < lengths.size(); ++t) {
+      WaitOk(hs[t]);
+      for (int64_t i = 0; i < lengths[t]; ++i) {
+        ASSERT_EQ(data[t][i], float(10000 * t + i + 2)) << "tensor " << t << " element " << i;
+      }
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(SizesAndTransports, EngineOnCommTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()));
 

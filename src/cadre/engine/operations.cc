@@ -120,14 +120,28 @@ void Executor::Allreduce(const Response& response, const std::vector<TensorEntry
   // The fused bytes are reduced segment by segment: each segment is packed, reduced and unpacked
   // while it is still in cache. One allreduce over a whole 64 MiB buffer measured several times
   // slower here (bench/train.py) than the same bytes in a few-MiB pieces.
+  // A segment that lies inside one of our own tensors is reduced (and scaled) where it is, with
+  // no pack or unpack: a large gradient averaged on its own costs no copies.
   const size_t segment = std::max(es, segment_bytes_ / es * es);
-  uint8_t* buf = fusion_.Get(std::min(total, segment));
+  uint8_t* fusion = nullptr;
   for (size_t begin = 0; begin < total; begin += segment) {
     const size_t end = std::min(total, begin + segment);
+    size_t first_entry = 0, first_offset = 0;
+    while (first_offset + bytes[first_entry] <= begin) first_offset += bytes[first_entry++];
+    if (local[first_entry] && end <= first_offset + bytes[first_entry]) {
+      uint8_t* in_place = static_cast<uint8_t*>(local[first_entry]->data) + (begin - first_offset);
+      const size_t count = (end - begin) / es;
+      Scale(in_place, count, dtype, first.prescale);
+      AllreduceInPlace(in_place, count, dtype, first.reduce_op);
+      Scale(in_place, count, dtype, first.postscale);
+      continue;
+    }
+    if (fusion == nullptr) fusion = fusion_.Get(std::min(total, segment));
+    uint8_t* buf = fusion;
     // Copies the overlap of every entry with [begin, end) in (pack) or out (unpack).
     auto each_overlap = [&](auto&& fn) {
-      size_t offset = 0;
-      for (size_t i = 0; i < bytes.size() && offset < end; offset += bytes[i], ++i) {
+      size_t offset = first_offset;
+      for (size_t i = first_entry; i < bytes.size() && offset < end; offset += bytes[i], ++i) {
         const size_t lo = std::max(offset, begin), hi = std::min(offset + bytes[i], end);
         if (lo < hi) fn(i, lo - offset, buf + (lo - begin), hi - lo);
       }
