@@ -28,3 +28,29 @@ class Job:
         with open(os.path.join(self.job_dir, "status.json")) as f:
             return json.load(f)
 
+
+# Open MPI's remote-launch agent (plm_rsh_agent) for emulated nodes: mpirun calls it as
+# `agent.sh HOST COMMAND...` and it runs the command on this machine instead of over ssh. Real
+# nodes each have their own /tmp; emulated ones share this machine's, where the Open MPI daemons
+# (orted) of two nodes would share one session folder, /tmp/ompi.<host>.<uid>/jf.<job>: each
+# daemon, starting, wipes that folder ("stale") and makes its own tree and hwloc.sm in it, so one
+# wipes the other's half-made tree ("mkdir ... File exists", mpirun exits 213) or both fill one
+# hwloc.sm at once (a daemon segfaults, 139), before any slot starts: about one run in ten on a
+# loaded machine. So each node gets a session folder of its own, beside this script:
+# orte_tmpdir_base for Open MPI 4 (Debian 12's 4.1), prte_tmpdir_base for Open MPI 5's prted.
+MPI_AGENT = """#!/bin/sh
+node="$(dirname "$0")/node-$1"
+shift
+mkdir -p "$node"
+export OMPI_MCA_orte_tmpdir_base="$node" PRTE_MCA_prte_tmpdir_base="$node"
+exec sh -c "$*"
+"""
+
+
+def write_mpi_agent(folder):
+    """Writes MPI_AGENT to `folder`/agent.sh, executable; returns its path (a str)."""
+    path = os.path.join(str(folder), "agent.sh")
+    with open(path, "w") as f:
+        f.write(MPI_AGENT)
+    os.chmod(path, 0o755)
+    return path

@@ -8,14 +8,12 @@ import subprocess
 
 import pytest
 
-from runner_helpers import CADRE, ROOT, Job
+from runner_helpers import CADRE, ROOT, Job, write_mpi_agent
 
 DATA = "/usr/share/datasets/fashion-mnist"
 EXAMPLE = os.path.join(ROOT, "examples", "fashion_mnist", "train_horovod.py")
 JOB = ["-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod", "--data-dir", DATA,
        "--", "python3", EXAMPLE, "--epochs", "1", "--max-batches", "20", "--seed", "7"]
-AGENT = "#!/bin/sh\n# Open MPI's remote-launch agent for emulated nodes: run here, not over ssh.\n" \
-        "shift\nexec sh -c \"$*\"\n"
 
 
 def train(cwd, backend_args, env=None):
@@ -36,15 +34,13 @@ def test_the_same_accuracy_on_every_engine(tmp_path, slurm):
         pytest.skip("Open MPI is not installed here (no mpirun): scripts/install-deps installs it")
     accuracy = {"local": train(tmp_path / "local", [])}
 
-    agent = tmp_path / "agent.sh"
-    agent.write_text(AGENT)
-    agent.chmod(0o755)
+    agent = write_mpi_agent(tmp_path)  # emulated nodes (runner_helpers.MPI_AGENT)
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("127.0.0.2\n127.0.0.3\n")
     accuracy["mpi"] = train(tmp_path / "mpi",
                             ["--backend", "mpi", "--hostfile", str(hosts), "--store-host",
                              "127.0.0.1"],
-                            env=dict(os.environ, OMPI_MCA_plm_rsh_agent=str(agent)))
+                            env=dict(os.environ, OMPI_MCA_plm_rsh_agent=agent))
 
     accuracy["slurm"] = train(tmp_path / "slurm",
                               ["--backend", "slurm", "--store-host", "127.0.0.1"], env=slurm.env)

@@ -1,19 +1,14 @@
 """`cadre run --backend mpi` with emulated nodes: Open MPI's remote-launch agent (plm_rsh_agent)
-is a script that runs the command on this machine instead of over ssh, and the hostfile's hosts
-are 127.0.0.2 and 127.0.0.3, which Open MPI takes for two other nodes."""
+is a script that runs the command on this machine instead of over ssh, each node with an Open MPI
+session folder of its own (runner_helpers.MPI_AGENT), and the hostfile's hosts are 127.0.0.2 and
+127.0.0.3, which Open MPI takes for two other nodes."""
 import os
 import shutil
 import subprocess
 
 import pytest
 
-from runner_helpers import CADRE, Job
-
-AGENT = """#!/bin/sh
-# Open MPI's remote-launch agent for emulated nodes: run the command here instead of over ssh.
-shift
-exec sh -c "$*"
-"""
+from runner_helpers import CADRE, Job, write_mpi_agent
 
 DUMP = """import os
 print("contract", os.environ["LEARNER_ID"], os.environ["CADRE_RANK"], os.environ["CADRE_HOST"],
@@ -27,14 +22,12 @@ if os.environ["CADRE_RANK"] == os.environ.get("FAIL_RANK"):
 def mpi(tmp_path):
     if shutil.which("mpirun") is None:
         pytest.skip("Open MPI is not installed here (no mpirun): scripts/install-deps installs it")
-    agent = tmp_path / "agent.sh"
-    agent.write_text(AGENT)
-    agent.chmod(0o755)
+    agent = write_mpi_agent(tmp_path)
     (tmp_path / "hosts.txt").write_text("127.0.0.2\n127.0.0.3\n")
     (tmp_path / "dump.py").write_text(DUMP)
 
     def run(*args, env=None):
-        full_env = dict(os.environ, OMPI_MCA_plm_rsh_agent=str(agent), **(env or {}))
+        full_env = dict(os.environ, OMPI_MCA_plm_rsh_agent=agent, **(env or {}))
         proc = subprocess.run([CADRE, "run", "--backend", "mpi", "--hostfile", "hosts.txt",
                                "--store-host", "127.0.0.1", "-n", "2", "--compute", "cpux2",
                                "--framework", "pytorch-horovod", *args],
