@@ -3,14 +3,18 @@
 #include "cadre/comm/collectives.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <thread>
+#include <vector>
 
+#include "cadre/base/test_ranks.h"
 #include "cadre/comm/comm_test_util.h"
 #include "cadre/comm/typed_values.h"
 
@@ -511,6 +515,54 @@ INSTANTIATE_TEST_SUITE_P(Transports, CollectivesTest,
                            return std::string(std::get<0>(info.param) ? "shm" : "tcp") + "_" +
                                   std::to_string(std::get<1>(info.param)) + "ranks";
                          });
+
+// Shared-memory waits spin only when the ranks' CPUs together hold one per rank (ShmGroup): ranks
+// pinned to one CPU each spin, ranks pinned to one shared CPU must not (the rank spinning would
+// hold the CPU its peer needs). Either way every allreduce completes with the right sum.
+void PinnedAllreduces(const std::function<int(int rank)>& cpu_of) {
+  auto store = std::make_shared<store::HashStore>();
+  cadre::testing::RunThreadsAsRanks(2, [&](int rank) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu_of(rank), &set);
+    ASSERT_EQ(sched_setaffinity(0, sizeof set, &set), 0) << "rank " << rank;
+    CommunicatorOptions o = testing::RankOptions({}, rank, 2);
+    o.store = store;
+    auto comm = Communicator::Create(o);
+    for (int i = 0; i < 300; ++i) {
+      float v[4] = {float(rank + i), 1, 2, 3};
+      AllreduceOptions a;
+      a.input = a.output = v;
+      a.count = 4;
+      Allreduce(*comm, a);
+      ASSERT_EQ(v[0], float(2 * i + 1)) << "rank " << rank << " call " << i;
+      ASSERT_EQ(v[3], 6.0f) << "rank " << rank << " call " << i;
+    }
+  });
+}
+
+std::vector<int> UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+TEST(ShmWaits, RanksPinnedToACpuEach) {
+  const std::vector<int> cpus = UsableCpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  PinnedAllreduces([&](int rank) { return cpus[static_cast<size_t>(rank)]; });
+}
+
+TEST(ShmWaits, RanksPinnedToOneSharedCpu) {
+  const std::vector<int> cpus = UsableCpus();
+  ASSERT_FALSE(cpus.empty());
+  PinnedAllreduces([&](int) { return cpus[0]; });
+}
 
 }  // namespace
 }  // namespace cadre::comm
