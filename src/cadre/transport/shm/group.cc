@@ -25,6 +25,10 @@ namespace {
 constexpr uint32_t kMagic = 0x4d485343;  // "CSHM"
 constexpr uint32_t kLayoutVersion = 2;
 constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+// After spinning, a wait yields for up to kYieldFor; a yield that takes longer than kBusyCoreYield
+// means another thread ran meanwhile, and the wait goes to sleep at once.
+constexpr auto kYieldFor = std::chrono::microseconds(500);
+constexpr auto kBusyCoreYield = std::chrono::microseconds(20);
 
 struct alignas(64) Line {
   std::atomic<uint32_t> value{0};
@@ -272,10 +276,16 @@ Status ShmGroup::WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline) 
     }
     spin_ns_ = std::max<int64_t>(1000, spin_ns_ / 2);
   }
-  auto until = Clock::now() + std::chrono::microseconds(500);
-  while (Clock::now() < until) {
+  // Yield while yielding is cheap. A yield that comes back late handed the core to a thread that
+  // wants it (this rank's own training thread, another program): polling on would take turns
+  // with that thread, and each turn can cost a scheduler tick of latency, so sleep instead.
+  const auto until = Clock::now() + kYieldFor;
+  for (auto now = Clock::now(); now < until;) {
     sched_yield();
     if (Reached(word.load(std::memory_order_acquire), step)) return Status::Ok();
+    const auto before = now;
+    now = Clock::now();
+    if (now - before > kBusyCoreYield) break;
   }
   auto& sleepers = header()->sleepers.value;
   while (true) {

@@ -10,8 +10,9 @@
 // Waiting: spin briefly (only when the ranks together may run on at least as many CPUs as there
 // are ranks: the union of their affinity masks, each published in its RankState, so ranks pinned
 // one CPU each, as `cadre run` binds them, spin, and ranks sharing too few CPUs do not; an
-// adaptive budget up to ShmOptions::spin_max, default 50 us), then yield for up to 500 us, then
-// sleep on a futex on the peer's flag word, waking every 50 ms to check that the peer process is
+// adaptive budget up to ShmOptions::spin_max, default 50 us), then yield for up to 500 us (cut
+// short as soon as one yield comes back late: another thread wanted the core), then sleep on a
+// futex on the peer's flag word, waking every 50 ms to check that the peer process is
 // alive (pidfd) and that no rank aborted the group. Nothing waits past the Deadline.
 // Failures name the peer with the name given at creation ("rank 3").
 //
