@@ -14,7 +14,9 @@ calls), on one host (shared memory) and across two learners (TCP).
 Every contender runs under the same CPU pinning (one equal share per rank). Throughput figures
 are medians of --repeats rounds, the contenders interleaved within each round (cadre, DDP,
 alone, cadre, DDP, alone, ...) so that a burst of load on a shared machine does not favour one;
-each is printed with its spread ((max - min) / median) and every round's value.
+each is printed with its spread ((max - min) / median) and every round's value, then where rank
+0's CPU went per step, by thread (the training thread, cadre's engine thread, gloo's threads):
+figures that a busy machine's wall-clock noise does not hide.
 
     PYTHONPATH=build/python:python /usr/bin/python3 bench/train.py [--sizes 2 4] [--steps 40]
     PYTHONPATH=build/python:python /usr/bin/python3 bench/train.py --model heavy \
@@ -81,14 +83,19 @@ def main():
                                           "perfect (n x alone)", "vs DDP", "of perfect"))
     for n in args.sizes:
         cs, ds, alone = [], [], []
+        cpu = {}
         for _ in range(args.repeats):
-            cs.append(run("cadre", n, args.steps, extra=extra)["samples_per_s"])
-            ds.append(run("ddp", n, args.steps, extra=extra)["samples_per_s"])
-            alone.append(run("local", 1, args.steps, extra=extra)["samples_per_s"])
+            for mode, size, out in (("cadre", n, cs), ("ddp", n, ds), ("local", 1, alone)):
+                result = run(mode, size, args.steps, extra=extra)
+                out.append(result["samples_per_s"])
+                cpu.setdefault(mode, []).append(result.get("cpu_ms_per_step", {}))
         c, d, p = (statistics.median(x) for x in (cs, ds, alone))
         print("%-6d %22s %22s %22s %8.2fx %10.0f%%   (rounds: cadre %s; DDP %s; alone %s)"
               % (n, spread(cs), spread(ds), spread([n * x for x in alone]), c / d,
                  100 * c / (n * p), rounds(cs), rounds(ds), rounds(alone)), flush=True)
+        print("       CPU ms per step of rank 0's threads, medians of the rounds: %s"
+              % "; ".join("%s %s" % (label, cpu_medians(cpu[mode])) for label, mode in
+                          (("cadre", "cadre"), ("DDP", "ddp"), ("alone", "local"))), flush=True)
     if args.model != "mnist":
         return
     print()
@@ -112,6 +119,15 @@ def main():
         lat = run("latency", 2, 2000, hosts=hosts)["mean_us"]
         raw = raw_latency_us(transport)
         print("%-30s %12.1f %12.1f %7.2fx" % (label, lat, raw, lat / raw), flush=True)
+
+
+def cpu_medians(per_round):
+    """'main 270, cadre-engine 7.2': each thread name's median CPU ms per step over the rounds
+    (the training thread is 'main'; cadre's engine thread is 'cadre-engine', gloo's are
+    'python3')."""
+    names = sorted({k for r in per_round for k in r}, key=lambda k: (k != "main", k))
+    return ", ".join("%s %.1f" % (k, statistics.median([r.get(k, 0.0) for r in per_round]))
+                     for k in names)
 
 
 def spread(xs):
