@@ -27,4 +27,12 @@ uint16_t FloatToHalf(float f);
 float BFloat16ToFloat(uint16_t h);
 uint16_t FloatToBFloat16(float f);
 
+// The same conversions over n values, with the CPU's F16C instructions where it has them (x86-64
+// since 2012): bit for bit the results of the scalar functions, but for NaNs, which stay NaNs.
+// The 16-bit reductions and the engine's scaling of float16 tensors go through these.
+void HalfToFloatN(const uint16_t* in, float* out, size_t n);
+void FloatToHalfN(const float* in, uint16_t* out, size_t n);
+void BFloat16ToFloatN(const uint16_t* in, float* out, size_t n);
+void FloatToBFloat16N(const float* in, uint16_t* out, size_t n);
+
 }  // namespace cadre::comm

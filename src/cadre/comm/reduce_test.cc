@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "cadre/comm/typed_values.h"
 
@@ -96,6 +98,39 @@ TEST(ReduceTest, NamesCoverEveryValue) {
   for (int d = 0; d < kNumDataTypes; ++d) EXPECT_NE(DataTypeName(DataType(d)), "unknown");
   for (int o = 0; o < kNumReduceOps; ++o) EXPECT_NE(ReduceOpName(ReduceOp(o)), "unknown");
   EXPECT_EQ(ElementSize(DataType::kBFloat16), 2u);
+}
+
+// The block conversions (F16C where the CPU has it) agree bit for bit with the scalar ones for
+// every half and for floats around every rounding boundary; NaNs stay NaNs.
+TEST(ReduceTest, BlockHalfConversionsMatchTheScalarOnes) {
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t h = 0; h < 65536; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<float> widened(halves.size());
+  HalfToFloatN(halves.data(), widened.data(), halves.size());
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float scalar = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(scalar)) {
+      ASSERT_TRUE(std::isnan(widened[h])) << h;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(widened[h]), std::bit_cast<uint32_t>(scalar)) << h;
+    }
+  }
+  // Every float whose low 13 bits sit at or around a half's rounding point, over all exponents.
+  std::vector<float> floats;
+  for (uint32_t hi = 0; hi < (1u << 19); hi += 7) {
+    for (uint32_t lo : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x1fffu}) {
+      floats.push_back(std::bit_cast<float>((hi << 13) | lo));
+    }
+  }
+  std::vector<uint16_t> narrowed(floats.size());
+  FloatToHalfN(floats.data(), narrowed.data(), floats.size());
+  for (size_t i = 0; i < floats.size(); ++i) {
+    if (std::isnan(floats[i])) {
+      ASSERT_TRUE(std::isnan(HalfToFloat(narrowed[i]))) << i;
+    } else {
+      ASSERT_EQ(narrowed[i], FloatToHalf(floats[i])) << std::bit_cast<uint32_t>(floats[i]);
+    }
+  }
 }
 
 }  // namespace
