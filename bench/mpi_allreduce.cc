@@ -5,10 +5,8 @@
 // 0's CPU time per call, and with LATE_US the last rank computes (busy) that long before each
 // call (`cadre bench allreduce --late-us`).
 #include <mpi.h>
-#include <time.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,22 +14,10 @@
 #include <vector>
 
 #include "cadre/base/byte_size.h"
+#include "cadre/bench/busy.h"
 
-namespace {
-
-double ThreadCpuMicros() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
-}
-
-void Work(int us) {
-  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
-  while (std::chrono::steady_clock::now() < until) {
-  }
-}
-
-}  // namespace
+using cadre::bench::ThreadCpuMicros;
+using cadre::bench::Work;
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);

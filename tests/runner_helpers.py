@@ -2,6 +2,9 @@
 clash with python/tests/conftest.py when pytest collects both folders)."""
 import json
 import os
+import signal
+import subprocess
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("CADRE_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -27,6 +30,27 @@ class Job:
     def status(self):
         with open(os.path.join(self.job_dir, "status.json")) as f:
             return json.load(f)
+
+
+def interrupt_once_up(proc, cwd, slots, timeout, while_up=None):
+    """Waits (up to `timeout` s) until `slots` lines of the running `cadre run` end in "] up",
+    calls `while_up()` if given (checks on the running job), then sends SIGINT (Ctrl-C) and
+    returns the finished Job; the process is killed if anything goes wrong meanwhile."""
+    try:
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while seen < slots and time.monotonic() < deadline and proc.poll() is None:
+            seen += proc.stdout.readline().rstrip().endswith("] up")
+        assert seen == slots, "the slots never started"
+        if while_up:
+            while_up()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return Job(subprocess.CompletedProcess([], proc.returncode, out, err), cwd)
 
 
 # Open MPI's remote-launch agent (plm_rsh_agent) for emulated nodes: mpirun calls it as

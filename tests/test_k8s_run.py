@@ -5,13 +5,11 @@ learner, a cancel, pods unschedulable past --queue-timeout, kubectl's own errors
 every case the job's objects and pods are gone when cadre run returns."""
 import os
 import shutil
-import signal
 import subprocess
 import textwrap
-import time
 
 from kubectl_emulator import learner_lines, read_objects_file
-from runner_helpers import CADRE, Job
+from runner_helpers import CADRE, Job, interrupt_once_up
 
 REPORT = textwrap.dedent("""
     import json, os, socket
@@ -107,22 +105,12 @@ def test_ctrl_c_deletes_the_job(kubectl_emulator, tmp_path):
                              "-c", "echo up; sleep 300"],
                             cwd=tmp_path, env=kubectl_emulator.env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        seen = 0
-        while seen < 4 and time.monotonic() < deadline and proc.poll() is None:
-            seen += proc.stdout.readline().rstrip().endswith("] up")
-        assert seen == 4, "the slots never started"
+    def two_pods():
         assert len(kubectl_emulator.pods()) == 2
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
-    assert "cancelling job" in err
-    job = Job(subprocess.CompletedProcess([], proc.returncode, out, err), str(tmp_path))
+
+    job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=120, while_up=two_pods)
+    assert job.returncode == 130, job.stderr
+    assert "cancelling job" in job.stderr
     assert job.status()["state"] == "stopped"
     assert_nothing_left(kubectl_emulator)
 

@@ -3,14 +3,12 @@ the learner contract from Slurm's facts, a failed learner, a cancel, a pending j
 --queue-timeout, a job Slurm refuses, and no Slurm at all."""
 import json
 import os
-import signal
 import subprocess
 import textwrap
-import time
 
 import pytest
 
-from runner_helpers import CADRE, ROOT, Job
+from runner_helpers import CADRE, ROOT, Job, interrupt_once_up
 
 DUMP_ENV = textwrap.dedent("""
     import json, os, socket
@@ -117,23 +115,10 @@ def test_ctrl_c_cancels_the_slurm_job(slurm, tmp_path):
                              "--", "sh", "-c", "echo up; sleep 120"],
                             cwd=tmp_path, env=slurm.env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    try:
-        # Every slot has said it is up: the job runs on the cluster.
-        deadline = time.monotonic() + 60
-        seen = 0
-        while seen < 4 and time.monotonic() < deadline and proc.poll() is None:
-            line = proc.stdout.readline()
-            seen += line.rstrip().endswith("] up")
-        assert seen == 4, "the slots never started"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
-    assert "cancelling job" in err
-    job = Job(subprocess.CompletedProcess([], proc.returncode, out, err), str(tmp_path))
+    # Every slot has said it is up (the job runs on the cluster), then Ctrl-C.
+    job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60)
+    assert job.returncode == 130, job.stderr
+    assert "cancelling job" in job.stderr
     assert job.status()["state"] == "stopped"
     assert slurm.job_state(slurm_job_id(job)) == "CANCELLED"
 

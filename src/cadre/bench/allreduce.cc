@@ -2,7 +2,6 @@
 
 #include <signal.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 
 #include "cadre/base/byte_size.h"
 #include "cadre/base/status.h"
+#include "cadre/bench/busy.h"
 #include "cadre/comm/collectives.h"
 #include "cadre/launch/cpu_binding.h"
 #include "cadre/store/tcp_store.h"
@@ -57,20 +57,6 @@ int ItersFor(size_t bytes, int override_iters) {
   if (override_iters > 0) return override_iters;
   size_t iters = (size_t{128} << 20) / bytes;  // about 128 MiB reduced per size
   return static_cast<int>(std::clamp<size_t>(iters, 5, 2000));
-}
-
-// The calling thread's CPU time (user + system) in microseconds.
-double ThreadCpuMicros() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
-}
-
-// Busy work for `us` microseconds (a late rank's compute).
-void Work(int us) {
-  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
-  while (std::chrono::steady_clock::now() < until) {
-  }
 }
 
 // One rank's whole benchmark. Returns the process exit code.

@@ -124,9 +124,10 @@ void Executor::Allreduce(const Response& response, const std::vector<TensorEntry
   // no pack or unpack: a large gradient averaged on its own costs no copies.
   const size_t segment = std::max(es, segment_bytes_ / es * es);
   uint8_t* fusion = nullptr;
+  // The first entry overlapping the segment, and where it starts: segments only move forward.
+  size_t first_entry = 0, first_offset = 0;
   for (size_t begin = 0; begin < total; begin += segment) {
     const size_t end = std::min(total, begin + segment);
-    size_t first_entry = 0, first_offset = 0;
     while (first_offset + bytes[first_entry] <= begin) first_offset += bytes[first_entry++];
     if (local[first_entry] && end <= first_offset + bytes[first_entry]) {
       uint8_t* in_place = static_cast<uint8_t*>(local[first_entry]->data) + (begin - first_offset);

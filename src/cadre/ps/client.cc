@@ -61,6 +61,11 @@ struct Client::Impl {
   // Runs the tasks, up to max_in_flight per server at once; returns the first failure.
   Status Run(std::vector<std::deque<Task>> queues, Duration timeout, bool wait_for_ready);
 
+  // Push or PushPull (`reply_values`) of the pieces' gradients, sent from where they lie; returns
+  // once gRPC holds no slice of them any more.
+  Status RunPushes(const std::vector<Piece>& pieces, const char* method, int64_t step,
+                   bool reply_values);
+
   // Groups pieces by server and into RPC-sized batches (whole partitions, <= message_bytes).
   std::vector<std::vector<std::vector<Piece>>> Batches(const std::vector<Piece>& pieces) const;
 
@@ -360,6 +365,15 @@ std::vector<std::deque<Task>> PushTasks(const std::vector<std::vector<std::vecto
 
 }  // namespace
 
+Status Client::Impl::RunPushes(const std::vector<Piece>& pieces, const char* method, int64_t step,
+                               bool reply_values) {
+  wire::PayloadPins pins;
+  Status s = Run(PushTasks(Batches(pieces), method, options.worker_id, step, reply_values, pins),
+                 options.rpc_timeout, false);
+  pins.WaitReleased();  // gRPC holds no slice of the gradients any more
+  return s;
+}
+
 Status Client::Push(int64_t step, const std::vector<TensorView>& grads) {
   Impl& m = *impl_;
   std::vector<Piece> pieces;
@@ -368,12 +382,7 @@ Status Client::Push(int64_t step, const std::vector<TensorView>& grads) {
     CADRE_RETURN_IF_ERROR(m.Resolve("ps push", t.name, t.count, &parts));
     for (const Partition& p : *parts) pieces.push_back({&p, t.data, nullptr});
   }
-  wire::PayloadPins pins;
-  Status s =
-      m.Run(PushTasks(m.Batches(pieces), kPushMethod, m.options.worker_id, step, false, pins),
-            m.options.rpc_timeout, false);
-  pins.WaitReleased();  // gRPC holds no slice of `grads` any more
-  return s;
+  return m.RunPushes(pieces, kPushMethod, step, false);
 }
 
 Status Client::Pull(int64_t step, const std::vector<MutableTensorView>& out) {
@@ -425,12 +434,7 @@ Status Client::PushPull(int64_t step, const std::vector<TensorView>& grads,
     CADRE_RETURN_IF_ERROR(m.Resolve("ps push-pull", grads[i].name, grads[i].count, &parts));
     for (const Partition& p : *parts) pieces.push_back({&p, grads[i].data, out[i].data});
   }
-  wire::PayloadPins pins;
-  Status s =
-      m.Run(PushTasks(m.Batches(pieces), kPushPullMethod, m.options.worker_id, step, true, pins),
-            m.options.rpc_timeout, false);
-  pins.WaitReleased();  // gRPC holds no slice of `grads` any more
-  return s;
+  return m.RunPushes(pieces, kPushPullMethod, step, true);
 }
 
 Status Client::Done() {
