@@ -13,7 +13,7 @@ import contextlib
 
 import torch
 
-from cadre.torch import mpi_ops, submission
+from cadre.torch import backward_passes, mpi_ops, submission
 from cadre.torch.compression import Compression
 from cadre.torch.parameter_names import named_parameter_table
 
@@ -40,17 +40,11 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             self._allreduce_delay[p] = passes
 
     def _register_hooks(self):
-        for param_group in self.param_groups:
-            for p in param_group["params"]:
-                if p.requires_grad:
-                    p.grad = p.data.new(p.size()).zero_()
-                    self._starting_models[p] = torch.zeros_like(p, requires_grad=False)
-                    self._requires_update.add(p)
-                    self._allreduce_delay[p] = self.backward_passes_per_step
-                    p_tmp = p.expand_as(p)
-                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)
+        def prepare(p):
+            p.grad = p.data.new(p.size()).zero_()
+            self._starting_models[p] = torch.zeros_like(p, requires_grad=False)
+
+        backward_passes.register_accumulator_hooks(self, self._make_hook, prepare)
 
     def _allreduce_grad_async(self, p):
         """Steps p alone with the wrapped optimizer, turns p into that step's delta and submits
@@ -75,17 +69,8 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        "Gradients were computed more than backward_passes_per_step times "
-                        "before call to step(). Increase backward_passes_per_step to "
-                        "accumulate gradients locally.")
-            assert not p.grad.requires_grad
-            assert self._allreduce_delay[p] > 0
             handle, ctx = None, None
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
+            if backward_passes.count_backward_pass(self, p):
                 handle, ctx = self._allreduce_grad_async(p)
             self._handles[p] = (handle, ctx)
         return hook
@@ -112,10 +97,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         try:
             outputs = submission._synchronize_all([h for h, _ in self._handles.values()])
         except Exception:
-            # Every reduction of this step is finished: the next step may reuse the names.
-            self._handles.clear()
-            for p in self._requires_update:
-                self._allreduce_delay[p] = self.backward_passes_per_step
+            backward_passes.reset_backward_passes(self)
             raise
         for (p, (_, (ctx, compressed))), output in zip(self._handles.items(), outputs):
             delta = self._compression.decompress(output, ctx)
@@ -127,8 +109,5 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(). This is "
-                                 "prohibited as it can cause a race condition.")
+        backward_passes.check_no_reductions_in_flight(self)
         return super(self.__class__, self).zero_grad(*args, **kwargs)

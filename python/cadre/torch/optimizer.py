@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from cadre.torch import cuda_staging, mpi_ops, submission
+from cadre.torch import backward_passes, cuda_staging, mpi_ops, submission
 from cadre.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from cadre.torch.basics import global_process_set
 from cadre.torch.compression import Compression
@@ -116,17 +116,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _register_hooks(self):
         if self._groups is not None:
             self._form_groups()
-        for param_group in self.param_groups:
-            for p in param_group["params"]:
-                if p.requires_grad:
-                    self._requires_update.add(p)
-                    self._allreduce_delay[p] = self.backward_passes_per_step
-                    # The gradient accumulator of p: its hook runs right after p.grad is
-                    # written during backward.
-                    p_tmp = p.expand_as(p)
-                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)
+        backward_passes.register_accumulator_hooks(self, self._make_hook)
 
     def _scales(self):
         if self.op == mpi_ops.Average:
@@ -169,17 +159,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        "Gradients were computed more than backward_passes_per_step times "
-                        "before call to step(). Increase backward_passes_per_step to "
-                        "accumulate gradients locally.")
-            assert not p.grad.requires_grad
-            assert self._allreduce_delay[p] > 0
             handle, ctx = None, None
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
+            if backward_passes.count_backward_pass(self, p):
                 group = self._p_to_group.get(p)
                 if group is not None:
                     self._group_counts[group] += 1
@@ -224,11 +205,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         try:
             outputs = submission._synchronize_all([handle for handle, _ in self._handles.values()])
         except Exception:
-            # Every collective of this step is finished (see _synchronize_all): the next step
-            # starts afresh with the same names.
-            self._handles.clear()
-            for p in self._requires_update:
-                self._allreduce_delay[p] = self.backward_passes_per_step
+            # Every collective of this step is finished (see _synchronize_all).
+            backward_passes.reset_backward_passes(self)
             raise
         for (key, (_, ctx)), output in zip(self._handles.items(), outputs):
             if isinstance(key, tuple):
@@ -269,10 +247,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(). This is "
-                                 "prohibited as it can cause a race condition.")
+        backward_passes.check_no_reductions_in_flight(self)
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
