@@ -9,8 +9,12 @@ namespace cadre::engine {
 namespace {
 constexpr uint8_t kFlagShutdown = 1;
 constexpr uint8_t kFlagJoined = 2;
-constexpr uint8_t kFlagAbort = 4;     // followed by the status code and message
-constexpr uint8_t kFlagPayloads = 8;  // a payload section follows the requests
+constexpr uint8_t kFlagAbort = 4;         // followed by the status code and message
+constexpr uint8_t kFlagPayloads = 8;      // a payload section follows the requests
+constexpr uint8_t kFlagBatchWindow = 16;  // a varint follows: the batching window, microseconds
+// Every flag this version knows; any other bit is a message from a different version.
+constexpr uint8_t kKnownFlags =
+    kFlagShutdown | kFlagJoined | kFlagAbort | kFlagPayloads | kFlagBatchWindow;
 // A payload is a small tensor (EngineOptions::inline_bytes); anything larger is malformed.
 constexpr uint64_t kMaxPayloadBytes = 1 << 16;
 constexpr uint64_t kMaxItems = 1 << 20;
@@ -19,11 +23,18 @@ constexpr uint64_t kMaxItems = 1 << 20;
 std::vector<uint8_t> Message::Encode() const {
   std::vector<uint8_t> out;
   out.push_back((shutdown ? kFlagShutdown : 0) | (joined ? kFlagJoined : 0) |
-                (abort.ok() ? 0 : kFlagAbort) | (payloads.empty() ? 0 : kFlagPayloads));
+                (abort.ok() ? 0 : kFlagAbort) | (payloads.empty() ? 0 : kFlagPayloads) |
+                (batch_window ? kFlagBatchWindow : 0));
   if (!abort.ok()) {
     PutVarint(static_cast<uint64_t>(abort.code()), out);
     PutVarint(abort.message().size(), out);
     out.insert(out.end(), abort.message().begin(), abort.message().end());
+  }
+  if (batch_window) {
+    if (*batch_window < std::chrono::microseconds::zero() || *batch_window > kMaxBatchWindow) {
+      throw Error(InternalError("a batch window must be between 0 and 1 s"));
+    }
+    PutVarint(static_cast<uint64_t>(batch_window->count()), out);
   }
   PutVarint(cache_bits.size(), out);
   for (uint32_t b : cache_bits) PutVarint(b, out);
@@ -46,6 +57,10 @@ Message Message::Decode(const uint8_t* data, size_t size, int rank) {
     Reader in(data, size);
     Message m;
     uint8_t flags = in.Byte();
+    if (flags & ~kKnownFlags) {
+      throw Error(ProtocolError("unknown flags " + std::to_string(flags & ~kKnownFlags) +
+                                " (is every rank running the same cadre version?)"));
+    }
     m.shutdown = flags & kFlagShutdown;
     m.joined = flags & kFlagJoined;
     if (flags & kFlagAbort) {
@@ -54,6 +69,14 @@ Message Message::Decode(const uint8_t* data, size_t size, int rank) {
         throw Error(ProtocolError("unknown status code " + std::to_string(code)));
       }
       m.abort = Status(static_cast<Code>(code), in.String());
+    }
+    if (flags & kFlagBatchWindow) {
+      const uint64_t us = in.Varint();
+      if (us > static_cast<uint64_t>(kMaxBatchWindow.count())) {
+        throw Error(
+            ProtocolError("batch window of " + std::to_string(us) + " us is longer than 1 s"));
+      }
+      m.batch_window = std::chrono::microseconds(us);
     }
     uint64_t nbits = in.Varint();
     if (nbits > kMaxItems) throw Error(ProtocolError("too many cache bits"));
@@ -114,6 +137,13 @@ std::vector<Response> Controller::Process(const std::vector<Message>& messages) 
   const auto now = Clock::now();
   std::vector<int> shutdown_ranks;
   arrivals_.clear();
+  for (int r = 1; r < size_; ++r) {
+    if (messages[r].batch_window) {
+      throw Error(ProtocolError("rank " + std::to_string(r) +
+                                " announced a batch window; only rank 0 decides it"));
+    }
+  }
+  announced_batch_window_ = messages[0].batch_window;
   auto add = [&](int r, const Request& req, const std::vector<std::vector<uint8_t>>& payloads,
                  size_t index) {
     Entry& e = table_[req.name];

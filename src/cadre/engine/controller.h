@@ -16,6 +16,10 @@
 //     engine carries on. Allreduces of one dtype, op and scale, in sequence, are fused up to the
 //     fusion threshold.
 //  5. Names that were negotiated successfully enter the cache; the next time, a rank sends a bit.
+//  6. Rank 0 alone may announce a batching window (EngineOptions::batch_wait, measured by its
+//     BatchWindowTuner or fixed by its options): every rank, rank 0 included, uses it from this
+//     cycle on (announced_batch_window()), so all ranks batch alike for the same steps. A window
+//     from any other rank is a protocol error.
 // Small allreduces travel inline: a rank may attach its input bytes (a payload) to a request
 // in its message. When every rank's payload for a name is there, the Response carries them all
 // and each rank reduces them locally in rank order, identically everywhere, with no collective
@@ -24,6 +28,7 @@
 // Not thread-safe: owned by the engine thread.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -50,9 +55,15 @@ struct Message {
   // Empty, or one entry per cache bit and then per request (in that order): the input bytes of
   // that allreduce, or empty for none.
   std::vector<std::vector<uint8_t>> payloads;
+  // Rank 0's batching window from this cycle on (step 6 above); sent only when it changes.
+  std::optional<std::chrono::microseconds> batch_window;
+
+  // The longest window a message may carry (CADRE_BATCH_WAIT_MS accepts up to 1000 ms).
+  static constexpr std::chrono::microseconds kMaxBatchWindow = std::chrono::seconds(1);
 
   std::vector<uint8_t> Encode() const;
-  // Throws Error(kProtocol) naming `rank` when the bytes are malformed.
+  // Throws Error(kProtocol) naming `rank` when the bytes are malformed (unknown flags, which a
+  // different cadre version would send, included).
   static Message Decode(const uint8_t* data, size_t size, int rank);
 };
 
@@ -90,8 +101,12 @@ class Controller {
                       const Status& abort = Status::Ok(),
                       std::vector<std::vector<uint8_t>> payloads = {}) const;
 
-  // Steps 3-5 above. `messages` holds one message per rank.
+  // Steps 3-6 above. `messages` holds one message per rank.
   std::vector<Response> Process(const std::vector<Message>& messages);
+  // The window rank 0 announced in the last Process() call, if it announced one.
+  std::optional<std::chrono::microseconds> announced_batch_window() const {
+    return announced_batch_window_;
+  }
 
   // While set, Process() records which rank's request for which name arrived in that cycle
   // (arrivals(), replaced by each Process call): the timeline's per-rank marks.
@@ -129,6 +144,7 @@ class Controller {
   uint64_t next_sequence_ = 0;
   bool record_arrivals_ = false;
   std::vector<std::pair<std::string, int>> arrivals_;
+  std::optional<std::chrono::microseconds> announced_batch_window_;
 };
 
 }  // namespace cadre::engine

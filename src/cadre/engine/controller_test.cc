@@ -123,6 +123,67 @@ TEST(ControllerTest, MalformedAbortIsAProtocolErrorNamingTheRank) {
   }
 }
 
+void ExpectProtocolError(const std::vector<uint8_t>& bytes, int rank, const std::string& what) {
+  try {
+    Message::Decode(bytes.data(), bytes.size(), rank);
+    ADD_FAILURE() << "decoded a malformed message (" << what << ")";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status().code(), Code::kProtocol);
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(rank)), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(ControllerTest, BatchWindowTravelsFromRankZeroToEveryRank) {
+  using std::chrono::microseconds;
+  auto cs = Make(3);
+  std::vector<Message> msgs;
+  for (int r = 0; r < 3; ++r) {
+    Message m = cs[r].MakeMessage({Allreduce("a", 1)}, false, false);
+    if (r == 0) m.batch_window = microseconds(250);
+    auto bytes = m.Encode();
+    msgs.push_back(Message::Decode(bytes.data(), bytes.size(), r));
+  }
+  EXPECT_EQ(msgs[0].batch_window, microseconds(250));
+  EXPECT_FALSE(msgs[1].batch_window.has_value());
+  for (auto& c : cs) {
+    auto out = c.Process(msgs);
+    EXPECT_EQ(out.size(), 1u);  // the window changes nothing else
+    EXPECT_EQ(c.announced_batch_window(), microseconds(250));
+  }
+  // Announced once: a cycle without it leaves nothing announced (every rank keeps the last).
+  Cycle(cs, {{}, {}, {}});
+  for (auto& c : cs) EXPECT_FALSE(c.announced_batch_window().has_value());
+  // Zero (no batching) is a window like any other.
+  Message zero;
+  zero.batch_window = microseconds(0);
+  auto bytes = zero.Encode();
+  EXPECT_EQ(Message::Decode(bytes.data(), bytes.size(), 0).batch_window, microseconds(0));
+}
+
+TEST(ControllerTest, BatchWindowFromAnotherRankOrTooLongOrUnknownFlagsIsAProtocolError) {
+  auto cs = Make(2);
+  std::vector<Message> msgs(2);
+  msgs[1].batch_window = std::chrono::microseconds(100);
+  try {
+    cs[0].Process(msgs);
+    ADD_FAILURE() << "accepted a window from rank 1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status().code(), Code::kProtocol);
+    EXPECT_NE(std::string(e.what()).find("rank 1 announced a batch window"), std::string::npos)
+        << e.what();
+  }
+  // Flags byte with the window bit, then 2,000,000 us as a varint: longer than 1 s.
+  ExpectProtocolError({16, 0x80, 0x89, 0x7a, 0, 0}, 1, "longer than 1 s");
+  ExpectProtocolError({16}, 1, "");  // the window is missing
+  // A flag this version does not know (a peer running another cadre version).
+  ExpectProtocolError({64, 0, 0}, 2, "unknown flags 64");
+  Message too_long;
+  too_long.batch_window = std::chrono::seconds(2);
+  EXPECT_THROW(too_long.Encode(), Error);
+}
+
 TEST(ControllerTest, MismatchFailsOnEveryRankWithEachRanksDescription) {
   auto cs = Make(3);
   auto out = Cycle(cs, {{Allreduce("w", 4)}, {Allreduce("w", 4)}, {Allreduce("w", 5)}});
