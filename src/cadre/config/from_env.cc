@@ -61,11 +61,24 @@ engine::EngineOptions EngineOptionsFromEnv() {
   }
   o.inline_bytes = static_cast<size_t>(inline_bytes);
   o.inline_message_bytes = std::max(o.inline_message_bytes, o.inline_bytes);
-  const int64_t batch_wait = EnvInt("CADRE_BATCH_WAIT_MS", o.batch_wait.count());
-  if (batch_wait < 0 || batch_wait > 1000) {
-    throw Error(InvalidArgument("CADRE_BATCH_WAIT_MS must be between 0 and 1000"));
+  // CADRE_BATCH_WAIT_MS: unset, empty or `auto` measures the window (rank 0's tuner); a number
+  // of milliseconds (fractional, as HOROVOD_CYCLE_TIME) fixes it, 0 disabling the wait.
+  if (auto wait = GetEnv("CADRE_BATCH_WAIT_MS"); wait && !wait->empty() && *wait != "auto") {
+    try {
+      size_t used = 0;
+      const double ms = std::stod(*wait, &used);
+      if (used != wait->size() || !(ms >= 0 && ms <= 1000)) throw std::invalid_argument("bad");
+      o.batch_wait = std::chrono::microseconds(std::llround(ms * 1000));
+    } catch (const std::exception&) {
+      throw Error(InvalidArgument("CADRE_BATCH_WAIT_MS=" + *wait +
+                                  " is neither `auto` nor a number of milliseconds (0 to 1000)"));
+    }
   }
-  o.batch_wait = Duration(batch_wait);
+  if (auto log = GetEnv("CADRE_AUTOTUNE_LOG"); log && !log->empty()) {
+    o.batch_window_log = *log;
+  } else if (auto h = GetEnv("HOROVOD_AUTOTUNE_LOG")) {
+    o.batch_window_log = *h;
+  }
   const int64_t spin = EnvInt("CADRE_SPIN_US", o.spin.count());
   if (spin < 0 || spin > 1'000'000) {
     throw Error(InvalidArgument("CADRE_SPIN_US must be between 0 and 1000000"));

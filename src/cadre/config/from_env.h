@@ -26,9 +26,10 @@ std::string HostsFileFromEnv();
 
 // The engine's tunables. HOROVOD_* / CADRE_*: CYCLE_TIME (ms, fractional), FUSION_THRESHOLD
 // (bytes), CACHE_CAPACITY, STALL_CHECK_TIME_SECONDS, STALL_SHUTDOWN_TIME_SECONDS, TIMELINE
-// (path), TIMELINE_MARK_CYCLES (0/1); CADRE_ wins. CADRE_ only: INLINE_BYTES, SPIN_US,
-// BATCH_WAIT_MS, FUSION_TENSOR_LIMIT, ALLREDUCE_ALGORITHM (else HOROVOD_HIERARCHICAL_ALLREDUCE:
-// 1 hierarchical, 0 ring).
+// (path), TIMELINE_MARK_CYCLES (0/1), AUTOTUNE_LOG (path); CADRE_ wins. CADRE_ only:
+// INLINE_BYTES, SPIN_US, BATCH_WAIT_MS (`auto`, the default, or fractional milliseconds),
+// FUSION_TENSOR_LIMIT, ALLREDUCE_ALGORITHM (else HOROVOD_HIERARCHICAL_ALLREDUCE: 1 hierarchical,
+// 0 ring).
 engine::EngineOptions EngineOptionsFromEnv();
 
 // The communication core's tunables of this process, set on *options (its other fields are left

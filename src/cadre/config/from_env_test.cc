@@ -6,6 +6,9 @@
 #include <stdlib.h>
 
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cadre/store/tcp_store.h"
 
@@ -44,7 +47,7 @@ TEST(EngineOptionsFromEnvTest, ReadsCadreOnlyVariablesAndRefusesBadValues) {
     ScopedEnv wait("CADRE_BATCH_WAIT_MS", "0");
     ScopedEnv spin("CADRE_SPIN_US", "7");
     const EngineOptions o = EngineOptionsFromEnv();
-    EXPECT_EQ(o.batch_wait, Duration::zero());
+    EXPECT_EQ(o.batch_wait, std::chrono::microseconds::zero());
     EXPECT_EQ(o.spin, std::chrono::microseconds(7));
   }
   {
@@ -62,6 +65,33 @@ TEST(EngineOptionsFromEnvTest, ReadsCadreOnlyVariablesAndRefusesBadValues) {
       EXPECT_EQ(e.code(), Code::kInvalidArgument);
       EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
+  }
+}
+
+TEST(EngineOptionsFromEnvTest, BatchWaitIsMeasuredUnlessANumberFixesIt) {
+  EXPECT_FALSE(EngineOptionsFromEnv().batch_wait.has_value()) << "unset must mean measured";
+  EXPECT_TRUE(EngineOptionsFromEnv().batch_window_log.empty());
+  for (const char* automatic : {"auto", ""}) {
+    ScopedEnv wait("CADRE_BATCH_WAIT_MS", automatic);
+    EXPECT_FALSE(EngineOptionsFromEnv().batch_wait.has_value()) << "'" << automatic << "'";
+  }
+  for (const auto& [text, us] : std::vector<std::pair<const char*, int64_t>>{
+           {"1", 1000}, {"0.125", 125}, {"0", 0}, {"1000", 1'000'000}, {"2.5", 2500}}) {
+    ScopedEnv wait("CADRE_BATCH_WAIT_MS", text);
+    EXPECT_EQ(EngineOptionsFromEnv().batch_wait, std::chrono::microseconds(us)) << text;
+  }
+  for (const char* bad : {"-1", "1001", "1ms", "Auto", "nan", "inf"}) {
+    ScopedEnv wait("CADRE_BATCH_WAIT_MS", bad);
+    const std::string what = WhatOf([] { EngineOptionsFromEnv(); });
+    EXPECT_NE(what.find(std::string("CADRE_BATCH_WAIT_MS=") + bad), std::string::npos)
+        << bad << " gave: " << what;
+    EXPECT_NE(what.find("auto"), std::string::npos) << what;
+  }
+  {
+    ScopedEnv horovod("HOROVOD_AUTOTUNE_LOG", "/tmp/h.csv");
+    EXPECT_EQ(EngineOptionsFromEnv().batch_window_log, "/tmp/h.csv");
+    ScopedEnv cadre("CADRE_AUTOTUNE_LOG", "/tmp/c.csv");
+    EXPECT_EQ(EngineOptionsFromEnv().batch_window_log, "/tmp/c.csv");
   }
 }
 

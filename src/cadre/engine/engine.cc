@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include "cadre/base/logging.h"
 #include "cadre/comm/collectives.h"
@@ -30,6 +31,12 @@ Engine::Engine(std::unique_ptr<comm::Communicator> comm, EngineOptions options)
                   options_.fusion_tensor_limit_bytes),
       executor_(*comm_, options_.fusion_segment_bytes, options_.allreduce_algorithm),
       idle_wait_(options_.cycle_time) {
+  if (rank_ == 0 && !options_.batch_wait) {
+    tuner_ = std::make_unique<BatchWindowTuner>(options_.batch_window_tuning);
+  }
+  // Until rank 0's first announcement (its first cycle), each rank starts with its own setting;
+  // with the same options everywhere, that is already rank 0's.
+  batch_window_us_ = options_.batch_wait.value_or(options_.batch_window_tuning.initial).count();
   if (!options_.timeline_path.empty() && rank_ == 0) {
     timeline_.Start(options_.timeline_path, options_.timeline_mark_cycles);
   }
@@ -136,8 +143,12 @@ std::shared_ptr<Handle> Engine::Enqueue(Request request, void* data, bool batcha
 }
 
 void Engine::Flush() {
+  const auto now = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   flush_requested_ = true;
+  // tuner_ is set before the engine thread starts and never changes; the tuner itself is the
+  // engine thread's (it ignores steps once it has decided).
+  if (tuner_) step_ends_.push_back(now);
   Wake();
 }
 
@@ -184,24 +195,27 @@ void Engine::Loop() {
 bool Engine::RunCycle() {
   std::vector<Request> fresh;
   std::vector<std::vector<uint8_t>> payloads;
+  std::vector<Clock::time_point> step_ends;
   bool shutdown, joined;
   if (idle_wait_ == options_.cycle_time) PollFlag(wake_, options_.spin);  // the last had work
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, idle_wait_, [&] { return !fresh_.empty() || shutdown_requested_; });
     wake_.store(false, std::memory_order_relaxed);
+    const std::chrono::microseconds batch_wait(batch_window_us_.load(std::memory_order_relaxed));
     if (!fresh_.empty() && fresh_urgent_ == 0 && !flush_requested_ &&
-        options_.batch_wait > Duration::zero()) {
+        batch_wait > std::chrono::microseconds::zero()) {
       // Only batchable work (gradients from backward hooks) is queued: let the next gradients
       // of the pass join this cycle so they are negotiated and fused together. An urgent
       // submission or a Flush() ends the wait.
-      cv_.wait_for(lock, options_.batch_wait,
+      cv_.wait_for(lock, batch_wait,
                    [&] { return shutdown_requested_ || fresh_urgent_ > 0 || flush_requested_; });
     }
     fresh_urgent_ = 0;
     flush_requested_ = false;
     fresh.swap(fresh_);
     payloads.swap(fresh_payloads_);
+    step_ends.swap(step_ends_);
     shutdown = shutdown_requested_;
     joined = join_handle_ != nullptr;
   }
@@ -213,10 +227,13 @@ bool Engine::RunCycle() {
     if (p.size() > budget) p.clear();
     budget -= p.size();
   }
-  const Message mine =
-      controller_.MakeMessage(fresh, shutdown, joined, abort_, std::move(payloads));
+  Message mine = controller_.MakeMessage(fresh, shutdown, joined, abort_, std::move(payloads));
+  if (rank_ == 0) mine.batch_window = NextAnnouncement(step_ends);
   controller_.set_record_arrivals(timeline_.active());
   const std::vector<Response> responses = controller_.Process(Exchange(mine));
+  if (auto w = controller_.announced_batch_window()) {
+    batch_window_us_.store(w->count(), std::memory_order_relaxed);
+  }
   for (const auto& [name, rank] : controller_.arrivals()) {
     timeline_.NegotiateRankReady(name, rank);
   }
@@ -244,6 +261,42 @@ bool Engine::RunCycle() {
   }
   CheckStalls();
   return true;
+}
+
+std::optional<std::chrono::microseconds> Engine::NextAnnouncement(
+    const std::vector<Clock::time_point>& step_ends) {
+  std::chrono::microseconds window;
+  if (tuner_) {
+    for (const auto& t : step_ends) tuner_->StepEnded(t);
+    window = tuner_->window();
+    if (tuner_->decided() && !tuner_reported_) {
+      tuner_reported_ = true;
+      CADRE_LOG(INFO) << "rank 0: " << tuner_->Report();
+      WriteBatchWindowLog();
+    }
+  } else {
+    window = *options_.batch_wait;
+  }
+  if (announced_ == window) return std::nullopt;
+  announced_ = window;
+  return window;
+}
+
+void Engine::WriteBatchWindowLog() const {
+  if (options_.batch_window_log.empty()) return;
+  std::ofstream out(options_.batch_window_log, std::ios::trunc);
+  // Horovod's autotune log is a CSV of the tried settings and their scores; here the setting is
+  // the window and the score each scored step's time (the choice is the lowest median).
+  out << "batch_wait_ms,step_ms\n";
+  for (const auto& s : tuner_->samples()) {
+    out << std::chrono::duration<double, std::milli>(s.window).count() << ","
+        << std::chrono::duration<double, std::milli>(s.step).count() << "\n";
+  }
+  out.flush();
+  if (!out) {
+    CADRE_LOG(WARNING) << "could not write the batch window log " << options_.batch_window_log
+                       << " (HOROVOD_AUTOTUNE_LOG)";
+  }
 }
 
 void Engine::Wake() {

@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -31,6 +32,7 @@
 #include "cadre/base/status.h"
 #include "cadre/comm/collective_options.h"
 #include "cadre/comm/communicator.h"
+#include "cadre/engine/batch_window.h"
 #include "cadre/engine/controller.h"
 #include "cadre/engine/handle.h"
 #include "cadre/engine/operations.h"
@@ -55,8 +57,15 @@ struct EngineOptions {
   std::chrono::microseconds cycle_time = std::chrono::milliseconds(5);
   // When only batchable submissions are queued (Enqueue's `batchable`: gradients from backward
   // hooks), wait this long for more before negotiating, so one cycle fuses them; any other
-  // submission is negotiated at once (CADRE_BATCH_WAIT_MS; zero disables).
-  Duration batch_wait = std::chrono::milliseconds(1);
+  // submission or a Flush() ends the wait. Unset (the default): measured, rank 0's
+  // BatchWindowTuner (batch_window.h) tries batch_window_tuning's candidates over the first
+  // steps and keeps the fastest. A value: that fixed window (zero disables). Either way rank 0's
+  // window is every rank's (controller.h, step 6). CADRE_BATCH_WAIT_MS: `auto` or milliseconds.
+  std::optional<std::chrono::microseconds> batch_wait;
+  BatchWindowTuner::Options batch_window_tuning;
+  // When non-empty, rank 0 writes the measured window's samples there as CSV once it has chosen
+  // (HOROVOD_AUTOTUNE_LOG).
+  std::string batch_window_log;
   // Consecutive idle cycles (nothing submitted or pending anywhere) sleep longer, up to this.
   std::chrono::microseconds idle_cycle_time_max = std::chrono::milliseconds(50);
   size_t fusion_threshold_bytes = size_t{64} << 20;
@@ -111,8 +120,14 @@ class Engine {
 
   // Ends the batch wait: batchable submissions queued so far are negotiated in the next cycle
   // without waiting for more (DistributedOptimizer calls it once backward has submitted every
-  // gradient and step() starts waiting for them).
+  // gradient and step() starts waiting for them). Also the end of a training step for the
+  // measured batch window: call it once per step.
   void Flush();
+
+  // The batching window this rank uses now: rank 0's, from the cycle it was announced in.
+  std::chrono::microseconds batch_window() const {
+    return std::chrono::microseconds(batch_window_us_.load(std::memory_order_relaxed));
+  }
 
   // Stops this engine and, through the next negotiation, every rank's. Idempotent.
   void Shutdown();
@@ -136,6 +151,11 @@ class Engine {
   void Execute(const Response& response);
   void FailAll(const Status& status);
   void CheckStalls();
+  // Rank 0: the window to announce in this cycle's message (nullopt when unchanged), after
+  // feeding the tuner the ends of steps since the last cycle.
+  std::optional<std::chrono::microseconds> NextAnnouncement(
+      const std::vector<Clock::time_point>& step_ends);
+  void WriteBatchWindowLog() const;
 
   const int rank_;
   const int size_;
@@ -154,16 +174,23 @@ class Engine {
   // Set with any change the engine thread waits for (a submission, flush, join, shutdown), for
   // its polling before it sleeps (EngineOptions::spin); cleared by it under mu_.
   std::atomic<bool> wake_{false};
-  bool flush_requested_ = false;          // GUARDED_BY(mu_): see Flush()
-  bool shutdown_requested_ = false;       // GUARDED_BY(mu_)
-  Status broken_;                         // GUARDED_BY(mu_)
-  std::string stall_report_;              // GUARDED_BY(mu_)
-  Timeline timeline_;                     // thread-safe itself
-  Clock::time_point last_stall_log_{};    // engine thread only
-  std::chrono::microseconds idle_wait_;   // engine thread only
-  int64_t next_external_ = 0;             // engine thread only (Request::external)
-  Status abort_;                          // engine thread only: sent to every rank, then stop
-  Clock::time_point last_stall_check_{};  // engine thread only
+  bool flush_requested_ = false;              // GUARDED_BY(mu_): see Flush()
+  std::vector<Clock::time_point> step_ends_;  // GUARDED_BY(mu_): Flush() times, for tuner_
+  bool shutdown_requested_ = false;           // GUARDED_BY(mu_)
+  Status broken_;                             // GUARDED_BY(mu_)
+  std::string stall_report_;                  // GUARDED_BY(mu_)
+  Timeline timeline_;                         // thread-safe itself
+  Clock::time_point last_stall_log_{};        // engine thread only
+  std::chrono::microseconds idle_wait_;       // engine thread only
+  int64_t next_external_ = 0;                 // engine thread only (Request::external)
+  Status abort_;                              // engine thread only: sent to every rank, then stop
+  Clock::time_point last_stall_check_{};      // engine thread only
+  // Rank 0 with a measured window only (else null): engine thread only.
+  std::unique_ptr<BatchWindowTuner> tuner_;
+  std::optional<std::chrono::microseconds> announced_;  // engine thread only (rank 0)
+  bool tuner_reported_ = false;                         // engine thread only (rank 0)
+  // Written by the engine thread, read by it and by batch_window().
+  std::atomic<int64_t> batch_window_us_{0};
   std::thread thread_;
 };
 

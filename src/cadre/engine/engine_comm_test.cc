@@ -2,6 +2,8 @@
 // Communicator over one HashStore (shared memory within an emulated host, TCP across).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "cadre/base/test_ranks.h"
 #include "cadre/comm/collectives.h"
 #include "cadre/engine/engine.h"
@@ -148,6 +150,96 @@ TEST(EngineOnComm, AveragedTensorsSpanningSegmentsKeepEveryElementInPlace) {
       }
     }
   });
+}
+
+// Rank 0 decides the batching window, measured or fixed, and every rank uses its window, even
+// ranks configured otherwise. `windows` gets each rank's window after training steps.
+void TrainAndCollectWindows(int size, const std::function<EngineOptions(int)>& options_of,
+                            std::vector<std::chrono::microseconds>* windows) {
+  auto store = std::make_shared<store::HashStore>();
+  windows->assign(size, std::chrono::microseconds(-1));
+  cadre::testing::RunThreadsAsRanks(size, [&](int rank) {
+    comm::CommunicatorOptions o;
+    o.rank = rank;
+    o.size = size;
+    o.store = store;
+    o.token = "engine-batch-window";
+    o.host = "host-" + std::to_string(rank);  // one host per rank: TCP over loopback
+    o.bind_address = "127.0.0.1";
+    o.timeout = 30s;
+    EngineGroupOptions g;
+    g.comm = o;
+    Engine e(CreateEngineGroup(g), options_of(rank));
+    // Training steps as DistributedOptimizer makes them: gradients from backward hooks
+    // (batchable), then Flush() once every gradient is submitted, then the wait.
+    std::vector<float> grads[2] = {std::vector<float>(100, 1.0f), std::vector<float>(3, 1.0f)};
+    for (int step = 0; step < 10; ++step) {
+      std::vector<std::shared_ptr<Handle>> hs;
+      for (int t = 0; t < 2; ++t) {
+        Request r;
+        r.name = "grad." + std::to_string(t);
+        r.shape = {static_cast<int64_t>(grads[t].size())};
+        hs.push_back(e.Enqueue(r, grads[t].data(), /*batchable=*/true));
+      }
+      e.Flush();
+      for (auto& h : hs) WaitOk(h);
+    }
+    // Rank 0 announces a decision in the cycle that takes its last Flush(), no later than the one
+    // that takes this allreduce (submitted after it), and every rank adopts the window before it
+    // runs that cycle's operations: once this completes, every rank holds rank 0's last window.
+    std::vector<float> sync(1, 1.0f);
+    Request r;
+    r.name = "sync";
+    r.shape = {1};
+    WaitOk(e.Enqueue(r, sync.data()));
+    EXPECT_EQ(sync[0], float(size));
+    (*windows)[rank] = e.batch_window();
+  });
+}
+
+TEST(EngineOnComm, EveryRankUsesRankZerosMeasuredBatchWindow) {
+  constexpr int kSize = 3;
+  // Candidates that are none of the ranks' starting windows, so a window that reached rank 1 or
+  // 2 can only have come from rank 0's tuner. 10 steps are 9 measured intervals, more than the
+  // 1 warm-up + 2 x (1 settle + 1 scored) the tuner needs.
+  EngineOptions measured;
+  measured.cycle_time = 1ms;
+  measured.batch_window_tuning.candidates = {std::chrono::microseconds(0),
+                                             std::chrono::microseconds(300)};
+  measured.batch_window_tuning.initial = 1ms;
+  measured.batch_window_tuning.warmup_steps = 1;
+  measured.batch_window_tuning.settle_steps = 1;
+  measured.batch_window_tuning.steps_per_candidate = 1;
+  std::vector<std::chrono::microseconds> windows;
+  TrainAndCollectWindows(
+      kSize,
+      [&](int rank) {
+        if (rank == 0) return measured;
+        EngineOptions fixed = measured;
+        fixed.batch_wait = 2ms;  // rank 0's choice must win over this
+        return fixed;
+      },
+      &windows);
+  EXPECT_TRUE(windows[0] == std::chrono::microseconds(0) ||
+              windows[0] == std::chrono::microseconds(300))
+      << "rank 0 did not settle on a candidate: " << windows[0].count() << " us";
+  for (int r = 1; r < kSize; ++r) EXPECT_EQ(windows[r], windows[0]) << "rank " << r;
+}
+
+TEST(EngineOnComm, EveryRankUsesRankZerosFixedBatchWindow) {
+  constexpr int kSize = 2;
+  std::vector<std::chrono::microseconds> windows;
+  TrainAndCollectWindows(
+      kSize,
+      [](int rank) {
+        EngineOptions o;
+        o.cycle_time = 1ms;
+        o.batch_wait = rank == 0 ? std::chrono::microseconds(0) : std::chrono::microseconds(2000);
+        return o;
+      },
+      &windows);
+  EXPECT_EQ(windows[0], std::chrono::microseconds(0));
+  EXPECT_EQ(windows[1], std::chrono::microseconds(0));
 }
 
 INSTANTIATE_TEST_SUITE_P(SizesAndTransports, EngineOnCommTest,
