@@ -2,7 +2,13 @@
 // Communicator over one HashStore (shared memory within an emulated host, TCP across).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "cadre/base/test_ranks.h"
 #include "cadre/comm/collectives.h"
@@ -210,6 +216,11 @@ TEST(EngineOnComm, EveryRankUsesRankZerosMeasuredBatchWindow) {
   measured.batch_window_tuning.warmup_steps = 1;
   measured.batch_window_tuning.settle_steps = 1;
   measured.batch_window_tuning.steps_per_candidate = 1;
+  char log_path[] = "/tmp/cadre-batch-window-XXXXXX";
+  const int fd = mkstemp(log_path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  measured.batch_window_log = log_path;  // HOROVOD_AUTOTUNE_LOG
   std::vector<std::chrono::microseconds> windows;
   TrainAndCollectWindows(
       kSize,
@@ -224,6 +235,15 @@ TEST(EngineOnComm, EveryRankUsesRankZerosMeasuredBatchWindow) {
               windows[0] == std::chrono::microseconds(300))
       << "rank 0 did not settle on a candidate: " << windows[0].count() << " us";
   for (int r = 1; r < kSize; ++r) EXPECT_EQ(windows[r], windows[0]) << "rank " << r;
+  // Rank 0 alone wrote the log: a header and one row per scored step (one per candidate).
+  std::ifstream in(log_path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  unlink(log_path);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "batch_wait_ms,step_ms");
+  EXPECT_EQ(lines[1].rfind("0,", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[2].rfind("0.3,", 0), 0u) << lines[2];
 }
 
 TEST(EngineOnComm, EveryRankUsesRankZerosFixedBatchWindow) {
