@@ -21,6 +21,11 @@ figures that a busy machine's wall-clock noise does not hide.
     PYTHONPATH=build/python:python /usr/bin/python3 bench/train.py [--sizes 2 4] [--steps 40]
     PYTHONPATH=build/python:python /usr/bin/python3 bench/train.py --model heavy \
         --batch-size 16 --momentum 0.9 --steps 60 [--fp16]
+
+--batch-wait auto 1 0 runs cadre once per CADRE_BATCH_WAIT_MS value in every round (the engine's
+batching window: measured, or fixed in milliseconds), each its own row; rank 0's choice under
+`auto` is printed from its log. The measured window is tried over the first ~40 steps: --warmup
+sets how many steps run before the timed ones.
 """
 import argparse
 import json
@@ -53,7 +58,12 @@ def run(mode, size, steps, env=None, hosts=1, extra=()):
                                                                       r.stderr[-3000:]))
     for line in results[0].stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            result = json.loads(line[len("RESULT "):])
+            # Rank 0's one line on the measured batching window (CADRE_LOG_LEVEL=info).
+            for err in results[0].stderr.splitlines():
+                if "batch window" in err and "chosen from" in err:
+                    result["batch_window"] = err[err.index("batch window"):]
+            return result
     raise SystemExit("%s at %d ranks printed no result" % (mode, size))
 
 
@@ -68,6 +78,12 @@ def main():
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
     ap.add_argument("--momentum", type=float, default=0.0)
     ap.add_argument("--fp16", action="store_true", help="fp16 gradient compression, both sides")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps before the timed ones")
+    ap.add_argument("--batch-wait", nargs="+", metavar="MS",
+                    help="run cadre once per CADRE_BATCH_WAIT_MS value (auto, or milliseconds) "
+                         "in each round; default: the environment's setting")
+    ap.add_argument("--cadre-only", action="store_true",
+                    help="skip DDP and one process alone (comparing cadre settings only)")
     args = ap.parse_args()
     from cadre import _core
     backend = "comm" if _core.COMM_BUILT else "store (comm layer not built: numbers are not "\
@@ -75,27 +91,54 @@ def main():
     print("cadre engine backend: %s; %d CPUs" % (backend, os.cpu_count()))
     print()
     extra = ["--model", args.model, "--batch-size", str(args.batch_size),
-             "--momentum", str(args.momentum)] + (["--fp16"] if args.fp16 else [])
-    print("%s CNN, batch %d per rank, momentum %g%s, %d steps, %d interleaved rounds"
-          % (args.model, args.batch_size, args.momentum, ", fp16 compression" if args.fp16
-             else "", args.steps, args.repeats))
+             "--momentum", str(args.momentum), "--warmup", str(args.warmup)]
+    extra += ["--fp16"] if args.fp16 else []
+    print("%s CNN, batch %d per rank, momentum %g%s, %d timed steps after %d untimed, "
+          "%d interleaved rounds" % (args.model, args.batch_size, args.momentum,
+                                     ", fp16 compression" if args.fp16 else "", args.steps,
+                                     args.warmup, args.repeats))
+    # One cadre contender per batching window asked for (None: the environment's setting).
+    waits = args.batch_wait or [None]
+    label = {w: "cadre" if w is None else "cadre, wait %s" % w for w in waits}
     print("%-6s %22s %22s %22s %9s %11s" % ("ranks", "cadre samples/s", "DDP samples/s",
                                           "perfect (n x alone)", "vs DDP", "of perfect"))
     for n in args.sizes:
-        cs, ds, alone = [], [], []
+        cs = {w: [] for w in waits}
+        ds, alone = [], []
         cpu = {}
+        chosen = []
         for _ in range(args.repeats):
-            for mode, size, out in (("cadre", n, cs), ("ddp", n, ds), ("local", 1, alone)):
+            for w in waits:
+                env = {} if w is None else {"CADRE_BATCH_WAIT_MS": w, "CADRE_LOG_LEVEL": "info"}
+                result = run("cadre", n, args.steps, env=env, extra=extra)
+                cs[w].append(result["samples_per_s"])
+                cpu.setdefault(label[w], []).append(result.get("cpu_ms_per_step", {}))
+                if "batch_window" in result:
+                    chosen.append(result["batch_window"])
+            for mode, size, out in () if args.cadre_only else (("ddp", n, ds),
+                                                                   ("local", 1, alone)):
                 result = run(mode, size, args.steps, extra=extra)
                 out.append(result["samples_per_s"])
-                cpu.setdefault(mode, []).append(result.get("cpu_ms_per_step", {}))
-        c, d, p = (statistics.median(x) for x in (cs, ds, alone))
-        print("%-6d %22s %22s %22s %8.2fx %10.0f%%   (rounds: cadre %s; DDP %s; alone %s)"
-              % (n, spread(cs), spread(ds), spread([n * x for x in alone]), c / d,
-                 100 * c / (n * p), rounds(cs), rounds(ds), rounds(alone)), flush=True)
+                cpu.setdefault({"ddp": "DDP", "local": "alone"}[mode], []).append(
+                    result.get("cpu_ms_per_step", {}))
+        for w in waits:
+            c = statistics.median(cs[w])
+            name = "" if w is None else " (CADRE_BATCH_WAIT_MS=%s)" % w
+            if args.cadre_only:
+                print("%-6d %22s %22s %22s %9s %11s   (rounds: cadre%s %s)"
+                      % (n, spread(cs[w]), "-", "-", "-", "-", name, rounds(cs[w])), flush=True)
+                continue
+            d, p = statistics.median(ds), statistics.median(alone)
+            print("%-6d %22s %22s %22s %8.2fx %10.0f%%   (rounds: cadre%s %s; DDP %s; alone %s)"
+                  % (n, spread(cs[w]), spread(ds), spread([n * x for x in alone]), c / d,
+                     100 * c / (n * p), name, rounds(cs[w]), rounds(ds), rounds(alone)),
+                  flush=True)
         print("       CPU ms per step of rank 0's threads, medians of the rounds: %s"
-              % "; ".join("%s %s" % (label, cpu_medians(cpu[mode])) for label, mode in
-                          (("cadre", "cadre"), ("DDP", "ddp"), ("alone", "local"))), flush=True)
+              % "; ".join("%s %s" % (name, cpu_medians(cpu[name])) for name in
+                          [label[w] for w in waits] + ([] if args.cadre_only else
+                                                      ["DDP", "alone"])), flush=True)
+        for line in chosen:
+            print("       rank 0: %s" % line, flush=True)
     if args.model != "mnist":
         return
     print()
