@@ -100,7 +100,12 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
   // Learners.
   int64_t nodes = request.nodes.has_value() ? *request.nodes : 1;
   std::string nodes_path = OriginOr(request.nodes.origin, "execution.compute_configuration.nodes");
-  if (nodes < 1) {
+  // A count that could not be read is reported already; checked against the default of 1 it
+  // would only add wrong problems ("needs at least 2 learners, got 1").
+  bool nodes_known = !request.nodes.unreadable;
+  if (!nodes_known) {
+    // Reported where it was read.
+  } else if (nodes < 1) {
     problems->Add(nodes_path, "must be at least 1, got " + std::to_string(nodes));
   } else if (nodes > kMaxLearners) {
     problems->Add(nodes_path, "at most " + std::to_string(kMaxLearners) +
@@ -122,7 +127,7 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
                         std::string(framework->name) + "'");
     } else if (ps < 0) {
       problems->Add(request.parameter_servers.origin, "must not be negative");
-    } else if (ps >= nodes) {
+    } else if (nodes_known && ps >= nodes) {
       problems->Add(request.parameter_servers.origin,
                     std::to_string(ps) + " parameter servers need more than " + std::to_string(ps) +
                         " learners (" + nodes_path + " is " + std::to_string(nodes) +
@@ -149,7 +154,9 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
   if (request.min_nodes.has_value()) {
     int64_t m = *request.min_nodes;
     bool horovod = framework && framework->mode == Mode::kHorovod;
-    if (m < 1 || m > nodes) {
+    if (!nodes_known) {
+      // Its range is not known.
+    } else if (m < 1 || m > nodes) {
       problems->Add(request.min_nodes.origin, "must be 1.." + std::to_string(nodes) + " (" +
                                                   nodes_path + "), got " + std::to_string(m));
     } else if (framework && m < nodes && !horovod) {
@@ -163,7 +170,7 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
                                                   std::to_string(m));
     } else {
       spec.min_nodes = static_cast<int>(m);
-      if (spec.elastic() && spec.max_restarts == 0) {
+      if (spec.elastic() && spec.max_restarts == 0 && !request.max_restarts.unreadable) {
         problems->Add(request.min_nodes.origin,
                       "going on with fewer learners is a restart: set max_restarts (or "
                       "--max-restarts) to at least 1");
@@ -177,7 +184,7 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
       problems->Add(request.rejoin_after.origin, "must be -1 (never) or 0.." +
                                                      std::to_string(kMaxRejoinAfterS) +
                                                      " seconds, got " + std::to_string(s));
-    } else if (!spec.elastic()) {
+    } else if (!spec.elastic() && !request.min_nodes.unreadable && nodes_known) {
       problems->Add(request.rejoin_after.origin,
                     "taking a lost learner back needs an elastic job: set min_nodes (or "
                     "--min-nodes) below nodes");

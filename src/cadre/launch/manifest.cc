@@ -126,10 +126,12 @@ class MapReader {
       }
       if (ec == std::errc::result_out_of_range) {
         problems_->Add(PathOf(key), "'" + s + "' is out of range");
+        out->SetUnreadable(PathOf(key));
         return;
       }
     }
     problems_->Add(PathOf(key), "expected an integer, got " + Describe(value));
+    out->SetUnreadable(PathOf(key));
   }
 
   // A number (FfDL's cpus: 0.5); checked, not used by the local backend. With `positive`, a

@@ -33,6 +33,9 @@ template <typename T>
 struct Field {
   std::optional<T> value;
   std::string origin;
+  // Given but unreadable (a wrong type, out of range): already reported, so checks that would
+  // otherwise use the default in its place report nothing more about it.
+  bool unreadable = false;
 
   bool has_value() const { return value.has_value(); }
   const T& operator*() const { return *value; }
@@ -40,6 +43,12 @@ struct Field {
   void Set(T v, std::string from) {
     value = std::move(v);
     origin = std::move(from);
+    unreadable = false;
+  }
+  void SetUnreadable(std::string from) {
+    value.reset();
+    origin = std::move(from);
+    unreadable = true;
   }
 };
 

@@ -197,6 +197,39 @@ parameter_servers: "1"
   EXPECT_TRUE(c.Has("parameter_servers", "expected an integer, got '1'"));
 }
 
+// A value that cannot be read is one problem: the checks that depend on it do not go on with
+// its default (a quoted "2" learners is not "needs at least 2 learners, got 1").
+TEST(Manifest, AnUnreadableValueIsOneProblemNotFollowOns) {
+  for (const char* nodes : {"\"3\"", "2.5", "100000000000000000000000", "[3]"}) {
+    Checked c = Check(std::string(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: )") +
+                      nodes + R"(}}
+min_nodes: 2
+max_restarts: "1"
+)");
+    EXPECT_EQ(c.problems.size(), 2u) << nodes;
+    EXPECT_TRUE(c.Has("execution.compute_configuration.nodes", "")) << nodes;
+    EXPECT_TRUE(c.Has("max_restarts", "expected an integer, got '1'")) << nodes;
+  }
+  Checked ps = Check(R"(
+framework: {name: pytorch}
+execution: {command: x, compute_configuration: {name: cpu, nodes: two}}
+parameter_servers: 2
+)");
+  ASSERT_EQ(ps.problems.size(), 1u);
+  EXPECT_TRUE(ps.Has("execution.compute_configuration.nodes", "expected an integer, got 'two'"));
+  Checked elastic = Check(R"(
+framework: {name: pytorch-horovod}
+execution: {command: x, compute_configuration: {name: cpu, nodes: 3}}
+max_restarts: 1
+min_nodes: "2"
+rejoin_after: 10
+)");
+  ASSERT_EQ(elastic.problems.size(), 1u);
+  EXPECT_TRUE(elastic.Has("min_nodes", "expected an integer, got '2'"));
+}
+
 TEST(Manifest, ParameterServersMustLeaveAWorker) {
   Checked c = Check(R"(
 framework: {name: pytorch}
