@@ -73,6 +73,18 @@ def test_all_problems_at_once_including_flags(cadre_run, tmp_path):
     assert "CADRE_PYTHON: '/nonexistent/python3' is not an executable" in bad_python.stderr
 
 
+@pytest.mark.parametrize("flag,value", [("--queue-timeout", "nan"), ("--queue-timeout", "inf"),
+                                        ("--queue-timeout", "1e300"), ("--queue-timeout", "-1"),
+                                        ("--time-limit", "-5")])
+def test_a_backend_limit_out_of_range_is_refused_by_name(cadre_run, flag, value):
+    # "nan" once passed the negative check and became an undefined number of seconds.
+    job = cadre_run("--backend", "slurm", flag, value, "--", "true")
+    assert job.returncode == 2, job.stderr
+    assert any(line.strip().startswith(flag + ": must be 0") for line in job.stderr.splitlines()), \
+        job.stderr
+    assert "nothing was started" in job.stderr
+
+
 def test_failing_slot_stops_the_job_with_a_summary(cadre_run):
     # Rank 3 fails once the others are ready; they would run for a minute, and rank 0 even
     # ignores SIGTERM.

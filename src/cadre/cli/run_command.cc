@@ -130,9 +130,20 @@ int Run(const RunFlags& flags) {
       problems.Add(request.backend.origin, kind.message());
     }
   }
-  if (flags.queue_timeout_seconds < 0) problems.Add("--queue-timeout", "must not be negative");
-  backend.queue_timeout =
-      std::chrono::seconds(static_cast<int64_t>(flags.queue_timeout_seconds + 0.999));
+  // Bounded, as --grace is: "nan", "inf" or 1e300 would otherwise become an undefined
+  // number of seconds (and a job cancelled at once, or never).
+  constexpr double kMaxQueueTimeoutS = 365.0 * 86400;
+  if (!(flags.queue_timeout_seconds >= 0 && flags.queue_timeout_seconds <= kMaxQueueTimeoutS)) {
+    problems.Add("--queue-timeout", "must be 0 (wait as long as it takes)..31536000 seconds, got " +
+                                        std::to_string(flags.queue_timeout_seconds));
+  } else {
+    backend.queue_timeout =
+        std::chrono::seconds(static_cast<int64_t>(flags.queue_timeout_seconds + 0.999));
+  }
+  if (flags.time_limit_minutes && *flags.time_limit_minutes < 0) {
+    problems.Add("--time-limit", "must be 0 (no limit) or more minutes, got " +
+                                     std::to_string(*flags.time_limit_minutes));
+  }
   backend.time_limit_minutes = flags.time_limit_minutes;
   backend.partition = flags.partition;
   backend.hostfile = flags.hostfile;
