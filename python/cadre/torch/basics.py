@@ -126,12 +126,29 @@ def _backend_for(size):
     return os.environ.get("CADRE_ENGINE_BACKEND", "auto")
 
 
+# A year: past that a timeout is a mistake (and past the engine's clock range, undefined).
+_MAX_TIMEOUT_S = 365 * 86400
+
+
 def _timeout_s():
-    value = os.environ.get("CADRE_TIMEOUT_SECONDS") or os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS")
+    """CADRE_TIMEOUT_SECONDS (else HOROVOD_GLOO_TIMEOUT_SECONDS): seconds above 0. Zero, a
+    negative number, nan or inf would make every wait time out at once (a confusing "cannot
+    reach the store") or never, so they are refused naming the variable."""
+    name = "CADRE_TIMEOUT_SECONDS"
+    value = os.environ.get(name)
+    if not value:
+        name = "HOROVOD_GLOO_TIMEOUT_SECONDS"
+        value = os.environ.get(name)
+    if not value:
+        return 60.0
     try:
-        return float(value) if value else 60.0
+        seconds = float(value)
     except ValueError:
-        raise ValueError("CADRE_TIMEOUT_SECONDS=%r is not a number" % value) from None
+        seconds = None
+    if seconds is None or not 0 < seconds <= _MAX_TIMEOUT_S:
+        raise ValueError("%s=%r is not a number of seconds above 0 (at most %d)"
+                         % (name, value, _MAX_TIMEOUT_S))
+    return seconds
 
 
 def _make_engine(rank, size, prefix, env_timeline):
