@@ -40,6 +40,11 @@ def test_the_module_paths_horovod_users_import(single):
     assert issubclass(hvd.elastic.TorchState, hvd.elastic.ObjectState)
     assert issubclass(hvd.elastic.ObjectState, hvd.elastic.State)
     assert HostsUpdatedInterrupt(True).skip_sync and not HostsUpdatedInterrupt(False).skip_sync
+    # Horovod's own module of that name has the exceptions too (docs/horovod.md).
+    from horovod.common import elastic as common
+    assert common.HostsUpdatedInterrupt is HostsUpdatedInterrupt
+    assert common.HorovodInternalError is HorovodInternalError
+    assert issubclass(common.ObjectState, common.State) and callable(common.run_fn)
 
 
 def test_restore_goes_back_to_the_last_commit(single):

@@ -1,4 +1,5 @@
 """``horovod.common.elastic``: the state classes hvd.elastic builds on (cadre.torch.elastic)."""
+from cadre.torch.basics import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from cadre.torch.elastic import run as _run
 from cadre.torch.elastic.state import ObjectState, State  # noqa: F401
 
