@@ -85,6 +85,17 @@ def test_a_backend_limit_out_of_range_is_refused_by_name(cadre_run, flag, value)
     assert "nothing was started" in job.stderr
 
 
+@pytest.mark.parametrize("partition", ["debug\nhostname", "two words", "tab\there"])
+def test_a_partition_that_would_break_the_batch_script_is_refused(cadre_run, partition):
+    # The partition is written into the batch script as a line of its own; a newline in it once
+    # added a command to that script.
+    job = cadre_run("--backend", "slurm", "--partition", partition, "--", "true")
+    assert job.returncode == 2, job.stderr
+    assert "--partition: " in job.stderr and "is not a Slurm partition name" in job.stderr, \
+        job.stderr
+    assert "nothing was started" in job.stderr
+
+
 def test_failing_slot_stops_the_job_with_a_summary(cadre_run):
     # Rank 3 fails once the others are ready; they would run for a minute, and rank 0 even
     # ignores SIGTERM.

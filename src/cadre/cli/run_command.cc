@@ -8,6 +8,7 @@
 // 1 failed, 128+signal when stopped by a signal).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -143,6 +144,13 @@ int Run(const RunFlags& flags) {
   if (flags.time_limit_minutes && *flags.time_limit_minutes < 0) {
     problems.Add("--time-limit", "must be 0 (no limit) or more minutes, got " +
                                      std::to_string(*flags.time_limit_minutes));
+  }
+  // The partition is a line of the batch script: a newline would add a line of its own to it.
+  if (std::any_of(flags.partition.begin(), flags.partition.end(),
+                  [](unsigned char c) { return c <= ' ' || c == 0x7f; })) {
+    problems.Add("--partition", "'" + flags.partition +
+                                    "' is not a Slurm partition name (no spaces or control "
+                                    "characters; several are separated by commas)");
   }
   backend.time_limit_minutes = flags.time_limit_minutes;
   backend.partition = flags.partition;
