@@ -82,6 +82,17 @@ def test_no_image_is_refused_by_name():
     assert "image" in r.stderr and "--image" in r.stderr
 
 
+@pytest.mark.parametrize("name_space", ["Bad_NS", "ml\nkind: Pod", "-ml", "x" * 64, ""])
+def test_a_namespace_that_is_not_a_dns_label_is_refused_by_name(name_space):
+    # It goes into the pods' DNS search domain and a comment line of the YAML; a newline once
+    # broke the file, and an upper-case name was refused only by the cluster.
+    r = render(MANIFEST, "--image", "img", "--namespace", name_space)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "--namespace: " in r.stderr and "is not a Kubernetes namespace name" in r.stderr, \
+        r.stderr
+    assert r.stdout == ""
+
+
 def test_output_file_is_the_owners_only(tmp_path):
     out = tmp_path / "job.yaml"
     r = render(MANIFEST, "--image", "img", "-o", str(out))

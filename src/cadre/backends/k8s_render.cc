@@ -99,6 +99,18 @@ Status RenderKubernetes(const launch::JobSpec& spec, const K8sRenderOptions& o, 
         "image: the job's container image is not given (the manifest's "
         "`image` field or --image); it must hold cadre and the command");
   }
+  // A namespace is a DNS label (it is in the pods' search domain, and in a comment line here):
+  // anything else would be refused by the cluster only after the job was laid out, or break
+  // the YAML.
+  bool label = !o.name_space.empty() && o.name_space.size() <= 63 && o.name_space.front() != '-' &&
+               o.name_space.back() != '-';
+  for (char c : o.name_space)
+    label = label && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+  if (!label) {
+    return InvalidArgument("--namespace: '" + o.name_space +
+                           "' is not a Kubernetes namespace name (1-63 lower-case letters, digits "
+                           "or '-', starting and ending with a letter or digit)");
+  }
   const std::string name = o.name.empty() ? KubernetesName(spec.name) : o.name;
   const std::string plan_dir = "/cadre/plan";
   const std::string secret_dir = "/cadre/secret";
