@@ -120,17 +120,20 @@ void Batcher::Loop() {
 
 void Batcher::RunOne(Request& request) {
   auto start = std::chrono::steady_clock::now();
+  Status status;
   try {
     request.outputs = model_.Forward(request.inputs);
-    request.done.set_value(Status::Ok());
   } catch (const std::exception& e) {
-    request.done.set_value(InternalError(std::string("the model failed: ") + e.what()));
+    status = InternalError(std::string("the model failed: ") + e.what());
   }
+  // Counted before the caller is released: a client that reads /metrics right after its answer
+  // must see its own batch (as Run does for whole batches).
   if (metrics_) {
     metrics_->CountBatch(
         request.rows,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
+  request.done.set_value(std::move(status));
 }
 
 void Batcher::Run(const Batch& batch) {
