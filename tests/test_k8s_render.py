@@ -93,6 +93,16 @@ def test_a_namespace_that_is_not_a_dns_label_is_refused_by_name(name_space):
     assert r.stdout == ""
 
 
+def test_cadre_run_refuses_such_a_namespace_before_laying_the_job_out(tmp_path):
+    r = subprocess.run([CADRE, "run", "--backend", "kubernetes", "--image", "img", "--namespace",
+                        "Bad_NS", "-n", "2", "--framework", "pytorch-horovod", "--", "true"],
+                       cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "--namespace: 'Bad_NS' is not a Kubernetes namespace name" in r.stderr, r.stderr
+    assert "nothing was started" in r.stderr and not (tmp_path / "runs").exists()
+
+
 def test_output_file_is_the_owners_only(tmp_path):
     out = tmp_path / "job.yaml"
     r = render(MANIFEST, "--image", "img", "-o", str(out))

@@ -93,24 +93,28 @@ std::string KubernetesRunName(const std::string& job_name, const std::string& tr
   return id.empty() ? base : base + "-" + id;
 }
 
+// A namespace is a DNS label (it is in the pods' search domain, and in a comment line of the
+// rendered YAML): anything else would be refused by the cluster only after the job was laid
+// out, or break the file.
+Status CheckKubernetesNamespace(const std::string& name_space) {
+  bool label = !name_space.empty() && name_space.size() <= 63 && name_space.front() != '-' &&
+               name_space.back() != '-';
+  for (char c : name_space) {
+    label = label && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+  }
+  if (label) return Status::Ok();
+  return InvalidArgument("'" + name_space +
+                         "' is not a Kubernetes namespace name (1-63 lower-case letters, digits "
+                         "or '-', starting and ending with a letter or digit)");
+}
+
 Status RenderKubernetes(const launch::JobSpec& spec, const K8sRenderOptions& o, std::string* yaml) {
   if (o.image.empty()) {
     return InvalidArgument(
         "image: the job's container image is not given (the manifest's "
         "`image` field or --image); it must hold cadre and the command");
   }
-  // A namespace is a DNS label (it is in the pods' search domain, and in a comment line here):
-  // anything else would be refused by the cluster only after the job was laid out, or break
-  // the YAML.
-  bool label = !o.name_space.empty() && o.name_space.size() <= 63 && o.name_space.front() != '-' &&
-               o.name_space.back() != '-';
-  for (char c : o.name_space)
-    label = label && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
-  if (!label) {
-    return InvalidArgument("--namespace: '" + o.name_space +
-                           "' is not a Kubernetes namespace name (1-63 lower-case letters, digits "
-                           "or '-', starting and ending with a letter or digit)");
-  }
+  CADRE_RETURN_IF_ERROR(CheckKubernetesNamespace(o.name_space).WithContext("--namespace"));
   const std::string name = o.name.empty() ? KubernetesName(spec.name) : o.name;
   const std::string plan_dir = "/cadre/plan";
   const std::string secret_dir = "/cadre/secret";

@@ -40,7 +40,12 @@ std::string KubernetesName(const std::string& job_name);
 // the last characters of the training id, so that two runs of one manifest do not collide.
 std::string KubernetesRunName(const std::string& job_name, const std::string& training_id);
 
-// The objects as one multi-document YAML text. InvalidArgument when no image is given.
+// Ok when `name_space` is a Kubernetes namespace name (an RFC 1123 label), else InvalidArgument
+// saying what one is.
+Status CheckKubernetesNamespace(const std::string& name_space);
+
+// The objects as one multi-document YAML text. InvalidArgument when no image is given or the
+// namespace is not a namespace name.
 Status RenderKubernetes(const launch::JobSpec& spec, const K8sRenderOptions& options,
                         std::string* yaml);
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cadre/backends/backend.h"
+#include "cadre/backends/k8s_render.h"
 #include "cadre/cli/commands.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/local_backend.h"
@@ -162,6 +163,11 @@ int Run(const RunFlags& flags) {
     problems.Add("--image",
                  "the kubernetes backend needs the job's container image (here or the "
                  "manifest's `image`); it must hold cadre and the job's command");
+  }
+  if (backend.kind == backends::BackendKind::kKubernetes && !flags.name_space.empty()) {
+    if (Status ns = backends::CheckKubernetesNamespace(flags.name_space); !ns.ok()) {
+      problems.Add("--namespace", ns.message());
+    }
   }
   if (backend.kind != backends::BackendKind::kKubernetes &&
       (flags.image || !flags.name_space.empty())) {
