@@ -7,6 +7,7 @@
 
 #include "cadre/launch/python_env.h"
 #include "cadre/service/api.h"
+#include "cadre/service/data_dir_lock.h"
 #include "cadre/service/db.h"
 #include "cadre/service/routes.h"
 
@@ -39,6 +40,7 @@ fs::path DefaultWebDir() {
 }
 
 struct Service::Parts {
+  std::unique_ptr<DataDirLock> lock;  // first: held until everything else is gone
   std::unique_ptr<Db> db;
   std::unique_ptr<Accounts> accounts;
   std::unique_ptr<TrainingStore> trainings;
@@ -69,6 +71,7 @@ Status Service::Start() {
   if (options_.web_dir.empty()) options_.web_dir = DefaultWebDir();
   auto parts = std::make_unique<Parts>();
   CADRE_RETURN_IF_ERROR(OpenDatabase(options_.data_dir, &parts->db));
+  CADRE_RETURN_IF_ERROR(DataDirLock::Acquire(options_.data_dir, &parts->lock));
   parts->accounts = std::make_unique<Accounts>(*parts->db);
   parts->trainings = std::make_unique<TrainingStore>(*parts->db);
   parts->models = std::make_unique<ModelStore>(*parts->db);

@@ -8,6 +8,7 @@
 //   trainings/<id>/   the service's folder per training: model/ (code), training.log, runner.pid
 //   models/<id>/      stored models (model.json, model.pt), copied from completed trainings
 //   deployments/<id>/ each deployment's scoring process: its port file and serve.log
+//   server.lock       held (flock) by the one server that uses this directory
 //
 // Routes are registered per resource (routes.h); request helpers are in api.h.
 #pragma once
