@@ -192,6 +192,19 @@ def test_cuda_without_a_gpu_is_a_clear_error(classifier):
     assert "--device cuda: no CUDA device" in proc.stdout, proc.stdout
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--port", "99999"], "--port"),  # was taken modulo 65536, and printed as 99999
+    (["--port", "-5"], "--port"),
+    (["--max-request-bytes", "-1"], "--max-request-bytes"),  # was taken as 2^64 - 1
+    (["--port", "0", "--port-file", "/nonexistent-folder/port"], "--port-file"),  # was a crash
+])
+def test_bad_options_are_refused_naming_the_option(classifier, args, message):
+    proc = subprocess.run([CADRE, "serve", classifier[1], *args], timeout=120,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 2 and message in proc.stdout, proc.stdout
+    assert "listening on" not in proc.stdout and "terminate" not in proc.stdout, proc.stdout
+
+
 @pytest.mark.parametrize("setup, message", [
     (lambda d: None, "model.json does not exist"),
     (lambda d: open(os.path.join(d, "model.json"), "w").write('{"inputs": 3}'), "inputs:"),

@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"cadre-serve: online scoring of a model saved by cadre.save_model"};
   app.add_option("model_dir", f.model_dir, "The model folder (model.json, model.pt)")->required();
-  app.add_option("--port", f.port, "Port to listen on (0: any free port)");
+  app.add_option("--port", f.port, "Port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--host", f.host, "Address to listen on");
   app.add_option("--name", f.name, "The model's name in the routes (default: the folder's)");
   app.add_option("--device", f.device, "auto (a GPU when libtorch has CUDA), cpu, cuda, cuda:N");
@@ -71,7 +72,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   app.add_option("--http-threads", f.http_threads, "Connections served at once")
       ->check(CLI::Range(1, 4096));
-  app.add_option("--max-request-bytes", f.max_request_bytes, "Larger request bodies get 413");
+  app.add_option("--max-request-bytes", f.max_request_bytes, "Larger request bodies get 413")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 62));
   app.add_option("--port-file", f.port_file, "Write the port listened on to this file");
   try {
     app.parse(argc, argv);
@@ -127,8 +129,14 @@ int main(int argc, char** argv) {
   if (port < 0) return Fail(error);
   if (!f.port_file.empty()) {
     std::string tmp = f.port_file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    fs::rename(tmp, f.port_file);
+    std::error_code ec;
+    {
+      std::ofstream file(tmp);
+      file << port << "\n";
+      if (!file.flush()) ec = std::make_error_code(std::errc::io_error);
+    }
+    if (!ec) fs::rename(tmp, f.port_file, ec);
+    if (ec) return Fail("--port-file: cannot write " + f.port_file + ": " + ec.message(), 2);
   }
   std::cout << "cadre-serve: model '" << f.name << "' from " << dir.string() << " on device "
             << model->device() << "\n"
