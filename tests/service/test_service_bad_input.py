@@ -2,11 +2,12 @@
 server carries on."""
 import json
 import socket
+import subprocess
 import urllib.parse
 
 import pytest
 
-from service_helpers import make_zip, wml_body
+from service_helpers import CADRE, make_zip, wml_body
 
 MANIFEST = ("name: zipped\nframework: {name: pytorch}\n"
             "execution: {command: python3 train.py, compute_configuration: {name: cpu, nodes: 1}}\n")
@@ -33,6 +34,17 @@ def test_malformed_json(ada):
     (wml_body("true", compute="tpu"), "hardware_spec.name", "tpu"),
     ({"name": "no-command", "software_spec": {"name": "pytorch"}}, "model_definition.command",
      ""),
+    # Numbers where text belongs were taken as their spelling ("command": 5 ran `5`).
+    (dict(wml_body("true"), name=5), "name", "expected a string"),
+    (dict(wml_body("true"), model_definition={"command": 5}), "model_definition.command",
+     "expected a string"),
+    (dict(wml_body("true"), software_spec={"name": "pytorch", "version": 1.13}),
+     "software_spec.version", "expected a string"),
+    (dict(wml_body("true"), training_data_references=[{"type": "fs", "location": {"path": 5}}]),
+     "training_data_references[0]", "path"),
+    # A "type" that is not a string was a 500 (an exception inside the handler).
+    (dict(wml_body("true"), training_data_references=[{"type": 5, "location": {"path": "/"}}]),
+     "training_data_references[0]", "fs"),
 ])
 def test_bad_fields_are_named(ada, body, target, words):
     r = ada.submit_json(body)
@@ -111,3 +123,18 @@ def test_unknown_ids_and_bad_paging(ada):
                   "?limit=99999999999999999999999"):
         r = ada.api("GET", query)
         assert r.status == 400, (query, r)
+
+
+def cadre(*args, env=None):
+    return subprocess.run([CADRE, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=120, env=env)
+
+
+def test_a_second_server_on_the_same_data_directory_is_refused(server):
+    # Both would run the same queued jobs and start every deployment twice.
+    other = cadre("server", "--data-dir", server.data_dir, "--listen", "127.0.0.1:0")
+    assert other.returncode == 1, other.stdout
+    assert "another cadre server" in other.stdout and server.data_dir in other.stdout, other.stdout
+    assert f"pid {server.proc.pid}" in other.stdout, other.stdout
+    assert server.client(server.add_user("ada")).api("GET", "").status == 200
+

@@ -36,20 +36,36 @@ bool BodyToManifest(const json& body, json* manifest, std::vector<ApiError>* err
     }
     return &value;
   };
+  // The manifest reads any YAML scalar as text, so a JSON number or list where text belongs
+  // would pass as its spelling ("command": 5 runs `5`): text fields are checked here.
+  auto text_field = [&](const json& parent, const char* key, const std::string& path) -> bool {
+    if (!parent.contains(key)) return false;
+    if (parent[key].is_string()) return true;
+    errors->push_back({"invalid_parameter",
+                       path + ": expected a string, got " + std::string(parent[key].type_name()),
+                       path});
+    return false;
+  };
   json& m = *manifest;
   m = json::object();
-  if (body.contains("name")) m["name"] = body["name"];
+  if (text_field(body, "name", "name")) m["name"] = body["name"];
   if (const json* def = object_field("model_definition")) {
-    if (def->contains("command")) m["execution"]["command"] = (*def)["command"];
+    if (text_field(*def, "command", "model_definition.command")) {
+      m["execution"]["command"] = (*def)["command"];
+    }
   }
   if (const json* hw = object_field("hardware_spec")) {
-    if (hw->contains("name")) m["execution"]["compute_configuration"]["name"] = (*hw)["name"];
+    if (text_field(*hw, "name", "hardware_spec.name")) {
+      m["execution"]["compute_configuration"]["name"] = (*hw)["name"];
+    }
     if (hw->contains("nodes")) m["execution"]["compute_configuration"]["nodes"] = (*hw)["nodes"];
     if (hw->contains("parameter_servers")) m["parameter_servers"] = (*hw)["parameter_servers"];
   }
   if (const json* sw = object_field("software_spec")) {
-    if (sw->contains("name")) m["framework"]["name"] = (*sw)["name"];
-    if (sw->contains("version")) m["framework"]["version"] = (*sw)["version"];
+    if (text_field(*sw, "name", "software_spec.name")) m["framework"]["name"] = (*sw)["name"];
+    if (text_field(*sw, "version", "software_spec.version")) {
+      m["framework"]["version"] = (*sw)["version"];
+    }
   }
   if (body.contains("training_data_references")) {
     const json& refs = body["training_data_references"];
@@ -59,9 +75,16 @@ bool BodyToManifest(const json& body, json* manifest, std::vector<ApiError>* err
                          "training_data_references"});
     } else if (refs.size() == 1) {
       const json& ref = refs[0];
-      std::string type = ref.is_object() ? ref.value("type", "fs") : "";
+      // value() would throw on a "type" that is not a string (a 500): read it by hand.
+      std::string type;
+      if (ref.is_object()) {
+        type = !ref.contains("type")     ? "fs"
+               : ref["type"].is_string() ? ref["type"].get<std::string>()
+                                         : "";
+      }
       if (!ref.is_object() || type != "fs" || !ref.contains("location") ||
-          !ref["location"].is_object() || !ref["location"].contains("path")) {
+          !ref["location"].is_object() || !ref["location"].contains("path") ||
+          !ref["location"]["path"].is_string()) {
         errors->push_back({"invalid_parameter",
                            "a data reference is {\"type\": \"fs\", \"location\": {\"path\": "
                            "\"/a/folder/on/the/server\"}}",
