@@ -138,3 +138,20 @@ def test_a_second_server_on_the_same_data_directory_is_refused(server):
     assert f"pid {server.proc.pid}" in other.stdout, other.stdout
     assert server.client(server.add_user("ada")).api("GET", "").status == 200
 
+
+def test_client_without_a_server_says_where_it_looked(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    out = cadre("jobs", "list", "--server", url, "--token", "cadre_x_y")
+    assert out.returncode == 1, out.stdout
+    assert url in out.stdout and "cadre server" in out.stdout, out.stdout
+    out = cadre("jobs", "list", "--server", url[len("http://"):], "--token", "cadre_x_y")
+    assert out.returncode == 2 and "http://HOST:PORT" in out.stdout, out.stdout
+
+
+def test_submit_of_a_folder_asks_for_its_manifest(tmp_path):
+    (tmp_path / "job.yaml").write_text(MANIFEST)
+    out = cadre("submit", str(tmp_path), "--token", "cadre_x_y")
+    # It used to upload the folder's parent with the folder read as a manifest.
+    assert out.returncode == 2 and "is a folder" in out.stdout, out.stdout

@@ -41,9 +41,32 @@ struct ClientFlags {
 };
 
 struct Connection {
+  std::string server;
   std::unique_ptr<httplib::Client> client;
   httplib::Headers headers;
 };
+
+// What went wrong on the way to the server, in words a user can act on.
+std::string TransportError(const Connection& c, httplib::Error error) {
+  std::string what;
+  switch (error) {
+    case httplib::Error::Connection:
+      what = "nothing answers there (is `cadre server` running? set --server or CADRE_SERVER)";
+      break;
+    case httplib::Error::ConnectionTimeout:
+      what = "the connection timed out";
+      break;
+    case httplib::Error::Read:
+      what = "the connection closed before the answer was complete (the server stopped?)";
+      break;
+    case httplib::Error::Write:
+      what = "the connection closed while the request was sent (the server stopped?)";
+      break;
+    default:
+      what = httplib::to_string(error);
+  }
+  return "cannot reach the server " + c.server + ": " + what;
+}
 
 bool Connect(const ClientFlags& flags, const char* who, Connection* c) {
   std::string server = flags.server;
@@ -60,6 +83,13 @@ bool Connect(const ClientFlags& flags, const char* who, Connection* c) {
     std::cerr << who << ": no token: pass --token or set CADRE_TOKEN (from `cadre users add`)\n";
     return false;
   }
+  if (!server.starts_with("http://")) {
+    std::cerr << who << ": --server (or CADRE_SERVER) must be http://HOST:PORT, got '" << server
+              << "'\n";
+    return false;
+  }
+  while (server.ends_with("/")) server.pop_back();
+  c->server = server;
   c->client = std::make_unique<httplib::Client>(server);
   c->client->set_tcp_nodelay(true);  // a request's body is not held for a delayed ACK
   c->client->set_connection_timeout(10);
@@ -69,9 +99,9 @@ bool Connect(const ClientFlags& flags, const char* who, Connection* c) {
 }
 
 // Prints the server's errors (or the transport's); returns 1.
-int Report(const char* who, const httplib::Result& r) {
+int Report(const char* who, const Connection& c, const httplib::Result& r) {
   if (!r) {
-    std::cerr << who << ": cannot reach the server: " << httplib::to_string(r.error()) << "\n";
+    std::cerr << who << ": " << TransportError(c, r.error()) << "\n";
     return 1;
   }
   json body = json::parse(r->body, nullptr, false);
@@ -88,6 +118,15 @@ int Report(const char* who, const httplib::Result& r) {
 
 int Submit(const ClientFlags& flags, const std::string& manifest) {
   const char* who = "cadre submit";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(manifest, ec)) {
+    std::cerr << who << ": " << manifest
+              << (std::filesystem::is_directory(manifest, ec)
+                      ? " is a folder; give its manifest (cadre submit FOLDER/job.yaml)"
+                      : " does not exist or is not a file; give the job's manifest (.yaml)")
+              << "\n";
+    return 2;
+  }
   std::ifstream in(manifest);
   if (!in) {
     std::cerr << who << ": cannot read " << manifest << "\n";
@@ -108,7 +147,7 @@ int Submit(const ClientFlags& flags, const std::string& manifest) {
       {"manifest", text.str(), "manifest.yaml", "application/x-yaml"},
       {"model_definition", zip, "code.zip", "application/zip"}};
   auto r = c.client->Post(std::string("/ml/v4/trainings?") + kVersion, c.headers, items);
-  if (!r || r->status != 201) return Report(who, r);
+  if (!r || r->status != 201) return Report(who, c, r);
   json body = json::parse(r->body);
   std::cout << "cadre submit: " << body["entity"]["status"]["state"].get<std::string>()
             << "; follow it with: cadre jobs logs -f " << body["metadata"]["id"].get<std::string>()
@@ -121,7 +160,7 @@ int List(const ClientFlags& flags) {
   Connection c;
   if (!Connect(flags, "cadre jobs list", &c)) return 2;
   auto r = c.client->Get(std::string("/ml/v4/trainings?limit=200&") + kVersion, c.headers);
-  if (!r || r->status != 200) return Report("cadre jobs list", r);
+  if (!r || r->status != 200) return Report("cadre jobs list", c, r);
   json body = json::parse(r->body);
   std::printf("%-36s %-10s %-24s %s\n", "ID", "STATE", "CREATED", "NAME");
   for (const auto& t : body["resources"]) {
@@ -137,7 +176,7 @@ int Get(const ClientFlags& flags, const std::string& id) {
   Connection c;
   if (!Connect(flags, "cadre jobs get", &c)) return 2;
   auto r = c.client->Get("/ml/v4/trainings/" + id + "?" + kVersion, c.headers);
-  if (!r || r->status != 200) return Report("cadre jobs get", r);
+  if (!r || r->status != 200) return Report("cadre jobs get", c, r);
   std::cout << json::parse(r->body).dump(2) << "\n";
   return 0;
 }
@@ -166,7 +205,7 @@ int Logs(const ClientFlags& flags, const std::string& id, bool follow) {
       });
   if (!r || r->status != 200) {
     if (r) r->body = error_body;
-    return Report("cadre jobs logs", r);
+    return Report("cadre jobs logs", c, r);
   }
   return 0;
 }
@@ -176,7 +215,7 @@ int Cancel(const ClientFlags& flags, const std::string& id, bool hard) {
   if (!Connect(flags, "cadre jobs cancel", &c)) return 2;
   auto r = c.client->Delete(
       "/ml/v4/trainings/" + id + "?" + kVersion + (hard ? "&hard_delete=true" : ""), c.headers);
-  if (!r || r->status != 204) return Report("cadre jobs cancel", r);
+  if (!r || r->status != 204) return Report("cadre jobs cancel", c, r);
   std::cout << "cadre jobs cancel: " << id << (hard ? " canceled and deleted" : " canceled")
             << "\n";
   return 0;
@@ -186,7 +225,7 @@ int Cancel(const ClientFlags& flags, const std::string& id, bool hard) {
 int ModelOfTraining(Connection& c, const char* who, const std::string& training_id,
                     std::string* model_id, std::string* name) {
   auto r = c.client->Get("/ml/v4/trainings/" + training_id + "?" + kVersion, c.headers);
-  if (!r || r->status != 200) return Report(who, r);
+  if (!r || r->status != 200) return Report(who, c, r);
   json training = json::parse(r->body);
   std::string state = training["entity"]["status"].value("state", "");
   *name = training["metadata"].value("name", training_id);
@@ -199,7 +238,7 @@ int ModelOfTraining(Connection& c, const char* who, const std::string& training_
     return 1;
   }
   r = c.client->Get("/ml/v4/models?training_id=" + training_id + "&" + kVersion, c.headers);
-  if (!r || r->status != 200) return Report(who, r);
+  if (!r || r->status != 200) return Report(who, c, r);
   json models = json::parse(r->body)["resources"];
   if (models.empty()) {
     std::cerr << who << ": training " << training_id
@@ -224,7 +263,7 @@ int Deploy(const ClientFlags& flags, const std::string& training_id, std::string
   json request = {{"name", name}, {"online", json::object()}, {"asset", {{"id", model_id}}}};
   auto r = c.client->Post(std::string("/ml/v4/deployments?") + kVersion, c.headers, request.dump(),
                           "application/json");
-  if (!r || r->status != 201) return Report(who, r);
+  if (!r || r->status != 201) return Report(who, c, r);
   std::string id = json::parse(r->body)["metadata"]["id"].get<std::string>();
   std::cerr << who << ": deployment " << id << " of model " << model_id << " is initializing\n";
   auto deadline = std::chrono::steady_clock::now() +
@@ -232,7 +271,7 @@ int Deploy(const ClientFlags& flags, const std::string& training_id, std::string
   std::string state;
   for (;;) {
     r = c.client->Get("/ml/v4/deployments/" + id + "?" + kVersion, c.headers);
-    if (!r || r->status != 200) return Report(who, r);
+    if (!r || r->status != 200) return Report(who, c, r);
     json status = json::parse(r->body)["entity"]["status"];
     state = status.value("state", "");
     if (state == "ready") break;
@@ -271,7 +310,7 @@ int Score(const ClientFlags& flags, const std::string& id, const std::string& in
   if (!Connect(flags, who, &c)) return 2;
   auto r = c.client->Post("/ml/v4/deployments/" + id + "/predictions?" + kVersion, c.headers,
                           text.str(), "application/json");
-  if (!r || r->status != 200) return Report(who, r);
+  if (!r || r->status != 200) return Report(who, c, r);
   json body = json::parse(r->body, nullptr, false);
   std::cout << (body.is_discarded() ? r->body : body.dump(2)) << "\n";
   return 0;
@@ -326,7 +365,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   deploy->add_option("training_id", *training, "The training's id")->required();
   deploy->add_option("--name", *name, "The deployment's name (default: the training's)");
   deploy->add_option("--timeout", *timeout, "Seconds to wait for it to be ready (default 300)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.1, 1e6));
   AddConnectionFlags(deploy, flags.get());
   deploy->callback([=] { *exit_code = Deploy(*flags, *training, *name, *timeout); });
 
