@@ -138,6 +138,17 @@ def test_bad_wml_payloads_name_the_field(server, body, message):
     assert doc["status_code"] == 400 and message in doc["errors"][0]["message"], doc
 
 
+def test_a_body_sent_as_a_form_says_to_send_json(server):
+    """`curl -d @payload.json` without a Content-Type sends a form; past 8 KiB cpp-httplib refused
+    it as 'larger than this server takes', far below --max-request-bytes."""
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1000, 4],
+                        "data": [0.25] * 4000}]}
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    status, doc = server.request("POST", "/v2/models/iris/infer", body, headers=form)
+    assert status == 415 and "Content-Type: application/json" in doc["error"], doc
+    assert server.request("POST", "/v2/models/iris/infer", body)[0] == 200
+
+
 def test_nan_and_infinity_are_numbers(server):
     raw = b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], ' \
           b'"data": [NaN, Infinity, -Infinity, 1]}]}'

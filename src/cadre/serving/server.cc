@@ -48,6 +48,8 @@ std::string WmlCode(int status) {
       return "deployment_not_found";
     case 413:
       return "payload_too_large";
+    case 415:
+      return "unsupported_media_type";
     case 503:
       return "deployment_unavailable";
     default:
@@ -131,6 +133,16 @@ void ScoringServer::Register() {
   http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
                                                                  httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    // cpp-httplib parses a form-urlencoded body (what `curl -d` sends without a Content-Type)
+    // as form fields and refuses one over 8 KiB with 413, whatever --max-request-bytes says.
+    if (res.status == 413 &&
+        req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+      SetError(req, res, 415,
+               "the body is sent as application/x-www-form-urlencoded (curl -d without a "
+               "Content-Type), which this server reads only up to 8 KiB; send it with "
+               "'Content-Type: application/json'");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     std::string message = res.status == 413   ? "the request body is larger than this server takes"
                           : res.status == 404 ? "no route " + req.method + " " + req.path
                                               : "malformed request";
