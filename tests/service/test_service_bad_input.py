@@ -69,6 +69,14 @@ def test_missing_version(ada):
     assert r.status == 400 and r.error_codes() == ["invalid_version"], r
 
 
+def test_a_json_body_sent_as_a_form_says_to_send_json(ada):
+    # `curl -d @body.json` without a Content-Type: past 8 KiB cpp-httplib refused it as too large.
+    body = json.dumps(dict(wml_body("true"), description="x" * 10000))
+    r = ada.api("POST", "", body=body, content_type="application/x-www-form-urlencoded")
+    assert r.status == 415 and "Content-Type: application/json" in r.body, r
+    assert ada.api("POST", "", body=body, content_type="application/json").status == 201
+
+
 def test_a_huge_body_is_refused_before_it_is_read(ada):
     host, port = urllib.parse.urlsplit(ada.url).netloc.split(":")
     with socket.create_connection((host, int(port)), timeout=60) as s:

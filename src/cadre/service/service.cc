@@ -125,7 +125,15 @@ Status Service::Start() {
   });
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 413) {
+    // cpp-httplib parses a form-urlencoded body (what `curl -d` sends without a Content-Type)
+    // as form fields and refuses one over 8 KiB with 413, far below the server's limit.
+    if (res.status == 413 &&
+        req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+      SendError(res, 415, "invalid_content_type",
+                "the body is sent as application/x-www-form-urlencoded (curl -d without a "
+                "Content-Type), which this server reads only up to 8 KiB; send JSON with "
+                "'Content-Type: application/json'");
+    } else if (res.status == 413) {
       SendError(res, 413, "payload_too_large",
                 "the request body is larger than this server accepts");
     } else if (res.status == 404) {
