@@ -2,7 +2,8 @@
 // The pod's name (<prefix>-<N>, a StatefulSet with ordinals.start 1) is its LEARNER_ID; the other
 // learners' names resolve through the headless Service. Learner 1 also serves the job's
 // rendezvous store. The learner's slots run here, each with its contract, their output on the
-// container's; when one fails the others are stopped. A learner that succeeded stays up until
+// container's a whole line at a time (two slots' long lines never mix in the pod's log), and kept
+// in the pod's volume as learner-K/slot-R.log; when one fails the others are stopped. A learner that succeeded stays up until
 // its pod is deleted, since a StatefulSet restarts pods whose containers exit.
 #include <signal.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include "cadre/base/deadline.h"
 #include "cadre/launch/job_status.h"
 #include "cadre/launch/learner_env.h"
+#include "cadre/launch/log_mux.h"
 #include "cadre/launch/process.h"
 #include "cadre/store/tcp_store.h"
 
@@ -129,6 +131,11 @@ int RunKubernetesLearner(TaskPlan plan, const fs::path& job_dir) {
   }
   fs::create_directories(plan.job.job_dir / ("learner-" + std::to_string(learner)), ec);
 
+  // Each slot writes into its own pipe; the mux copies whole lines to the container's output.
+  // Sharing the container's descriptor instead, lines longer than a pipe's atomic write (4 KiB)
+  // from two slots interleaved in the pod's log.
+  launch::LogMux mux{launch::LogMuxOptions{}};
+  const fs::path learner_dir = plan.job.job_dir / ("learner-" + std::to_string(learner));
   std::vector<pid_t> pids;
   std::vector<bool> running;
   for (int r = 0; r < plan.job.slots_per_learner; ++r) {
@@ -137,10 +144,14 @@ int RunKubernetesLearner(TaskPlan plan, const fs::path& job_dir) {
     st = TaskContract(plan, slot, addresses, &contract);
     if (!st.ok()) return fail(st);
     launch::SpawnOptions spawn = SlotSpawn(plan, contract, launch::HostsMethod::kCadreHosts, "");
-    spawn.output_fd = dup(1);
+    size_t stream = 0;
+    st = mux.AddStream("", learner_dir / ("slot-" + std::to_string(r) + ".log"),
+                       &spawn.output_fd, &stream);
     pid_t pid = 0;
-    st = launch::SpawnSlot(spawn, &pid);
-    close(spawn.output_fd);
+    if (st.ok()) {
+      st = launch::SpawnSlot(spawn, &pid);
+      close(spawn.output_fd);
+    }
     if (!st.ok()) {
       for (pid_t p : pids) kill(-p, SIGKILL);
       return fail(
@@ -153,9 +164,11 @@ int RunKubernetesLearner(TaskPlan plan, const fs::path& job_dir) {
   bool stopping = false;
   size_t left = pids.size();
   while (left > 0) {
-    timespec tick{0, 200 * 1000 * 1000};
+    bool unused = false;
+    mux.Poll(200, -1, &unused);
+    timespec now{0, 0};
     siginfo_t info;
-    int sig = sigtimedwait(&set, &info, &tick);
+    int sig = sigtimedwait(&set, &info, &now);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
       stopping = true;
       for (size_t i = 0; i < pids.size(); ++i) {
@@ -181,6 +194,9 @@ int RunKubernetesLearner(TaskPlan plan, const fs::path& job_dir) {
       }
     }
   }
+  // What the slots wrote last (a background process of theirs may hold a pipe: not for long).
+  mux.Drain(2000);
+  mux.FlushConsole(2000);
   if (code == 0 && !stopping) {
     std::cerr << KubernetesFinishedLine(learner) << "\n" << std::flush;
     siginfo_t info;

@@ -179,7 +179,9 @@ void LogMux::EmitLine(Stream& s, std::string_view line, std::string* console) {
   }
   s.tail.emplace_back(line);
   while (s.tail.size() > options_.tail_lines) s.tail.pop_front();
-  if (!options_.quiet) *console += "[" + s.label + "] " + raw;
+  if (options_.quiet) return;
+  if (!s.label.empty()) *console += "[" + s.label + "] ";
+  *console += raw;
 }
 
 void LogMux::HandleReadable(Stream& s) {

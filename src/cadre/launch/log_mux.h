@@ -37,7 +37,8 @@ class LogMux {
   LogMux& operator=(const LogMux&) = delete;
 
   // Opens the slot's pipe and log file; *write_fd is the child's end (close it after spawning).
-  // Returns the stream index.
+  // Returns the stream index. An empty label writes the stream's lines to the console as they
+  // are, unprefixed (still whole lines).
   Status AddStream(std::string label, const std::filesystem::path& log_file, int* write_fd,
                    size_t* index);
 

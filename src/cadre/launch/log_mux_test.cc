@@ -71,6 +71,44 @@ TEST(LogMux, LinesArePrefixedWholeAndUnmixed) {
   std::filesystem::remove_all(dir);
 }
 
+// Unlabelled streams (the slots of a Kubernetes pod, whose log the runner prefixes itself): lines
+// go out as they are, and long lines written in pieces by two slots at once still come out whole.
+TEST(LogMux, UnlabelledLongLinesComeOutWholeAndUnprefixed) {
+  auto dir = std::filesystem::temp_directory_path() / ("log_mux_u." + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  int console[2];
+  ASSERT_EQ(pipe(console), 0);
+  const std::string long_a(10000, 'a'), long_b(10000, 'b');
+  {
+    LogMux mux(LogMuxOptions{console[1], console[1], false, false, 2});
+    int a = -1, b = -1;
+    size_t ia = 0, ib = 0;
+    ASSERT_TRUE(mux.AddStream("", dir / "a.log", &a, &ia).ok());
+    ASSERT_TRUE(mux.AddStream("", dir / "b.log", &b, &ib).ok());
+    bool extra = false;
+    for (size_t at = 0; at < long_a.size(); at += 2500) {
+      ASSERT_EQ(write(a, long_a.data() + at, 2500), 2500);
+      ASSERT_EQ(write(b, long_b.data() + at, 2500), 2500);
+      mux.Poll(20, -1, &extra);
+    }
+    ASSERT_EQ(write(a, "\n", 1), 1);
+    ASSERT_EQ(write(b, "\n", 1), 1);
+    close(a);
+    close(b);
+    mux.Drain(2000);
+  }
+  close(console[1]);
+  std::string out = ReadAll(console[0]);
+  close(console[0]);
+  std::istringstream lines(out);
+  std::vector<std::string> got;
+  for (std::string line; std::getline(lines, line);) got.push_back(line);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{long_a, long_b}));
+  EXPECT_EQ(ReadFile(dir / "a.log"), long_a + "\n");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LogMux, QuietKeepsLogsOnly) {
   auto dir = std::filesystem::temp_directory_path() / ("log_mux_q." + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
