@@ -173,7 +173,7 @@ std::string LocalJob::StatusLineText() const {
   size_t done = status_.slots.size() - running;
   return "cadre: " + layout_.training_id + "  " + std::to_string(running) + " running, " +
          std::to_string(done) + " finished of " + std::to_string(status_.slots.size()) +
-         " slots  elapsed " +
+         (status_.slots.size() == 1 ? " slot" : " slots") + "  elapsed " +
          std::to_string(
              std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_).count()) +
          " s" + (stopping_ ? "  (stopping)" : "");
