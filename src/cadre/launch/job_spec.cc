@@ -7,6 +7,9 @@
 namespace cadre::launch {
 namespace {
 
+// Names appear in status.json, log headers and the dashboard: one short line each.
+constexpr size_t kMaxJobNameBytes = 256;
+
 std::string OriginOr(const std::string& origin, const char* fallback) {
   return origin.empty() ? fallback : origin;
 }
@@ -35,7 +38,17 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
   spec.name = request.name.has_value() ? *request.name : "job";
   if (request.backend.has_value()) spec.backend = *request.backend;
   if (request.image.has_value()) spec.image = *request.image;
-  if (spec.name.empty()) problems->Add(request.name.origin, "must not be empty");
+  if (spec.name.empty()) {
+    problems->Add(request.name.origin, "must not be empty");
+  } else if (spec.name.size() > kMaxJobNameBytes) {
+    problems->Add(request.name.origin, "is " + std::to_string(spec.name.size()) +
+                                           " bytes; at most " + std::to_string(kMaxJobNameBytes) +
+                                           " are allowed");
+  } else if (std::any_of(spec.name.begin(), spec.name.end(),
+                         [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+    problems->Add(request.name.origin,
+                  "must be one line of printable text (it holds a control character)");
+  }
 
   // Framework and its version.
   std::optional<Framework> framework;

@@ -294,6 +294,21 @@ TEST(Manifest, FlagsOverrideAndNameTheirOrigin) {
   EXPECT_EQ(problems.list()[0].path, "--nodes");
 }
 
+TEST(Manifest, TheNameIsOnePrintableLineOfAtMost256Bytes) {
+  const std::string body = "framework: {name: pytorch}\nexecution: {command: x}\n";
+  EXPECT_TRUE(Check("name: " + std::string(256, 'a') + "\n" + body).spec);
+  Checked too_long = Check("name: " + std::string(257, 'a') + "\n" + body);
+  EXPECT_FALSE(too_long.spec);
+  EXPECT_TRUE(too_long.Has("name", "is 257 bytes; at most 256"));
+  Checked two_lines = Check("name: \"first\\nsecond\"\n" + body);
+  EXPECT_FALSE(two_lines.spec);
+  EXPECT_TRUE(two_lines.Has("name", "control character"));
+  Checked escape = Check("name: \"a\\x1b[2Jb\"\n" + body);
+  EXPECT_TRUE(escape.Has("name", "control character"));
+  // Any UTF-8 text is a name.
+  EXPECT_TRUE(Check("name: \"r\u00e9seau-\u65e5\u672c\"\n" + body).spec);
+}
+
 TEST(Manifest, NumbersOutOfRangeNameTheirField) {
   // 2^32 + 1 GPUs once narrowed to 1 and was accepted as a k80 job.
   Checked gpus = Check(R"(
