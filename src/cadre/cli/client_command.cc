@@ -16,12 +16,14 @@
 // (its error printed), 2 bad usage.
 #include <httplib.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -98,6 +100,23 @@ bool Connect(const ClientFlags& flags, const char* who, Connection* c) {
   return true;
 }
 
+// An id as one URL path segment: anything but unreserved characters is percent-encoded, so
+// that an id such as "../x?y" cannot reach another route.
+std::string PathSegment(const std::string& id) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char ch : id) {
+    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+      out += static_cast<char>(ch);
+    } else {
+      out += '%';
+      out += kHex[ch >> 4];
+      out += kHex[ch & 15];
+    }
+  }
+  return out;
+}
+
 // Prints the server's errors (or the transport's); returns 1.
 int Report(const char* who, const Connection& c, const httplib::Result& r) {
   if (!r) {
@@ -156,26 +175,43 @@ int Submit(const ClientFlags& flags, const std::string& manifest) {
   return 0;
 }
 
+// Every training, newest first: the server gives at most 200 a page, so follow each page's
+// `next` link to the last.
 int List(const ClientFlags& flags) {
+  const char* who = "cadre jobs list";
   Connection c;
-  if (!Connect(flags, "cadre jobs list", &c)) return 2;
-  auto r = c.client->Get(std::string("/ml/v4/trainings?limit=200&") + kVersion, c.headers);
-  if (!r || r->status != 200) return Report("cadre jobs list", c, r);
-  json body = json::parse(r->body);
+  if (!Connect(flags, who, &c)) return 2;
   std::printf("%-36s %-10s %-24s %s\n", "ID", "STATE", "CREATED", "NAME");
-  for (const auto& t : body["resources"]) {
-    std::printf("%-36s %-10s %-24s %s\n", t["metadata"]["id"].get<std::string>().c_str(),
-                t["entity"]["status"]["state"].get<std::string>().c_str(),
-                t["metadata"]["created_at"].get<std::string>().c_str(),
-                t["metadata"]["name"].get<std::string>().c_str());
+  std::string path = std::string("/ml/v4/trainings?limit=200&") + kVersion;
+  std::set<std::string> seen;
+  while (seen.insert(path).second) {
+    auto r = c.client->Get(path, c.headers);
+    if (!r || r->status != 200) return Report(who, c, r);
+    json body = json::parse(r->body, nullptr, false);
+    if (!body.is_object() || !body.contains("resources") || !body["resources"].is_array()) {
+      std::cerr << who << ": the server's answer to GET " << path
+                << " is not a list of trainings\n";
+      return 1;
+    }
+    for (const auto& t : body["resources"]) {
+      const json& meta = t.value("metadata", json::object());
+      const json& status = t.value("entity", json::object()).value("status", json::object());
+      std::printf("%-36s %-10s %-24s %s\n", meta.value("id", "?").c_str(),
+                  status.value("state", "?").c_str(), meta.value("created_at", "?").c_str(),
+                  meta.value("name", "").c_str());
+    }
+    const json next = body.value("next", json::object());
+    if (!next.is_object() || !next.contains("href") || !next["href"].is_string()) return 0;
+    path = next["href"].get<std::string>();
   }
-  return 0;
+  std::cerr << who << ": the server's next page repeats " << path << "; stopped\n";
+  return 1;
 }
 
 int Get(const ClientFlags& flags, const std::string& id) {
   Connection c;
   if (!Connect(flags, "cadre jobs get", &c)) return 2;
-  auto r = c.client->Get("/ml/v4/trainings/" + id + "?" + kVersion, c.headers);
+  auto r = c.client->Get("/ml/v4/trainings/" + PathSegment(id) + "?" + kVersion, c.headers);
   if (!r || r->status != 200) return Report("cadre jobs get", c, r);
   std::cout << json::parse(r->body).dump(2) << "\n";
   return 0;
@@ -185,7 +221,7 @@ int Logs(const ClientFlags& flags, const std::string& id, bool follow) {
   Connection c;
   if (!Connect(flags, "cadre jobs logs", &c)) return 2;
   std::string path =
-      "/ml/v4/trainings/" + id + "/logs?" + kVersion + (follow ? "&follow=true" : "");
+      "/ml/v4/trainings/" + PathSegment(id) + "/logs?" + kVersion + (follow ? "&follow=true" : "");
   int status = 0;
   std::string error_body;
   auto r = c.client->Get(
@@ -214,7 +250,8 @@ int Cancel(const ClientFlags& flags, const std::string& id, bool hard) {
   Connection c;
   if (!Connect(flags, "cadre jobs cancel", &c)) return 2;
   auto r = c.client->Delete(
-      "/ml/v4/trainings/" + id + "?" + kVersion + (hard ? "&hard_delete=true" : ""), c.headers);
+      "/ml/v4/trainings/" + PathSegment(id) + "?" + kVersion + (hard ? "&hard_delete=true" : ""),
+      c.headers);
   if (!r || r->status != 204) return Report("cadre jobs cancel", c, r);
   std::cout << "cadre jobs cancel: " << id << (hard ? " canceled and deleted" : " canceled")
             << "\n";
@@ -224,7 +261,8 @@ int Cancel(const ClientFlags& flags, const std::string& id, bool hard) {
 // The training's one stored model; errors say why there is none.
 int ModelOfTraining(Connection& c, const char* who, const std::string& training_id,
                     std::string* model_id, std::string* name) {
-  auto r = c.client->Get("/ml/v4/trainings/" + training_id + "?" + kVersion, c.headers);
+  auto r =
+      c.client->Get("/ml/v4/trainings/" + PathSegment(training_id) + "?" + kVersion, c.headers);
   if (!r || r->status != 200) return Report(who, c, r);
   json training = json::parse(r->body);
   std::string state = training["entity"]["status"].value("state", "");
@@ -237,7 +275,8 @@ int ModelOfTraining(Connection& c, const char* who, const std::string& training_
               << "\n";
     return 1;
   }
-  r = c.client->Get("/ml/v4/models?training_id=" + training_id + "&" + kVersion, c.headers);
+  r = c.client->Get("/ml/v4/models?training_id=" + PathSegment(training_id) + "&" + kVersion,
+                    c.headers);
   if (!r || r->status != 200) return Report(who, c, r);
   json models = json::parse(r->body)["resources"];
   if (models.empty()) {
@@ -270,7 +309,7 @@ int Deploy(const ClientFlags& flags, const std::string& training_id, std::string
                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   std::string state;
   for (;;) {
-    r = c.client->Get("/ml/v4/deployments/" + id + "?" + kVersion, c.headers);
+    r = c.client->Get("/ml/v4/deployments/" + PathSegment(id) + "?" + kVersion, c.headers);
     if (!r || r->status != 200) return Report(who, c, r);
     json status = json::parse(r->body)["entity"]["status"];
     state = status.value("state", "");
@@ -308,8 +347,8 @@ int Score(const ClientFlags& flags, const std::string& id, const std::string& in
   }
   Connection c;
   if (!Connect(flags, who, &c)) return 2;
-  auto r = c.client->Post("/ml/v4/deployments/" + id + "/predictions?" + kVersion, c.headers,
-                          text.str(), "application/json");
+  auto r = c.client->Post("/ml/v4/deployments/" + PathSegment(id) + "/predictions?" + kVersion,
+                          c.headers, text.str(), "application/json");
   if (!r || r->status != 200) return Report(who, c, r);
   json body = json::parse(r->body, nullptr, false);
   std::cout << (body.is_discarded() ? r->body : body.dump(2)) << "\n";
