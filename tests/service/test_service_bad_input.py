@@ -67,6 +67,10 @@ def test_missing_version(ada):
     assert r.status == 400 and r.error_codes() == ["missing_version"], r
     r = ada.request("GET", "/ml/v4/trainings?version=yesterday")
     assert r.status == 400 and r.error_codes() == ["invalid_version"], r
+    for not_a_day in ("2020-13-01", "2021-02-29", "2020-00-10", "2020-09-00"):
+        r = ada.request("GET", f"/ml/v4/trainings?version={not_a_day}")
+        assert r.status == 400 and r.error_codes() == ["invalid_version"], (not_a_day, r)
+    assert ada.request("GET", "/ml/v4/trainings?version=2020-02-29").status == 200
 
 
 def test_a_json_body_sent_as_a_form_says_to_send_json(ada):

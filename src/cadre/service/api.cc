@@ -1,6 +1,7 @@
 #include "cadre/service/api.h"
 
 #include <charconv>
+#include <chrono>
 
 namespace cadre::service {
 
@@ -68,6 +69,12 @@ bool CheckVersion(const httplib::Request& req, httplib::Response& res) {
   bool ok = v.size() == 10 && v[4] == '-' && v[7] == '-';
   for (size_t i = 0; ok && i < v.size(); ++i) {
     if (i != 4 && i != 7) ok = v[i] >= '0' && v[i] <= '9';
+  }
+  if (ok) {  // a calendar date: 2020-02-30 and 2020-13-01 are not versions
+    const std::chrono::year_month_day date{std::chrono::year{std::stoi(v.substr(0, 4))},
+                                           std::chrono::month{unsigned(std::stoi(v.substr(5, 2)))},
+                                           std::chrono::day{unsigned(std::stoi(v.substr(8, 2)))}};
+    ok = date.ok();
   }
   if (!ok) {
     SendError(res, 400, "invalid_version",
