@@ -86,6 +86,11 @@ TEST(CodecV2Test, BadRequestsNameTheField) {
       "data": [1, 2, 3, 4]}]})"),
                   "inputs[0] ('x').shape [1, 4] differs at dimension 1; the "
                   "model expects [-1, 3]");
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "datatype": "FP32", "data": [1]}]})"),
+                  "inputs[0] ('x').shape: missing; the model expects [-1, 3]");
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": "1,3", "datatype": "FP32",
+      "data": [1, 2, 3]}]})"),
+                  ".shape: a list of dimensions, not a string (\"1,3\")");
   EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [3], "datatype": "FP32",
       "data": [1, 2, 3]}]})"),
                   "has 1 dimensions; the model expects [-1, 3]");

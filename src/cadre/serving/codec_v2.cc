@@ -68,8 +68,11 @@ Status DecodeInput(const json& in, size_t index, const ModelSignature& signature
                            std::string(DataTypeName(spec->dtype)));
   }
   if (!in.contains("shape") || !in["shape"].is_array()) {
-    return InvalidArgument(where + ".shape: missing; the model expects " +
-                           ShapeString(spec->shape) + " (-1: any size)");
+    return InvalidArgument(where + ".shape: " +
+                           (in.contains("shape")
+                                ? "a list of dimensions, not " + json_values::Brief(in["shape"])
+                                : std::string("missing")) +
+                           "; the model expects " + ShapeString(spec->shape) + " (-1: any size)");
   }
   HostTensor t;
   t.dtype = spec->dtype;
