@@ -57,5 +57,23 @@ def test_a_failed_mpi_learner_is_named(mpi):
 def test_no_hostfile_is_refused(tmp_path):
     proc = subprocess.run([CADRE, "run", "--backend", "mpi", "--", "true"], cwd=tmp_path,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
-    assert proc.returncode != 0
+    assert proc.returncode == 2, proc.stderr
     assert "needs --hostfile" in proc.stderr or "needs `mpirun`" in proc.stderr
+
+
+@pytest.mark.parametrize("hosts,expected", [
+    (None, "hosts.txt cannot be read"),
+    ("127.0.0.2\n", "lists 1 hosts but the job has 2 learners"),
+])
+def test_a_hostfile_that_cannot_serve_the_job_is_bad_usage(tmp_path, hosts, expected):
+    # Like every other problem found before anything starts: exit code 2, and nothing started.
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI is not installed here (no mpirun): scripts/install-deps installs it")
+    if hosts is not None:
+        (tmp_path / "hosts.txt").write_text(hosts)
+    proc = subprocess.run([CADRE, "run", "--backend", "mpi", "--hostfile", "hosts.txt", "-n", "2",
+                           "--framework", "pytorch-horovod", "--", "true"], cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr and "nothing was started" in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()

@@ -85,6 +85,21 @@ def test_a_backend_limit_out_of_range_is_refused_by_name(cadre_run, flag, value)
     assert "nothing was started" in job.stderr
 
 
+@pytest.mark.parametrize("backend,flag,value,engines", [
+    ("local", "--hostfile", "hosts.txt", "mpi"),
+    ("local", "--partition", "debug", "slurm"),
+    ("mpi", "--time-limit", "5", "slurm"),
+    ("local", "--store-host", "10.0.0.1", "slurm or mpi"),
+    ("mpi", "--queue-timeout", "30", "slurm or kubernetes"),
+    ("slurm", "--namespace", "team-a", "kubernetes"),
+])
+def test_a_flag_of_another_engine_is_refused_not_ignored(cadre_run, backend, flag, value, engines):
+    job = cadre_run("--backend", backend, flag, value, "--", "true")
+    assert job.returncode == 2, job.stderr
+    assert f"{flag}: is for --backend {engines}, not {backend}" in job.stderr, job.stderr
+    assert "nothing was started" in job.stderr
+
+
 @pytest.mark.parametrize("partition", ["debug\nhostname", "two words", "tab\there"])
 def test_a_partition_that_would_break_the_batch_script_is_refused(cadre_run, partition):
     # The partition is written into the batch script as a line of its own; a newline in it once

@@ -112,3 +112,11 @@ def test_a_server_without_its_engine_says_so_before_serving(tmp_path):
                           "mpi"], timeout=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     assert mpi.returncode == 2 and "--hostfile" in mpi.stderr, mpi
+    # Its jobs would otherwise each be refused by `cadre run`, or run without the flag.
+    (tmp_path / "hosts").write_text("127.0.0.2\n")
+    partition = subprocess.run([CADRE, "server", "--data-dir", str(tmp_path / "d"), "--backend",
+                                "mpi", "--hostfile", str(tmp_path / "hosts"), "--partition", "gpu"],
+                               timeout=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert partition.returncode == 2, partition
+    assert "--partition is for --backend slurm, not mpi" in partition.stderr, partition

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "cadre/backends/k8s_backend.h"
 #include "cadre/backends/mpi_backend.h"
 #include "cadre/backends/slurm_backend.h"
@@ -45,6 +47,38 @@ Status ParseBackendKind(std::string_view name, BackendKind* kind) {
   }
   return InvalidArgument("'" + std::string(name) +
                          "' is not a backend: local, slurm, mpi or kubernetes");
+}
+
+std::vector<MisplacedFlag> FlagsForOtherEngines(BackendKind kind, const EngineFlagsGiven& given) {
+  struct Rule {
+    const char* flag;
+    bool EngineFlagsGiven::*given;
+    std::vector<BackendKind> engines;
+  };
+  const Rule rules[] = {
+      {"--partition", &EngineFlagsGiven::partition, {BackendKind::kSlurm}},
+      {"--time-limit", &EngineFlagsGiven::time_limit, {BackendKind::kSlurm}},
+      {"--hostfile", &EngineFlagsGiven::hostfile, {BackendKind::kMpi}},
+      {"--store-host", &EngineFlagsGiven::store_host, {BackendKind::kSlurm, BackendKind::kMpi}},
+      {"--queue-timeout",
+       &EngineFlagsGiven::queue_timeout,
+       {BackendKind::kSlurm, BackendKind::kKubernetes}},
+      {"--namespace", &EngineFlagsGiven::name_space, {BackendKind::kKubernetes}},
+  };
+  std::vector<MisplacedFlag> misplaced;
+  for (const Rule& rule : rules) {
+    if (!(given.*rule.given) ||
+        std::find(rule.engines.begin(), rule.engines.end(), kind) != rule.engines.end()) {
+      continue;
+    }
+    std::string engines;
+    for (size_t i = 0; i < rule.engines.size(); ++i) {
+      engines += (i == 0 ? "" : " or ") + std::string(BackendName(rule.engines[i]));
+    }
+    misplaced.push_back(
+        {rule.flag, "is for --backend " + engines + ", not " + std::string(BackendName(kind))});
+  }
+  return misplaced;
 }
 
 std::string_view BackendName(BackendKind kind) {

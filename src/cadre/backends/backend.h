@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cadre/base/status.h"
 #include "cadre/launch/job_spec.h"
@@ -48,6 +49,12 @@ class Backend {
   virtual std::string_view name() const = 0;
   // Whether the engine's commands are here: one clear error (kUnavailable) before anything starts.
   virtual Status CheckEngine() const = 0;
+  // Whether this job can run on the engine as configured (an Open MPI hostfile with a host for
+  // every learner, say): kInvalidArgument naming the flag at fault, before anything starts.
+  virtual Status CheckJob(const launch::JobSpec& spec) const {
+    (void)spec;
+    return Status::Ok();
+  }
   // Runs the job to its end, as RunLocalJob: a failed Status when it could not be set up or
   // submitted, the job's own outcome in *outcome.
   virtual Status Run(const launch::JobSpec& spec, const launch::RunOptions& options,
@@ -55,6 +62,23 @@ class Backend {
 };
 
 std::unique_ptr<Backend> MakeBackend(const BackendOptions& options);
+
+// The engine-specific flags of `cadre run` and `cadre server` that were given.
+struct EngineFlagsGiven {
+  bool partition = false;      // --partition
+  bool time_limit = false;     // --time-limit
+  bool hostfile = false;       // --hostfile
+  bool store_host = false;     // --store-host
+  bool queue_timeout = false;  // --queue-timeout
+  bool name_space = false;     // --namespace
+};
+struct MisplacedFlag {
+  std::string flag;     // "--partition"
+  std::string message;  // "is for --backend slurm"
+};
+// Each given flag that `kind` would ignore, with the engines it is for: a flag that is silently
+// ignored is a job that does not run where or as its user meant.
+std::vector<MisplacedFlag> FlagsForOtherEngines(BackendKind kind, const EngineFlagsGiven& given);
 
 // kUnavailable naming the first of `programs` that is not on PATH, and what needs it.
 Status RequirePrograms(std::string_view engine, std::initializer_list<const char*> programs);

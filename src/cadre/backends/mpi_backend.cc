@@ -80,24 +80,14 @@ class MpiBackend : public Backend {
   explicit MpiBackend(const BackendOptions& options) : options_(options) {}
   std::string_view name() const override { return "mpi"; }
   Status CheckEngine() const override { return RequirePrograms("mpi", {"mpirun"}); }
+  Status CheckJob(const launch::JobSpec& spec) const override {
+    std::vector<std::string> hosts;
+    return ReadHosts(spec, &hosts);
+  }
   Status Run(const launch::JobSpec& spec, const launch::RunOptions& options,
              launch::JobOutcome* outcome) override {
-    if (options_.hostfile.empty()) {
-      return InvalidArgument("--backend mpi needs --hostfile FILE: the hosts, one per learner");
-    }
-    std::ifstream in(options_.hostfile);
-    if (!in) return InvalidArgument("--hostfile " + options_.hostfile.string() + " cannot be read");
-    std::stringstream text;
-    text << in.rdbuf();
     std::vector<std::string> hosts;
-    CADRE_RETURN_IF_ERROR(
-        ParseHostfile(text.str(), &hosts).WithContext("--hostfile " + options_.hostfile.string()));
-    if (static_cast<int>(hosts.size()) < spec.nodes) {
-      return InvalidArgument("--hostfile " + options_.hostfile.string() + " lists " +
-                             std::to_string(hosts.size()) + " hosts but the job has " +
-                             std::to_string(spec.nodes) + " learners (one host each)");
-    }
-    hosts.resize(static_cast<size_t>(spec.nodes));
+    CADRE_RETURN_IF_ERROR(ReadHosts(spec, &hosts));
     BlockStopSignals blocked;
     ClusterJob job(spec, options, options_);
     CADRE_RETURN_IF_ERROR(job.Prepare("mpi"));
@@ -106,6 +96,26 @@ class MpiBackend : public Backend {
   }
 
  private:
+  // The first spec.nodes hosts of --hostfile, one per learner.
+  Status ReadHosts(const launch::JobSpec& spec, std::vector<std::string>* hosts) const {
+    if (options_.hostfile.empty()) {
+      return InvalidArgument("--backend mpi needs --hostfile FILE: the hosts, one per learner");
+    }
+    std::ifstream in(options_.hostfile);
+    if (!in) return InvalidArgument("--hostfile " + options_.hostfile.string() + " cannot be read");
+    std::stringstream text;
+    text << in.rdbuf();
+    CADRE_RETURN_IF_ERROR(
+        ParseHostfile(text.str(), hosts).WithContext("--hostfile " + options_.hostfile.string()));
+    if (static_cast<int>(hosts->size()) < spec.nodes) {
+      return InvalidArgument("--hostfile " + options_.hostfile.string() + " lists " +
+                             std::to_string(hosts->size()) + " hosts but the job has " +
+                             std::to_string(spec.nodes) + " learners (one host each)");
+    }
+    hosts->resize(static_cast<size_t>(spec.nodes));
+    return Status::Ok();
+  }
+
   BackendOptions options_;
 };
 

@@ -127,9 +127,11 @@ int Run(const RunFlags& flags) {
   backends::BackendOptions backend;
   // --backend, else the manifest's execution.backend, else local.
   if (flags.backend) request.backend.Set(*flags.backend, "--backend");
+  bool backend_known = true;
   if (request.backend.has_value()) {
     if (Status kind = backends::ParseBackendKind(*request.backend, &backend.kind); !kind.ok()) {
       problems.Add(request.backend.origin, kind.message());
+      backend_known = false;
     }
   }
   // Bounded, as --grace is: "nan", "inf" or 1e300 would otherwise become an undefined
@@ -169,9 +171,20 @@ int Run(const RunFlags& flags) {
       problems.Add("--namespace", ns.message());
     }
   }
-  if (backend.kind != backends::BackendKind::kKubernetes &&
-      (flags.image || !flags.name_space.empty())) {
-    problems.Add(flags.image ? "--image" : "--namespace", "is for --backend kubernetes");
+  if (backend_known) {
+    if (backend.kind != backends::BackendKind::kKubernetes && flags.image) {
+      problems.Add("--image", "is for --backend kubernetes");
+    }
+    backends::EngineFlagsGiven given;
+    given.partition = !flags.partition.empty();
+    given.time_limit = flags.time_limit_minutes.has_value();
+    given.hostfile = !flags.hostfile.empty();
+    given.store_host = !flags.store_host.empty();
+    given.queue_timeout = flags.queue_timeout_seconds != 0;
+    given.name_space = !flags.name_space.empty();
+    for (const auto& m : backends::FlagsForOtherEngines(backend.kind, given)) {
+      problems.Add(m.flag, m.message);
+    }
   }
   if (backend.kind != backends::BackendKind::kLocal && flags.emulate_network) {
     problems.Add("--emulate-network", "emulates nodes for the local backend only");
@@ -214,6 +227,10 @@ int Run(const RunFlags& flags) {
   std::unique_ptr<backends::Backend> runner = backends::MakeBackend(backend);
   if (Status engine = runner->CheckEngine(); !engine.ok()) {
     std::cerr << "cadre run: " << engine.message() << "; nothing was started\n";
+    return 2;
+  }
+  if (Status job = runner->CheckJob(*spec); !job.ok()) {
+    std::cerr << "cadre run: " << job.message() << "; nothing was started\n";
     return 2;
   }
   launch::JobOutcome outcome;

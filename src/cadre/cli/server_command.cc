@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -54,25 +55,19 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
     return 2;
   }
   options->backend = std::string(backends::BackendName(engine.kind));
-  if (engine.kind == backends::BackendKind::kLocal) {
-    if (!flags.store_host.empty() || !flags.partition.empty() || !flags.hostfile.empty() ||
-        !flags.name_space.empty() || flags.queue_timeout_seconds != 0) {
-      std::cerr << "cadre server: --store-host, --partition, --hostfile, --namespace and "
-                   "--queue-timeout are for --backend slurm, mpi or kubernetes\n";
-      return 2;
-    }
-    return 0;
-  }
+  backends::EngineFlagsGiven given;
+  given.partition = !flags.partition.empty();
+  given.hostfile = !flags.hostfile.empty();
+  given.store_host = !flags.store_host.empty();
+  given.queue_timeout = flags.queue_timeout_seconds != 0;
+  given.name_space = !flags.name_space.empty();
+  std::vector<backends::MisplacedFlag> misplaced =
+      backends::FlagsForOtherEngines(engine.kind, given);
+  for (const auto& m : misplaced)
+    std::cerr << "cadre server: " << m.flag << " " << m.message << "\n";
+  if (!misplaced.empty()) return 2;
+  if (engine.kind == backends::BackendKind::kLocal) return 0;
   const bool k8s = engine.kind == backends::BackendKind::kKubernetes;
-  if (!k8s && !flags.name_space.empty()) {
-    std::cerr << "cadre server: --namespace is for --backend kubernetes\n";
-    return 2;
-  }
-  if (k8s && (!flags.store_host.empty() || !flags.partition.empty() || !flags.hostfile.empty())) {
-    std::cerr << "cadre server: --store-host, --partition and --hostfile are for --backend slurm "
-                 "or mpi\n";
-    return 2;
-  }
   if (engine.kind == backends::BackendKind::kMpi && flags.hostfile.empty()) {
     std::cerr << "cadre server: --backend mpi needs --hostfile FILE (one learner per host)\n";
     return 2;
@@ -183,6 +178,12 @@ int RunServer(const ServerFlags& flags) {
                  "with the server)\n"
               << std::flush;
     server->Stop();
+    // Stopping waits for requests in flight (a log followed to a job's end, say). A second
+    // signal does not wait: the database is transactional and deployments die with us
+    // (PR_SET_PDEATHSIG); running jobs keep running either way.
+    sigwait(&stop, &sig);
+    std::cout << "cadre server: " << strsignal(sig) << " again; exiting now\n" << std::flush;
+    std::_Exit(128 + sig);
   }).detach();
   server->Run();
   return 0;
