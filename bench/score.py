@@ -23,7 +23,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
+BUILD = os.environ.get("CADRE_BUILD_DIR", os.path.join(ROOT, "build"))
+# The extension cadre._core is built into BUILD/python; the rest of the package is in python/.
+sys.path[:0] = [os.path.join(BUILD, "python"), os.path.join(ROOT, "python")]
 sys.path.insert(0, os.path.join(ROOT, "examples", "fashion_mnist"))
 
 import torch  # noqa: E402
@@ -51,8 +53,7 @@ def load(tool, *args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build", default=os.environ.get("CADRE_BUILD_DIR",
-                                                          os.path.join(ROOT, "build")))
+    parser.add_argument("--build", default=BUILD)
     parser.add_argument("--requests", type=int, default=2000, help="per measurement")
     args = parser.parse_args()
     tool = os.path.join(args.build, "bench", "score_load")

@@ -36,9 +36,16 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+ROOT = os.path.dirname(HERE)
+BUILD = os.environ.get("CADRE_BUILD_DIR", os.path.join(ROOT, "build"))
+# The extension cadre._core is built into BUILD/python; the rest of the package is in python/.
+sys.path[:0] = [os.path.join(BUILD, "python"), os.path.join(ROOT, "python")]
 
-from cadre.torch.testing import run_ranks  # noqa: E402
+try:
+    from cadre.torch.testing import run_ranks  # noqa: E402
+except ImportError as e:
+    sys.exit(f"bench/train.py: cannot import cadre ({e}); build it first (`make build`) or set "
+             "CADRE_BUILD_DIR to its build folder, and run with /usr/bin/python3 (Debian's torch)")
 
 
 def free_port():
@@ -185,8 +192,7 @@ def rounds(xs):
 
 def raw_latency_us(transport):
     """The 4-byte float32 allreduce of `cadre bench allreduce` (2 ranks), in microseconds."""
-    build = os.environ.get("CADRE_BUILD_DIR", os.path.join(os.path.dirname(HERE), "build"))
-    out = subprocess.run([os.path.join(build, "cadre"), "bench", "allreduce", "-n", "2",
+    out = subprocess.run([os.path.join(BUILD, "cadre"), "bench", "allreduce", "-n", "2",
                           "--sizes", "4", "--transport", transport, "--json"],
                          check=True, capture_output=True, text=True, timeout=300).stdout
     for line in out.splitlines():
