@@ -74,18 +74,36 @@ def run(mode, size, steps, env=None, hosts=1, extra=()):
     raise SystemExit("%s at %d ranks printed no result" % (mode, size))
 
 
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--grad-steps", type=int, default=5)
-    ap.add_argument("--repeats", type=int, default=3,
+    ap.add_argument("--sizes", type=positive, nargs="+", default=[2, 4],
+                    help="ranks to train with, one row each (default 2 4)")
+    ap.add_argument("--steps", type=positive, default=40,
+                    help="timed steps per contender and round (default 40; 60 or more steadies "
+                         "the rounds)")
+    ap.add_argument("--grad-steps", type=positive, default=5,
+                    help="mnist model only: steps of the ResNet-50 gradient allreduce (default 5)")
+    ap.add_argument("--repeats", type=positive, default=3,
                     help="interleaved rounds per size (medians reported)")
     ap.add_argument("--model", choices=["mnist", "heavy"], default="mnist")
-    ap.add_argument("--batch-size", type=int, default=64, help="per rank")
-    ap.add_argument("--momentum", type=float, default=0.0)
+    ap.add_argument("--batch-size", type=positive, default=64, help="per rank")
+    ap.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (default 0)")
     ap.add_argument("--fp16", action="store_true", help="fp16 gradient compression, both sides")
-    ap.add_argument("--warmup", type=int, default=5, help="untimed steps before the timed ones")
+    ap.add_argument("--warmup", type=non_negative, default=5, help="untimed steps before the timed ones")
     ap.add_argument("--batch-wait", nargs="+", metavar="MS",
                     help="run cadre once per CADRE_BATCH_WAIT_MS value (auto, or milliseconds) "
                          "in each round; default: the environment's setting")
