@@ -52,7 +52,9 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
 
   // Framework and its version.
   std::optional<Framework> framework;
-  if (!request.framework.has_value()) {
+  if (request.framework.unreadable) {
+    // Already reported where it was read.
+  } else if (!request.framework.has_value()) {
     problems->Add("framework.name", "missing (valid: " + FrameworkNames() + ")");
   } else if (!(framework = FindFramework(*request.framework))) {
     std::string hint = DidYouMean(*request.framework, FrameworkNameList());
@@ -207,8 +209,10 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
   }
 
   // Command.
-  if (!request.command.has_value() ||
-      request.command->find_first_not_of(" \t\n") == std::string::npos) {
+  if (request.command.unreadable) {
+    // Already reported where it was read.
+  } else if (!request.command.has_value() ||
+             request.command->find_first_not_of(" \t\n") == std::string::npos) {
     problems->Add(OriginOr(request.command.origin, "execution.command"),
                   "missing: the command every learner runs");
   } else {

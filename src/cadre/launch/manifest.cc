@@ -107,6 +107,7 @@ class MapReader {
     YAML::Node value = Get(key);
     if (!value.IsScalar()) {
       problems_->Add(PathOf(key), "expected a string, got " + Describe(value));
+      out->SetUnreadable(PathOf(key));
       return;
     }
     out->Set(value.Scalar(), PathOf(key));
@@ -257,6 +258,8 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
 
   MapReader framework(top.Has("framework") ? top.Get("framework") : YAML::Node(YAML::NodeType::Map),
                       "framework", kFrameworkKeys, problems);
+  // A framework that is not a mapping is one problem, not a missing name as well.
+  if (!framework.ok()) request->framework.SetUnreadable("framework");
   framework.String("name", &request->framework);
   framework.String("version", &request->framework_version);
   framework.String("command", &request->command);
@@ -281,6 +284,9 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
 
   if (top.Has("execution")) {
     MapReader execution(top.Get("execution"), "execution", kExecutionKeys, problems);
+    if (!execution.ok() && !request->command.has_value()) {
+      request->command.SetUnreadable("execution");
+    }
     execution.String("command", &request->command);
     execution.String("backend", &request->backend);
     if (execution.Has("compute_configuration")) {

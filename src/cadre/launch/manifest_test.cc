@@ -294,6 +294,20 @@ TEST(Manifest, FlagsOverrideAndNameTheirOrigin) {
   EXPECT_EQ(problems.list()[0].path, "--nodes");
 }
 
+TEST(Manifest, ASectionThatIsNotAMappingIsOneProblem) {
+  Checked framework = Check("framework: pytorch\nexecution: {command: x}\n");
+  ASSERT_EQ(framework.problems.size(), 1u) << framework.problems.ToString();
+  EXPECT_TRUE(framework.Has("framework", "expected a mapping, got 'pytorch'"));
+  Checked name = Check("framework: {name: [pytorch]}\nexecution: {command: x}\n");
+  ASSERT_EQ(name.problems.size(), 1u) << name.problems.ToString();
+  EXPECT_TRUE(name.Has("framework.name", "expected a string"));
+  Checked execution = Check("framework: {name: pytorch}\nexecution: python3 train.py\n");
+  ASSERT_EQ(execution.problems.size(), 1u) << execution.problems.ToString();
+  EXPECT_TRUE(execution.Has("execution", "expected a mapping"));
+  // Still reported when it is simply absent.
+  EXPECT_TRUE(Check("execution: {command: x}\n").Has("framework.name", "missing"));
+}
+
 TEST(Manifest, TheNameIsOnePrintableLineOfAtMost256Bytes) {
   const std::string body = "framework: {name: pytorch}\nexecution: {command: x}\n";
   EXPECT_TRUE(Check("name: " + std::string(256, 'a') + "\n" + body).spec);
