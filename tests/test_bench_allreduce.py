@@ -27,3 +27,19 @@ def test_every_run_starts_all_ranks(transport):
         rows = bench_rows(proc.stdout)
         assert [row[0] for row in rows] == ["4096", "65536"], proc.stdout
         assert all(float(row[1]) > 0 for row in rows), proc.stdout
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--iters", "-1", "--iters must be at least 1 (or 0: chosen by size), got -1"),
+    ("--timeout", "-5", "--timeout must be above 0 and at most 86400 seconds"),
+    ("--timeout", "0", "--timeout must be above 0"),
+    ("--timeout", "nan", "--timeout must be above 0"),
+    ("--late-us", "-1", "--late-us must be 0 to 1000000"),
+])
+def test_a_bad_setting_is_named_before_any_rank_starts(flag, value, message):
+    # A negative timeout once exited 1 with no word at all; a negative count ran the default.
+    proc = subprocess.run([CADRE, "bench", "allreduce", "-n", "2", "--sizes", "4", flag, value],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 2, proc
+    assert message in proc.stderr, proc.stderr
+    assert "bytes" not in proc.stdout, proc.stdout

@@ -134,6 +134,17 @@ int RunAllreduceBench(const AllreduceBenchOptions& args) {
   if (args.late_us < 0 || args.late_us > 1'000'000) {
     throw Error(Code::kInvalidArgument, "bench allreduce: --late-us must be 0 to 1000000");
   }
+  if (args.iters < 0) {
+    throw Error(Code::kInvalidArgument,
+                "bench allreduce: --iters must be at least 1 (or 0: chosen by size), got " +
+                    std::to_string(args.iters));
+  }
+  // A day at most: beyond that (or NaN) the deadline is not a number of milliseconds.
+  if (!(args.timeout_s > 0 && args.timeout_s <= 86400)) {
+    throw Error(Code::kInvalidArgument,
+                "bench allreduce: --timeout must be above 0 and at most 86400 seconds, got " +
+                    std::to_string(args.timeout_s));
+  }
   if (args.transport != "shm" && args.transport != "tcp") {
     throw Error(Code::kInvalidArgument, "bench allreduce: --transport must be shm or tcp");
   }
