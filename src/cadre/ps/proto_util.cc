@@ -2,6 +2,13 @@
 
 #include <grpc/grpc.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include <cstdlib>
+#include <cstring>
+
 namespace cadre::ps {
 
 grpc::StatusCode ToGrpcCode(Code code) {
@@ -108,8 +115,33 @@ void ToProto(const PartitionRef& id, proto::PartitionId* out) {
   out->set_count(id.count);
 }
 
+namespace {
+
+// glibc gives the top of a heap back to the kernel (madvise) once more than M_TRIM_THRESHOLD is
+// free there, and serves allocations above M_MMAP_THRESHOLD with fresh mappings. Both start at 128
+// KiB and rise only when a mapped chunk of up to 32 MiB is freed. gRPC allocates the bytes it reads
+// from a socket in slices of up to a few MiB and frees them once decrypted: at the small thresholds
+// nearly every such free trimmed its thread's heap and the next read faulted the pages back in
+// (~18,000 page faults, ~8% of the CPU time per 64 MiB step at 2 servers x 2 workers;
+// docs/benchmarks.md, parameter servers). Start at the values glibc's own adjustment tops out at
+// (mappings from 32 MiB, trim above 64 MiB) instead. Once per process, and not where the user tuned
+// malloc through the environment.
+void KeepTransferBuffersMapped() {
+#ifdef __GLIBC__
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
+  for (const char* v : {"MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_"})
+    if (std::getenv(v) != nullptr) return;
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
+}
+
+}  // namespace
+
 void HoldGrpcLibrary() {
   static const bool held = [] {
+    KeepTransferBuffersMapped();
     grpc_init();
     return true;
   }();
