@@ -111,6 +111,18 @@ TEST_P(CollectivesTest, AllreduceSeveralMiB) {
   });
 }
 
+// Above 8 MiB the shared-memory path takes smaller chunks than its slot; a caller's segment
+// limit still wins when it is smaller. Odd counts leave a tail in the last chunk.
+TEST_P(CollectivesTest, AllreduceAboveEightMiB) {
+  RunRanks(size(), Base(), [&](Communicator& comm) {
+    CheckAllreduce(comm, DataType::kFloat32, ReduceOp::kSum, (9 << 20) / 4 + 5, true);
+    CheckAllreduce(comm, DataType::kFloat64, ReduceOp::kMax, (9 << 20) / 8 + 3, false);
+    AllreduceOptions segments;
+    segments.segment_bytes = 96 << 10;
+    CheckAllreduce(comm, DataType::kInt32, ReduceOp::kSum, (9 << 20) / 4 + 1, true, segments);
+  });
+}
+
 // The chunked shared-memory path (above 32 KiB) with every dtype and op, in place and not; the
 // count leaves an odd tail that no rank's slice divides.
 TEST_P(CollectivesTest, AllreduceLargeEveryDtypeAndOp) {

@@ -235,7 +235,7 @@ Status ShmGroup::PeerFailure(int peer) {
 }
 
 bool ShmGroup::RanksHaveCpus() {
-  if (spin_decided_) return spin_max_ns_ > 0;
+  if (cpus_decided_) return own_cpus_;
   if (header()->attached.value.load(std::memory_order_acquire) < uint32_t(size_)) return false;
   // Spinning only pays when every rank can hold a CPU; with more ranks than the CPUs they may use
   // it steals the CPU from the rank being waited for. Ranks pinned to one CPU each (as `cadre run`
@@ -249,10 +249,30 @@ bool ShmGroup::RanksHaveCpus() {
     for (int r = 0; r < size_; ++r) any |= state(r)->cpus[w];
     cpus += std::popcount(any);
   }
-  spin_max_ns_ = size_ <= cpus ? spin_limit_ns_ : 0;
+  own_cpus_ = size_ <= cpus;
+  spin_max_ns_ = own_cpus_ ? spin_limit_ns_ : 0;
   spin_ns_ = std::min<int64_t>(spin_max_ns_, 5000);
-  spin_decided_ = true;
-  return spin_max_ns_ > 0;
+  cpus_decided_ = true;
+  return own_cpus_;
+}
+
+Status ShmGroup::RanksHaveOwnCpus(Deadline deadline, bool* out) {
+  for (;;) {
+    const bool own = RanksHaveCpus();
+    if (cpus_decided_) {
+      *out = own;
+      return Status::Ok();
+    }
+    if (deadline.expired()) {
+      std::string missing;
+      for (int r = 0; r < size_; ++r) {
+        if (state(r)->pid.load() == 0) missing += (missing.empty() ? "" : ", ") + names_[r];
+      }
+      return TimeoutError("shared memory rendezvous: " + missing + " did not attach in time");
+    }
+    if (header()->abort.value.load(std::memory_order_acquire) != 0) return AbortedStatus();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 Status ShmGroup::WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline) {
@@ -263,7 +283,7 @@ Status ShmGroup::WaitOne(int peer, Flag flag, uint32_t step, Deadline deadline) 
   // programs compete for the cores), so an idle machine gets microsecond latency and a loaded
   // one does not burn the time slice its peer needs. Then yield, which hands the core to the rank
   // we wait for; only then sleep.
-  if (RanksHaveCpus()) {
+  if (RanksHaveCpus() && spin_max_ns_ > 0) {
     auto start = Clock::now();
     auto until = start + std::chrono::nanoseconds(spin_ns_);
     for (int i = 0;; ++i) {

@@ -87,6 +87,11 @@ class ShmGroup {
 
   const std::string& name(int rank) const { return names_[rank]; }
 
+  // Whether every rank can run on a CPU of its own: the union of the ranks' CPUs (their
+  // affinity when they attached) holds one per rank. The same answer on every rank; waits until
+  // every rank attached (kTimeout naming those missing, kAborted once the group is).
+  Status RanksHaveOwnCpus(Deadline deadline, bool* out);
+
  private:
   struct Header;
   struct RankState;
@@ -98,7 +103,7 @@ class ShmGroup {
   bool Exited(int peer, int* pid);  // the peer's process has exited (*pid: its pid)
   Status AbortedStatus() const;
   // Once every rank attached: whether the union of the ranks' CPUs holds a CPU per rank; until
-  // then false (no spinning).
+  // then false (no spinning), and decided once.
   bool RanksHaveCpus();
 
   SharedSegment segment_;
@@ -110,7 +115,8 @@ class ShmGroup {
   int64_t spin_limit_ns_ = 0;  // ShmOptions::spin_max
   int64_t spin_max_ns_ = 0;    // busy-wait cap per wait; 0 when ranks outnumber their CPUs
   int64_t spin_ns_ = 0;        // current adaptive busy-wait budget
-  bool spin_decided_ = false;  // spin_max_ns_ is final (every rank attached)
+  bool own_cpus_ = false;      // RanksHaveCpus' answer, once cpus_decided_
+  bool cpus_decided_ = false;  // own_cpus_ and spin_max_ns_ are final (every rank attached)
   std::vector<std::string> names_;
   std::vector<int> pidfds_;  // per peer, -1 until opened
 };
