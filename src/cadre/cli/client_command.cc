@@ -100,9 +100,9 @@ bool Connect(const ClientFlags& flags, const char* who, Connection* c) {
   return true;
 }
 
-// An id as one URL path segment: anything but unreserved characters is percent-encoded, so
-// that an id such as "../x?y" cannot reach another route.
-std::string PathSegment(const std::string& id) {
+// An id as one URL component (a path segment or a query value): anything but unreserved
+// characters is percent-encoded, so that an id such as "../x?y" cannot reach another route.
+std::string UrlComponent(const std::string& id) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
   for (unsigned char ch : id) {
@@ -211,7 +211,7 @@ int List(const ClientFlags& flags) {
 int Get(const ClientFlags& flags, const std::string& id) {
   Connection c;
   if (!Connect(flags, "cadre jobs get", &c)) return 2;
-  auto r = c.client->Get("/ml/v4/trainings/" + PathSegment(id) + "?" + kVersion, c.headers);
+  auto r = c.client->Get("/ml/v4/trainings/" + UrlComponent(id) + "?" + kVersion, c.headers);
   if (!r || r->status != 200) return Report("cadre jobs get", c, r);
   std::cout << json::parse(r->body).dump(2) << "\n";
   return 0;
@@ -221,7 +221,7 @@ int Logs(const ClientFlags& flags, const std::string& id, bool follow) {
   Connection c;
   if (!Connect(flags, "cadre jobs logs", &c)) return 2;
   std::string path =
-      "/ml/v4/trainings/" + PathSegment(id) + "/logs?" + kVersion + (follow ? "&follow=true" : "");
+      "/ml/v4/trainings/" + UrlComponent(id) + "/logs?" + kVersion + (follow ? "&follow=true" : "");
   int status = 0;
   std::string error_body;
   auto r = c.client->Get(
@@ -250,7 +250,7 @@ int Cancel(const ClientFlags& flags, const std::string& id, bool hard) {
   Connection c;
   if (!Connect(flags, "cadre jobs cancel", &c)) return 2;
   auto r = c.client->Delete(
-      "/ml/v4/trainings/" + PathSegment(id) + "?" + kVersion + (hard ? "&hard_delete=true" : ""),
+      "/ml/v4/trainings/" + UrlComponent(id) + "?" + kVersion + (hard ? "&hard_delete=true" : ""),
       c.headers);
   if (!r || r->status != 204) return Report("cadre jobs cancel", c, r);
   std::cout << "cadre jobs cancel: " << id << (hard ? " canceled and deleted" : " canceled")
@@ -262,7 +262,7 @@ int Cancel(const ClientFlags& flags, const std::string& id, bool hard) {
 int ModelOfTraining(Connection& c, const char* who, const std::string& training_id,
                     std::string* model_id, std::string* name) {
   auto r =
-      c.client->Get("/ml/v4/trainings/" + PathSegment(training_id) + "?" + kVersion, c.headers);
+      c.client->Get("/ml/v4/trainings/" + UrlComponent(training_id) + "?" + kVersion, c.headers);
   if (!r || r->status != 200) return Report(who, c, r);
   json training = json::parse(r->body);
   std::string state = training["entity"]["status"].value("state", "");
@@ -275,7 +275,7 @@ int ModelOfTraining(Connection& c, const char* who, const std::string& training_
               << "\n";
     return 1;
   }
-  r = c.client->Get("/ml/v4/models?training_id=" + PathSegment(training_id) + "&" + kVersion,
+  r = c.client->Get("/ml/v4/models?training_id=" + UrlComponent(training_id) + "&" + kVersion,
                     c.headers);
   if (!r || r->status != 200) return Report(who, c, r);
   json models = json::parse(r->body)["resources"];
@@ -309,7 +309,7 @@ int Deploy(const ClientFlags& flags, const std::string& training_id, std::string
                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   std::string state;
   for (;;) {
-    r = c.client->Get("/ml/v4/deployments/" + PathSegment(id) + "?" + kVersion, c.headers);
+    r = c.client->Get("/ml/v4/deployments/" + UrlComponent(id) + "?" + kVersion, c.headers);
     if (!r || r->status != 200) return Report(who, c, r);
     json status = json::parse(r->body)["entity"]["status"];
     state = status.value("state", "");
@@ -347,7 +347,7 @@ int Score(const ClientFlags& flags, const std::string& id, const std::string& in
   }
   Connection c;
   if (!Connect(flags, who, &c)) return 2;
-  auto r = c.client->Post("/ml/v4/deployments/" + PathSegment(id) + "/predictions?" + kVersion,
+  auto r = c.client->Post("/ml/v4/deployments/" + UrlComponent(id) + "/predictions?" + kVersion,
                           c.headers, text.str(), "application/json");
   if (!r || r->status != 200) return Report(who, c, r);
   json body = json::parse(r->body, nullptr, false);

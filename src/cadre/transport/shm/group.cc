@@ -139,13 +139,7 @@ Status ShmGroup::Create(store::Store& store, int rank, int size, std::vector<std
   if (rank == 0) {
     // Unlink once everyone mapped it, so a killed job leaves nothing in /dev/shm.
     while (g->header()->attached.value.load(std::memory_order_acquire) < uint32_t(size)) {
-      if (deadline.expired()) {
-        std::string missing;
-        for (int r = 1; r < size; ++r) {
-          if (g->state(r)->pid.load() == 0) missing += (missing.empty() ? "" : ", ") + g->names_[r];
-        }
-        return TimeoutError("shared memory rendezvous: " + missing + " did not attach in time");
-      }
+      if (deadline.expired()) return g->AttachTimeout();
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     g->segment_.Unlink();
@@ -256,6 +250,14 @@ bool ShmGroup::RanksHaveCpus() {
   return own_cpus_;
 }
 
+Status ShmGroup::AttachTimeout() const {
+  std::string missing;
+  for (int r = 0; r < size_; ++r) {
+    if (state(r)->pid.load() == 0) missing += (missing.empty() ? "" : ", ") + names_[r];
+  }
+  return TimeoutError("shared memory rendezvous: " + missing + " did not attach in time");
+}
+
 Status ShmGroup::RanksHaveOwnCpus(Deadline deadline, bool* out) {
   for (;;) {
     const bool own = RanksHaveCpus();
@@ -263,13 +265,7 @@ Status ShmGroup::RanksHaveOwnCpus(Deadline deadline, bool* out) {
       *out = own;
       return Status::Ok();
     }
-    if (deadline.expired()) {
-      std::string missing;
-      for (int r = 0; r < size_; ++r) {
-        if (state(r)->pid.load() == 0) missing += (missing.empty() ? "" : ", ") + names_[r];
-      }
-      return TimeoutError("shared memory rendezvous: " + missing + " did not attach in time");
-    }
+    if (deadline.expired()) return AttachTimeout();
     if (header()->abort.value.load(std::memory_order_acquire) != 0) return AbortedStatus();
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }

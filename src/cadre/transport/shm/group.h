@@ -102,6 +102,7 @@ class ShmGroup {
   Status PeerFailure(int peer);     // non-ok if the peer died or the group was aborted
   bool Exited(int peer, int* pid);  // the peer's process has exited (*pid: its pid)
   Status AbortedStatus() const;
+  Status AttachTimeout() const;  // kTimeout naming every rank that has not attached
   // Once every rank attached: whether the union of the ranks' CPUs holds a CPU per rank; until
   // then false (no spinning), and decided once.
   bool RanksHaveCpus();
