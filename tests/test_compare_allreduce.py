@@ -67,3 +67,15 @@ def test_rounds_are_reported(compare):
     for r in rows:
         assert len(r["cadre_rounds_us"]) == 2
         assert sorted(r["cadre_rounds_us"])[0] <= r["cadre_us"] <= sorted(r["cadre_rounds_us"])[1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-n", "1"], "-n must be at least 2"),
+    (["--rounds", "0"], "--rounds must be at least 1"),
+    (["--sizes", "6"], "multiple of 4 bytes"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(args, message):
+    proc = subprocess.run([sys.executable, SCRIPT, *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=60, env=ENV)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
