@@ -4,7 +4,9 @@
 Trains a CNN (--model: the Fashion-MNIST example's, or `heavy`, a communication-heavy one of
 ~10.7M parameters) at each of --sizes ranks on this machine for a fixed number of steps with
 cadre.torch.DistributedOptimizer and with DistributedDataParallel (gloo), and the same steps in
-one process alone with no communication: perfect scaling at n ranks is n times that. Then (for
+one process alone with no communication: perfect scaling at n ranks is n times that. n processes
+training alone at the same time ("n alone at once") show what the machine itself leaves for n
+ranks, before any communication: they share its memory bus, caches and cores. Then (for
 the mnist model) allreduces a synthetic ResNet-50 gradient set (161 tensors, ~100 MB) per step
 with cadre's fusion, without fusion (threshold 0), and with gloo (all tensors submitted at
 once); and the latency of a 4-byte allreduce through the Python API next to the raw C++
@@ -13,7 +15,7 @@ calls), on one host (shared memory) and across two learners (TCP).
 
 Every contender runs under the same CPU pinning (one equal share per rank). Throughput figures
 are medians of --repeats rounds, the contenders interleaved within each round (cadre, DDP,
-alone, cadre, DDP, alone, ...) so that a burst of load on a shared machine does not favour one;
+alone, at once, cadre, ...) so that a burst of load on a shared machine does not favour one;
 each is printed with its spread ((max - min) / median) and every round's value, then where rank
 0's CPU went per step, by thread (the training thread, cadre's engine thread, gloo's threads):
 figures that a busy machine's wall-clock noise does not hide.
@@ -125,11 +127,12 @@ def main():
     # One cadre contender per batching window asked for (None: the environment's setting).
     waits = args.batch_wait or [None]
     label = {w: "cadre" if w is None else "cadre, wait %s" % w for w in waits}
-    print("%-6s %22s %22s %22s %9s %11s" % ("ranks", "cadre samples/s", "DDP samples/s",
-                                          "perfect (n x alone)", "vs DDP", "of perfect"))
+    print("%-6s %18s %18s %20s %20s %7s %11s %9s" % (
+        "ranks", "cadre samples/s", "DDP samples/s", "perfect (n x alone)", "n alone at once",
+        "vs DDP", "of perfect", "of once"))
     for n in args.sizes:
         cs = {w: [] for w in waits}
-        ds, alone = [], []
+        ds, alone, at_once = [], [], []
         cpu = {}
         chosen = []
         for _ in range(args.repeats):
@@ -140,28 +143,33 @@ def main():
                 cpu.setdefault(label[w], []).append(result.get("cpu_ms_per_step", {}))
                 if "batch_window" in result:
                     chosen.append(result["batch_window"])
-            for mode, size, out in () if args.cadre_only else (("ddp", n, ds),
-                                                                   ("local", 1, alone)):
+            # n processes training alone at the same time: what the machine gives n ranks with
+            # no communication at all (they share its memory bus and caches, and its cores).
+            for name, mode, size, out in () if args.cadre_only else (
+                    ("DDP", "ddp", n, ds), ("alone", "local", 1, alone),
+                    ("at once", "local", n, at_once)):
                 result = run(mode, size, args.steps, extra=extra)
                 out.append(result["samples_per_s"])
-                cpu.setdefault({"ddp": "DDP", "local": "alone"}[mode], []).append(
-                    result.get("cpu_ms_per_step", {}))
+                cpu.setdefault(name, []).append(result.get("cpu_ms_per_step", {}))
         for w in waits:
             c = statistics.median(cs[w])
             name = "" if w is None else " (CADRE_BATCH_WAIT_MS=%s)" % w
             if args.cadre_only:
-                print("%-6d %22s %22s %22s %9s %11s   (rounds: cadre%s %s)"
-                      % (n, spread(cs[w]), "-", "-", "-", "-", name, rounds(cs[w])), flush=True)
+                print("%-6d %18s %18s %20s %20s %7s %11s %9s   (rounds: cadre%s %s)"
+                      % (n, spread(cs[w]), "-", "-", "-", "-", "-", "-", name, rounds(cs[w])),
+                      flush=True)
                 continue
-            d, p = statistics.median(ds), statistics.median(alone)
-            print("%-6d %22s %22s %22s %8.2fx %10.0f%%   (rounds: cadre%s %s; DDP %s; alone %s)"
-                  % (n, spread(cs[w]), spread(ds), spread([n * x for x in alone]), c / d,
-                     100 * c / (n * p), name, rounds(cs[w]), rounds(ds), rounds(alone)),
-                  flush=True)
+            d, p, o = statistics.median(ds), statistics.median(alone), statistics.median(at_once)
+            print("%-6d %18s %18s %20s %20s %6.2fx %10.0f%% %8.0f%%   (rounds: cadre%s %s; "
+                  "DDP %s; alone %s; at once %s)"
+                  % (n, spread(cs[w]), spread(ds), spread([n * x for x in alone]),
+                     spread(at_once), c / d, 100 * c / (n * p), 100 * c / o, name,
+                     rounds(cs[w]), rounds(ds), rounds(alone), rounds(at_once)), flush=True)
         print("       CPU ms per step of rank 0's threads, medians of the rounds: %s"
               % "; ".join("%s %s" % (name, cpu_medians(cpu[name])) for name in
                           [label[w] for w in waits] + ([] if args.cadre_only else
-                                                      ["DDP", "alone"])), flush=True)
+                                                      ["DDP", "alone", "at once"])),
+              flush=True)
         for line in chosen:
             print("       rank 0: %s" % line, flush=True)
     if args.model != "mnist":

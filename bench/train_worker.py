@@ -1,7 +1,8 @@
 # One rank of bench/train.py. Modes:
 #   cadre   - a CNN (--model) trained with cadre.torch.DistributedOptimizer
 #   ddp     - the same model, data and steps with torch DistributedDataParallel over gloo
-#   local   - the same steps with no communication (run as one process: perfect scaling's base)
+#   local   - the same steps with no communication: one process is perfect scaling's base; n
+#             processes at once each train alone (their rates summed)
 #   grads   - allreduce a synthetic ResNet-50 gradient set (161 tensors, ~100 MB) per step with
 #             cadre (fusion at the configured threshold), reporting ms per step
 #   gloo    - the same gradient set with torch.distributed.all_reduce (gloo), every tensor
@@ -107,9 +108,11 @@ def thread_cpu():
 last_cpu_ms_per_step = {}
 
 
-def timed_steps(step):
+def timed_steps(step, before_timing=None):
     for _ in range(args.warmup):
         step()
+    if before_timing:
+        before_timing()
     cpu0 = thread_cpu()
     t0 = time.perf_counter()
     for _ in range(args.steps):
@@ -134,15 +137,17 @@ def sgd(model):
     return torch.optim.SGD(model.parameters(), lr=0.01, momentum=args.momentum)
 
 
-def train_throughput(model, opt, data, target):
-    """Reports samples/s of SGD steps of `model` (plain, DDP-wrapped or with cadre's hooks)."""
+def train_throughput(model, opt, data, target, before_timing=None, total_rate=None):
+    """Reports samples/s of SGD steps of `model` (plain, DDP-wrapped or with cadre's hooks):
+    size x rank 0's rate, or total_rate(this rank's rate) when the ranks run at their own pace."""
     def step():
         opt.zero_grad()
         F.nll_loss(model(data), target).backward()
         opt.step()
 
-    secs = timed_steps(step)
-    report({"samples_per_s": args.steps * args.batch_size * size / secs,
+    secs = timed_steps(step, before_timing)
+    rate = args.steps * args.batch_size / secs
+    report({"samples_per_s": total_rate(rate) if total_rate else rate * size,
             "ms_per_step": 1000 * secs / args.steps, "cpu_ms_per_step": last_cpu_ms_per_step})
 
 
@@ -156,11 +161,27 @@ if args.mode == "cadre":
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     train_throughput(model, opt, data, target)
     hvd.shutdown()
-elif args.mode == "local":
-    # The same steps with no communication at all: what any distributed optimizer could reach
-    # here at best (the ranks still share the machine's cores).
+elif args.mode == "local" and size == 1:
+    # The same steps with no communication at all: perfect scaling's base.
     model, data, target = train_setup()
     train_throughput(model, sgd(model), data, target)
+elif args.mode == "local":
+    # n processes each training alone at the same time: what the machine leaves for n ranks
+    # before any communication. gloo only lines up the start of the timed steps and sums the
+    # ranks' rates at the end; nothing is communicated during the steps.
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["BENCH_PORT"],
+                            rank=rank, world_size=size)
+    model, data, target = train_setup()
+
+    def total_rate(mine):
+        rate = torch.tensor([mine], dtype=torch.float64)
+        dist.all_reduce(rate)
+        return rate.item()
+
+    train_throughput(model, sgd(model), data, target, before_timing=dist.barrier,
+                     total_rate=total_rate)
+    dist.destroy_process_group()
 elif args.mode == "ddp":
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["BENCH_PORT"],

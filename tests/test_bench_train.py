@@ -41,11 +41,14 @@ def test_bad_arguments_are_refused(tmp_path, args, message):
 
 def test_a_short_run_prints_every_table(tmp_path):
     proc = run(["--sizes", "2", "--steps", "1", "--repeats", "1", "--warmup", "0",
-                "--grad-steps", "1", "--cadre-only"], tmp_path, timeout=300)
+                "--grad-steps", "1"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
+    assert "n alone at once" in next(line for line in lines if line.startswith("ranks "))
     row = next(line for line in lines if line.startswith("2 "))
-    assert float(row.split()[1]) > 0  # cadre's samples/s
+    # cadre, DDP, perfect and n alone at once, each "median (spread%)"
+    rates = [float(x) for x in row.split()[1:9:2]]
+    assert len(rates) == 4 and all(r > 0 for r in rates), row
     assert any("Synthetic ResNet-50 gradients" in line for line in lines)
     assert any(line.startswith("1 learner x 2 slots (shm)") for line in lines)
     assert any(line.startswith("2 learners x 1 slot (TCP)") for line in lines)
