@@ -22,4 +22,19 @@ inline constexpr size_t kMaxQuotedBytes = 80;
 // "... (N bytes)". Printable ASCII within the bound reads unchanged: Quoted("rank 3") is 'rank 3'.
 std::string Quoted(std::string_view text, size_t max_bytes = kMaxQuotedBytes);
 
+// Text a person wrote (a manifest's value or key, a YAML parser's message that holds the byte it
+// stopped at) for one line of an error message. As Quoted, except that well-formed UTF-8 reads
+// unchanged, so that a name in any script is shown as written: only the quote, the backslash,
+// control characters (C0, DEL, C1, and the bidirectional and line-separator formats that would
+// reorder or break the line) and bytes that are not UTF-8 are escaped. Cut at a character.
+std::string QuotedText(std::string_view text, size_t max_bytes = kMaxQuotedBytes);
+
+// QuotedText without the quotes (a key inside a field path, a parser's own message); the quote
+// itself then reads unchanged.
+std::string EscapedText(std::string_view text, size_t max_bytes = kMaxQuotedBytes);
+
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF).
+bool IsUtf8(std::string_view text);
+
 }  // namespace cadre
