@@ -73,6 +73,30 @@ def test_all_problems_at_once_including_flags(cadre_run, tmp_path):
     assert "CADRE_PYTHON: '/nonexistent/python3' is not an executable" in bad_python.stderr
 
 
+def run_bytes(args, cwd):
+    """`cadre run ARGS` with the output as bytes (it may hold anything a manifest held)."""
+    env = dict(os.environ)
+    env.pop("CADRE_HOSTS_METHOD", None)
+    return subprocess.run([CADRE, "run", *args], cwd=cwd, env=env, timeout=60,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_binary_manifest_is_reported_escaped(tmp_path):
+    # YAML's parser names the byte it stopped at ("unknown escape character"), and a file that
+    # reads as one scalar was echoed whole: raw bytes and terminal escapes on the user's console.
+    cases = {"escape.yaml": b'name: "a\\\xc9\x1b[2J"\n',
+             "scalar.yaml": bytes(range(1, 32)) * 40 + b"\xff\x9b",
+             "key.yaml": b"framework: {name: pytorch}\nexecution: {command: x}\n\x1b]0;hi\x07: 1\n"}
+    for name, text in cases.items():
+        (tmp_path / name).write_bytes(text)
+        proc = run_bytes([name], tmp_path)
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert b"nothing was started" in proc.stderr
+        assert all(c in b"\n" or 0x20 <= c < 0x7f for c in proc.stderr), (name, proc.stderr)
+        assert len(proc.stderr) < 1000, (name, proc.stderr)
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("flag,value", [("--queue-timeout", "nan"), ("--queue-timeout", "inf"),
                                         ("--queue-timeout", "1e300"), ("--queue-timeout", "-1"),
                                         ("--time-limit", "-5")])

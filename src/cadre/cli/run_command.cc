@@ -17,6 +17,7 @@
 
 #include "cadre/backends/backend.h"
 #include "cadre/backends/k8s_render.h"
+#include "cadre/base/printable.h"
 #include "cadre/cli/commands.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/local_backend.h"
@@ -82,8 +83,8 @@ int Run(const RunFlags& flags) {
     request.framework.Set("pytorch", "--framework");
     request.command.origin = "command (after --)";
     if (!flags.args.empty() && IsManifestPath(flags.args[0])) {
-      problems.Add("command (after --)", "'" + flags.args[0] +
-                                             "' is a manifest; give either a manifest or a "
+      problems.Add("command (after --)", QuotedText(flags.args[0]) +
+                                             " is a manifest; give either a manifest or a "
                                              "command after --, not both");
     } else if (!flags.args.empty()) {
       request.command.Set(ShellJoin(flags.args), "command (after --)");
@@ -151,8 +152,8 @@ int Run(const RunFlags& flags) {
   // The partition is a line of the batch script: a newline would add a line of its own to it.
   if (std::any_of(flags.partition.begin(), flags.partition.end(),
                   [](unsigned char c) { return c <= ' ' || c == 0x7f; })) {
-    problems.Add("--partition", "'" + flags.partition +
-                                    "' is not a Slurm partition name (no spaces or control "
+    problems.Add("--partition", QuotedText(flags.partition) +
+                                    " is not a Slurm partition name (no spaces or control "
                                     "characters; several are separated by commas)");
   }
   backend.time_limit_minutes = flags.time_limit_minutes;
@@ -195,7 +196,8 @@ int Run(const RunFlags& flags) {
 
   launch::PythonInfo python = launch::FindPython();
   if (std::getenv("CADRE_PYTHON") != nullptr && access(python.interpreter.c_str(), X_OK) != 0) {
-    problems.Add("CADRE_PYTHON", "'" + python.interpreter + "' is not an executable interpreter");
+    problems.Add("CADRE_PYTHON",
+                 QuotedText(python.interpreter, 1024) + " is not an executable interpreter");
   }
   launch::Installed installed{python.torch_version, python.interpreter};
   std::optional<launch::JobSpec> spec;

@@ -4,11 +4,15 @@
 #include <string_view>
 #include <vector>
 
+#include "cadre/base/printable.h"
+
 namespace cadre::launch {
 namespace {
 
 // Names appear in status.json, log headers and the dashboard: one short line each.
 constexpr size_t kMaxJobNameBytes = 256;
+// A path in a problem is shown whole up to this (a value is cut at Quoted's 80 bytes).
+constexpr size_t kMaxShownPathBytes = 1024;
 
 std::string OriginOr(const std::string& origin, const char* fallback) {
   return origin.empty() ? fallback : origin;
@@ -48,6 +52,8 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
                          [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
     problems->Add(request.name.origin,
                   "must be one line of printable text (it holds a control character)");
+  } else if (!IsUtf8(spec.name)) {
+    problems->Add(request.name.origin, "must be UTF-8 text, got " + QuotedText(spec.name));
   }
 
   // Framework and its version.
@@ -59,7 +65,7 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
   } else if (!(framework = FindFramework(*request.framework))) {
     std::string hint = DidYouMean(*request.framework, FrameworkNameList());
     problems->Add(request.framework.origin,
-                  "unknown framework '" + *request.framework + "'" +
+                  "unknown framework " + QuotedText(*request.framework) +
                       (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
                       "; valid: " + FrameworkNames());
   } else {
@@ -75,9 +81,10 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
                           " requested, but no python3 here can import torch (set CADRE_PYTHON "
                           "to an interpreter that has it)");
       } else if (MajorMinor(*installed.torch_version) != wanted) {
-        problems->Add(request.framework_version.origin,
-                      "'" + *request.framework_version + "' does not match the installed torch " +
-                          MajorMinor(*installed.torch_version) + " (" + installed.python + ")");
+        problems->Add(request.framework_version.origin, QuotedText(*request.framework_version) +
+                                                            " does not match the installed torch " +
+                                                            MajorMinor(*installed.torch_version) +
+                                                            " (" + installed.python + ")");
       }
     }
   }
@@ -89,14 +96,14 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
     if (!compute) {
       std::string hint = DidYouMean(*request.compute, ComputeConfigNameList());
       problems->Add(request.compute.origin,
-                    "unknown compute configuration '" + *request.compute + "'" +
+                    "unknown compute configuration " + QuotedText(*request.compute) +
                         (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
                         "; valid: " + ComputeConfigNames());
     }
     if (request.gpus.has_value() && compute && compute->gpus != *request.gpus) {
       problems->Add(request.gpus.origin, "says " + std::to_string(*request.gpus) +
                                              " GPUs per learner but " + request.compute.origin +
-                                             " '" + *request.compute + "' has " +
+                                             " " + QuotedText(*request.compute) + " has " +
                                              std::to_string(compute->gpus));
     }
   } else if (request.gpus.has_value()) {
@@ -225,7 +232,8 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
     spec.data_dir = Resolve(spec.work_dir, *request.data_path);
     std::error_code ec;
     if (!std::filesystem::is_directory(spec.data_dir, ec)) {
-      problems->Add(request.data_path.origin, "'" + spec.data_dir.string() + "' is not a folder");
+      problems->Add(request.data_path.origin,
+                    QuotedText(spec.data_dir.string(), kMaxShownPathBytes) + " is not a folder");
     }
   }
   spec.results_dir = request.results_path.has_value()

@@ -2,12 +2,17 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <vector>
+
+#include "cadre/base/printable.h"
 
 namespace cadre::launch {
 namespace {
@@ -41,6 +46,9 @@ const Keys kLocationKeys = {"path"};
 const Keys kDataStoreKeys = {"id", "type", "training_data", "training_results", "connection"};
 const Keys kContainerKeys = {"container"};
 
+// Bound for a file name or a parser's message in a problem (a value is cut at Quoted's 80).
+constexpr size_t kMaxShownBytes = 512;
+
 std::string Join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
 }
@@ -52,14 +60,15 @@ std::string Describe(const YAML::Node& node) {
     case YAML::NodeType::Sequence:
       return "a list";
     case YAML::NodeType::Scalar:
-      return "'" + node.Scalar() + "'";
+      return QuotedText(node.Scalar());
     default:
       return "nothing";
   }
 }
 
+// A key as it appears in a field path: escaped, since a manifest can hold any bytes.
 std::string KeyText(const YAML::Node& key) {
-  return key.IsScalar() ? key.Scalar() : "<" + Describe(key) + ">";
+  return key.IsScalar() ? EscapedText(key.Scalar()) : "<" + Describe(key) + ">";
 }
 
 // Reads one level of a manifest: checks it is a mapping, reports unknown keys, and reads typed
@@ -74,12 +83,17 @@ class MapReader {
       ok_ = false;
       return;
     }
+    std::set<std::string> seen;
     for (const auto& entry : node_) {
       std::string key = KeyText(entry.first);
       bool found = false;
-      for (auto k : known) found = found || k == key;
+      for (auto k : known) found = found || (entry.first.IsScalar() && k == entry.first.Scalar());
+      // YAML keys are unique; a parser that keeps one of two silently runs what was not meant.
+      if (found && !seen.insert(key).second) {
+        problems_->Add(Join(path_, key), "given twice; a key may appear once in a mapping");
+      }
       if (found) continue;
-      std::string hint = DidYouMean(key, known);
+      std::string hint = entry.first.IsScalar() ? DidYouMean(entry.first.Scalar(), known) : "";
       std::string message = "unknown key";
       if (!hint.empty()) {
         message += " (did you mean '" + hint + "'?)";
@@ -110,6 +124,14 @@ class MapReader {
       out->SetUnreadable(PathOf(key));
       return;
     }
+    // YAML text is Unicode; bytes that are not UTF-8 (a binary file, a Latin-1 editor) would
+    // reach status.json and every message as they are.
+    if (!IsUtf8(value.Scalar())) {
+      problems_->Add(PathOf(key), "not UTF-8 text: " + QuotedText(value.Scalar()) +
+                                      " (a manifest is UTF-8, as YAML is)");
+      out->SetUnreadable(PathOf(key));
+      return;
+    }
     out->Set(value.Scalar(), PathOf(key));
   }
 
@@ -126,7 +148,7 @@ class MapReader {
         return;
       }
       if (ec == std::errc::result_out_of_range) {
-        problems_->Add(PathOf(key), "'" + s + "' is out of range");
+        problems_->Add(PathOf(key), QuotedText(s) + " is out of range");
         out->SetUnreadable(PathOf(key));
         return;
       }
@@ -150,7 +172,7 @@ class MapReader {
     if (!ok) {
       problems_->Add(PathOf(key), "expected a number, got " + Describe(value));
     } else if (positive && !(d > 0 && std::isfinite(d))) {
-      problems_->Add(PathOf(key), "must be a number above 0, got " + value.Scalar());
+      problems_->Add(PathOf(key), "must be a number above 0, got " + QuotedText(value.Scalar()));
     }
   }
 
@@ -177,7 +199,8 @@ void ReadReference(const MapReader& top, std::string_view key, Field<std::string
   Field<std::string> type;
   ref.String("type", &type);
   if (type.has_value() && *type != "fs") {
-    problems->Add(type.origin, "'" + *type + "' is not available on the local backend (valid: fs)");
+    problems->Add(type.origin,
+                  QuotedText(*type) + " is not available on the local backend (valid: fs)");
   }
   if (!ref.Has("location")) {
     problems->Add(ref.PathOf("location"), "missing (location.path names the folder)");
@@ -205,8 +228,8 @@ void ReadDataStores(const MapReader& top, JobRequest* request, Problems* problem
     Field<std::string> type;
     store.String("type", &type);
     if (type.has_value() && *type != "fs" && *type != "mount_volume") {
-      problems->Add(type.origin, "'" + *type +
-                                     "' is not available on the local backend (valid: fs, "
+      problems->Add(type.origin, QuotedText(*type) +
+                                     " is not available on the local backend (valid: fs, "
                                      "mount_volume)");
     }
     for (auto [key, field] :
@@ -236,12 +259,14 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     problems->Add(
-        source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1),
-        "not valid YAML: " + e.msg);
+        EscapedText(source, kMaxShownBytes) + ":" + std::to_string(e.mark.line + 1) + ":" +
+            std::to_string(e.mark.column + 1),
+        // The parser's message may hold the byte it stopped at ("unknown escape character").
+        "not valid YAML: " + EscapedText(e.msg, kMaxShownBytes));
     return false;
   }
   if (root.IsNull()) {
-    problems->Add("manifest", source + " is empty");
+    problems->Add("manifest", EscapedText(source, kMaxShownBytes) + " is empty");
     return false;
   }
   MapReader top(root, "", kTopKeys, problems);
@@ -313,12 +338,15 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
 
 bool LoadManifestFile(const std::filesystem::path& file, JobRequest* request, Problems* problems) {
   std::ifstream in(file);
-  if (!in) {
-    problems->Add("manifest", "cannot read " + file.string());
+  std::stringstream text;
+  if (in) text << in.rdbuf();
+  // A folder opens, then reads nothing: that is not an empty manifest.
+  if (!in || in.bad() || std::filesystem::is_directory(file)) {
+    int error = std::filesystem::is_directory(file) ? EISDIR : errno;
+    problems->Add("manifest", "cannot read " + EscapedText(file.string(), kMaxShownBytes) + ": " +
+                                  std::strerror(error));
     return false;
   }
-  std::stringstream text;
-  text << in.rdbuf();
   std::error_code ec;
   auto absolute = std::filesystem::absolute(file, ec);
   request->base_dir = (ec ? file : absolute).parent_path();

@@ -2,6 +2,8 @@
 // problems come out in one pass.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/manifest.h"
 
@@ -323,6 +325,85 @@ TEST(Manifest, TheNameIsOnePrintableLineOfAtMost256Bytes) {
   EXPECT_TRUE(Check("name: \"r\u00e9seau-\u65e5\u672c\"\n" + body).spec);
 }
 
+// A problem is one line of text a terminal shows as it is: what a manifest holds (binary junk,
+// escape sequences, bytes that are not UTF-8) appears escaped and cut, wherever it is echoed.
+bool Printable(const Problems& problems) {
+  for (const auto& p : problems.list()) {
+    for (unsigned char c : p.ToString()) {
+      if (c < 0x20 || c >= 0x7f) return false;
+    }
+  }
+  return true;
+}
+
+TEST(Manifest, BytesOfABinaryManifestAreEscapedInEveryProblem) {
+  // yaml-cpp's message holds the byte it stopped at: "unknown escape character: <0xc9>".
+  Checked escape = Check("name: \"a\\\xc9\"\n");
+  ASSERT_EQ(escape.problems.size(), 1u) << escape.problems.ToString();
+  EXPECT_NE(escape.problems.list()[0].message.find("unknown escape character: \\xc9"),
+            std::string::npos)
+      << escape.problems.ToString();
+  EXPECT_TRUE(Printable(escape.problems)) << escape.problems.ToString();
+
+  // A file that reads as one scalar: shown escaped and cut, not as 300 raw bytes.
+  std::string junk(300, '\0');
+  for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>("\x01\xff\x1b\x9bz"[i % 5]);
+  Checked scalar = Check(junk);
+  EXPECT_TRUE(scalar.Has("manifest", "expected a mapping, got '\\x01\\xff\\x1b\\x9bz"))
+      << scalar.problems.ToString();
+  EXPECT_TRUE(scalar.Has("manifest", "... ("));
+  EXPECT_TRUE(Printable(scalar.problems)) << scalar.problems.ToString();
+
+  // Keys, values and their echoes in later checks.
+  Checked fields = Check(
+      "\"k\\e[2J\": 1\n"
+      "framework: {name: \"pytorch\\e[31m\", version: \"1.\\x07\"}\n"
+      "execution: {command: x, compute_configuration: {name: \"k80\\x0a\", nodes: \"\\x9b\"}}\n"
+      "max_restarts: 99999999999999999999\\x01\n"
+      "training_data_reference: {type: \"\\x1b\", location: {path: \"/no\\x1b\"}}\n");
+  EXPECT_TRUE(fields.Has("k\\x1b[2J", "unknown key")) << fields.problems.ToString();
+  EXPECT_TRUE(fields.Has("framework.name", "unknown framework 'pytorch\\x1b[31m'"));
+  EXPECT_TRUE(fields.Has("execution.compute_configuration.name", "'k80\\x0a'"));
+  EXPECT_TRUE(fields.Has("execution.compute_configuration.nodes", "got '\\xc2\\x9b'"));
+  EXPECT_TRUE(fields.Has("training_data_reference.type", "'\\x1b' is not available"));
+  EXPECT_TRUE(Printable(fields.problems)) << fields.problems.ToString();
+
+  // A value past the bound is cut: a 1 MB framework name is not a 1 MB message.
+  Checked huge =
+      Check("framework: {name: " + std::string(1 << 20, 'x') + "}\nexecution: {command: x}\n");
+  ASSERT_EQ(huge.problems.size(), 1u);
+  EXPECT_LT(huge.problems.list()[0].message.size(), 400u);
+  EXPECT_TRUE(huge.Has("framework.name", "(1048576 bytes)"));
+}
+
+TEST(Manifest, TextThatIsNotUtf8IsAProblemOfItsField) {
+  // It once reached status.json, whose JSON writer threw: the runner stopped mid-set-up.
+  Checked name = Check("name: caf\xe9\nframework: {name: pytorch}\nexecution: {command: x}\n");
+  EXPECT_TRUE(name.Has("name", "not UTF-8 text: 'caf\\xe9'")) << name.problems.ToString();
+  Checked command = Check("framework: {name: pytorch}\nexecution: {command: \"echo \xff\"}\n");
+  EXPECT_TRUE(command.Has("execution.command", "not UTF-8 text"));
+  ASSERT_EQ(command.problems.size(), 1u) << command.problems.ToString();  // not also "missing"
+
+  // --name is checked the same way.
+  JobRequest request;
+  Problems problems;
+  ASSERT_TRUE(ReadManifest(kWml, "job.yaml", &request, &problems));
+  request.name.Set("a\xff", "--name");
+  EXPECT_FALSE(BuildJobSpec(request, kTorch113, &problems));
+  ASSERT_EQ(problems.size(), 1u) << problems.ToString();
+  EXPECT_EQ(problems.list()[0].path, "--name");
+  EXPECT_NE(problems.list()[0].message.find("UTF-8"), std::string::npos);
+}
+
+TEST(Manifest, AKeyGivenTwiceIsAProblem) {
+  // yaml-cpp keeps one of them silently: the job would run with a value nobody chose.
+  Checked c = Check(
+      "name: a\nname: b\nframework: {name: pytorch, name: pytorch-horovod}\n"
+      "execution: {command: x}\n");
+  EXPECT_TRUE(c.Has("name", "given twice")) << c.problems.ToString();
+  EXPECT_TRUE(c.Has("framework.name", "given twice"));
+}
+
 TEST(Manifest, NumbersOutOfRangeNameTheirField) {
   // 2^32 + 1 GPUs once narrowed to 1 and was accepted as a k80 job.
   Checked gpus = Check(R"(
@@ -443,6 +524,12 @@ TEST(DidYouMean, OnlyCloseWords) {
   EXPECT_EQ(DidYouMean("nodse", {"name", "nodes"}), "nodes");
   EXPECT_EQ(DidYouMean("Nodes", {"name", "nodes"}), "nodes");
   EXPECT_EQ(DidYouMean("completely", {"name", "nodes"}), "");
+  // A huge value is no typo, and is not compared letter by letter (that took seconds per
+  // 10 MB of a manifest's value).
+  const std::string huge(64 << 20, 'n');
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_EQ(DidYouMean(huge, {"name", "nodes"}), "");
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(1));
 }
 
 }  // namespace

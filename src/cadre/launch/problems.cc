@@ -33,17 +33,21 @@ std::string Problems::ToString() const {
 }
 
 std::string DidYouMean(std::string_view word, const std::vector<std::string_view>& candidates) {
+  // A third of the length (at least 2) separates typos from different words.
+  const size_t limit = std::max<size_t>(2, word.size() / 3);
   std::string_view best;
   size_t best_distance = std::string_view::npos;
   for (auto candidate : candidates) {
+    // The distance is at least the difference in length: a megabyte-long value is no typo, and
+    // comparing it letter by letter would take seconds.
+    const size_t longer = std::max(word.size(), candidate.size());
+    if (longer - std::min(word.size(), candidate.size()) > limit) continue;
     size_t d = EditDistance(word, candidate);
     if (d < best_distance) {
       best_distance = d;
       best = candidate;
     }
   }
-  // A third of the length (at least 2) separates typos from different words.
-  size_t limit = std::max<size_t>(2, word.size() / 3);
   if (best_distance > limit) return "";
   return std::string(best);
 }
