@@ -97,6 +97,17 @@ def test_a_binary_manifest_is_reported_escaped(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_an_argument_that_is_not_utf8_runs_and_is_recorded(tmp_path):
+    # A command's argument (a file name) may be any bytes; status.json's JSON writer once threw
+    # on them and the runner stopped before starting the job, with no status.json.
+    proc = run_bytes(["-q", "--", "sh", "-c", 'printf "%s\\n" "$1"', "sh", b"caf\xe9"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (job_dir,) = list((tmp_path / "runs").iterdir())
+    assert (job_dir / "learner-1" / "slot-0.log").read_bytes() == b"caf\xe9\n"
+    status = json.loads((job_dir / "status.json").read_text())
+    assert status["state"] == "completed" and "caf\ufffd" in status["command"]
+
+
 @pytest.mark.parametrize("flag,value", [("--queue-timeout", "nan"), ("--queue-timeout", "inf"),
                                         ("--queue-timeout", "1e300"), ("--queue-timeout", "-1"),
                                         ("--time-limit", "-5")])

@@ -250,7 +250,9 @@ std::string StatusJson(const JobSpec& spec, const JobLayout& layout, const JobSt
       {"restart_causes", status.restart_causes},
       {"rejoins", status.rejoins},
   };
-  return doc.dump(2) + "\n";
+  // JSON is UTF-8: bytes that are not (a command's argument, a path, given after --) are written
+  // as U+FFFD rather than stopping the runner mid-job.
+  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 Status WriteStatusFile(const JobSpec& spec, const JobLayout& layout, const JobStatus& status) {
