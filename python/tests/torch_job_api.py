@@ -22,6 +22,19 @@ try:
     BEFORE_INIT["rank"] = "no error"
 except ValueError as e:
     BEFORE_INIT["rank"] = str(e)
+# Horovod refuses a DistributedOptimizer before init (it asks the global process set, which
+# raises): one made then would never average, and the ranks would drift apart unnoticed.
+_model = torch.nn.Linear(2, 1)
+for _what, _ask in [
+        ("optimizer", lambda: hvd.DistributedOptimizer(
+            torch.optim.SGD(_model.parameters(), lr=0.1),
+            named_parameters=_model.named_parameters())),
+        ("global_set_included", hvd.global_process_set.included),
+        ("global_set_size", hvd.global_process_set.size)]:
+    try:
+        BEFORE_INIT[_what] = "no error: %r" % (_ask(),)
+    except ValueError as e:
+        BEFORE_INIT[_what] = str(e)
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
@@ -42,7 +55,8 @@ def engine_still_works(tag):
 def _():
     b = BEFORE_INIT
     assert b["initialized"] is False, b
-    assert "not been initialized" in b["rank"], b
+    for key in ("rank", "optimizer", "global_set_included", "global_set_size"):
+        assert "not been initialized" in b[key], (key, b[key])
     # The truth: cadre has neither MPI nor Gloo (nor GPUs here).
     for key in ("mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built",
                 "ddl_built", "ccl_built", "cuda_built", "rocm_built", "mpi_threads_supported"):

@@ -61,23 +61,30 @@ class ProcessSet:
         self.process_set_id = None
         self._engine = None
 
+    def _registered(self):
+        """Whether the set is registered. The global set is Horovod's process set 0 from the
+        start, so before init() (or after shutdown()) asking it raises as Horovod does."""
+        if self is global_process_set:
+            _require_init()
+        return self.process_set_id is not None
+
     def size(self):
         """The number of ranks, or None while the set is not registered (as Horovod)."""
-        if self.process_set_id is None:
+        if not self._registered():
             return None
         return len(self.ranks)
 
     def rank(self):
         """This process's rank within the set (-1 when it is not a member), or None while the
         set is not registered. Roots of collectives are global ranks, not this one."""
-        if self.process_set_id is None:
+        if not self._registered():
             return None
         me = _state().rank
         return self.ranks.index(me) if me in self.ranks else -1
 
     def included(self):
         """Whether this process is a member, or None while the set is not registered."""
-        if self.process_set_id is None:
+        if not self._registered():
             return None
         return _state().rank in self.ranks
 
