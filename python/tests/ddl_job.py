@@ -54,6 +54,19 @@ def main():
         want = sum(q * 10 + i for q in range(n)) / n
         assert torch.allclose(p.grad, torch.full_like(p, want)), (i, p.grad.flatten()[:3], want)
 
+    # A parameter backward did not reach on rank 0 only (a branch its batch did not take)
+    # counts as zeros there: every rank reduces the same tensors, none waits for a missing one.
+    for i, p in enumerate(model.parameters()):
+        p.grad = None if (r == 0 and i == 3) else torch.full_like(p, float(r + 1))
+    model[0].weight.requires_grad_(False)
+    model[0].weight.grad = None  # frozen: skipped on every rank
+    ddl.grads_reduce(model)
+    assert model[0].weight.grad is None
+    total = sum(q + 1 for q in range(n))
+    for i, p in enumerate(list(model.parameters())[1:], 1):
+        want = (total - 1 if i == 3 else total) / n
+        assert torch.allclose(p.grad, torch.full_like(p, want)), (i, p.grad.flatten()[:3], want)
+
     # wrap: same start everywhere, averaged gradients, so the replicas stay identical.
     torch.manual_seed(100 + r)  # different initial weights per rank on purpose
     model = torch.nn.Linear(6, 2)

@@ -199,17 +199,30 @@ def _group_by_bytes(tensors, limit):
 
 
 def _gradients(source):
+    """The gradients to reduce: of every parameter that requires one or has one. A parameter
+    that backward did not reach on this rank gets a zero gradient first, as Horovod's
+    DistributedOptimizer gives it: another rank may have one, and every rank must submit the
+    same tensors (a rank that skipped it would leave the others waiting for it)."""
     if isinstance(source, torch.nn.Module):
         params = list(source.parameters())
     else:
         params = list(source)
-    return [p.grad for p in params if getattr(p, "grad", None) is not None]
+    grads = []
+    for p in params:
+        if getattr(p, "grad", None) is None:
+            if not getattr(p, "requires_grad", False):
+                continue
+            p.grad = torch.zeros_like(p)
+        grads.append(p.grad)
+    return grads
 
 
 def grads_reduce(model_or_params, average=True):
     """Allreduces the gradients of a model (or of an iterable of parameters) across all ranks, in
-    groups of at most DDL_GROUP_SIZE bytes submitted together, and waits for them. Parameters
-    without a gradient are skipped (every rank must have the same ones)."""
+    groups of at most DDL_GROUP_SIZE bytes submitted together, and waits for them. A parameter
+    that requires a gradient but got none on this rank (a branch this rank's batch did not take)
+    counts as zeros and gets the reduced gradient like the others; parameters that require none
+    are skipped."""
     _require()
     grads = _gradients(model_or_params)
     start = time.perf_counter()
