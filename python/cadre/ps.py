@@ -13,13 +13,15 @@ Every learner of a ``pytorch`` (parameter-server) job runs the same program. Lea
         opt.done()
 
 The servers hold the variables and apply the optimizer themselves (SGD, momentum, Adam, or a plain
-sum), with the wrapped optimizer's hyper-parameters as they were at construction; a worker pushes
-gradients and pulls the updated parameters on every ``step()``. In ``mode="sync"`` each step is
-one update with the mean gradient of all workers; in ``mode="async"`` each push is applied as it
-arrives. Parameters must be float32 tensors, on the CPU or a GPU: a model on a GPU keeps
-page-locked host copies of its parameters and gradients, which the client reads and writes;
-gradients are copied to them after the backward pass (on a side stream, after the producing
-stream), the updated values back to the GPU before the work queued next (docs/gpu.md).
+sum), with the wrapped optimizer's hyper-parameters as they were at construction: ``step()``
+refuses to go on once they changed (an LR scheduler, say) rather than train with values other
+than the worker shows. A worker pushes gradients and pulls the updated parameters on every
+``step()``. In ``mode="sync"`` each step is one update with the mean gradient of all workers; in
+``mode="async"`` each push is applied as it arrives. Parameters must be float32 tensors, on the
+CPU or a GPU: a model on a GPU keeps page-locked host copies of its parameters and gradients,
+which the client reads and writes; gradients are copied to them after the backward pass (on a
+side stream, after the producing stream), the updated values back to the GPU before the work
+queued next (docs/gpu.md).
 """
 import atexit
 import weakref
@@ -93,8 +95,7 @@ def _optimizer_config(optimizer, group):
         return {"kind": "adam", "lr": hp("lr"), "beta1": float(beta1), "beta2": float(beta2),
                 "eps": hp("eps", 1e-8), "weight_decay": hp("weight_decay")}
     raise ValueError("cadre.ps: optimizer %s is not served; use torch.optim.SGD (with or without "
-                     "momentum) or torch.optim.Adam, or optimizer='sum'"
-                     % type(optimizer).__name__)
+                     "momentum) or torch.optim.Adam" % type(optimizer).__name__)
 
 
 def _entry(name, tensor):
@@ -170,8 +171,10 @@ class DistributedOptimizer:
                 names[id(p)] = name
         self._params = []  # (name, parameter) in the optimizer's order
         configs = []
+        self._served = []  # per param group: the hyper-parameters the servers apply
         for gi, group in enumerate(optimizer.param_groups):
             config = _optimizer_config(optimizer, group)
+            self._served.append(config)
             for pi, p in enumerate(group["params"]):
                 name = names.get(id(p), "group%d.param%d" % (gi, pi))
                 if p.dtype != torch.float32:
@@ -230,10 +233,28 @@ class DistributedOptimizer:
     def steps(self):
         return self._step
 
+    def _check_hyperparameters(self):
+        """The servers apply the hyper-parameters the optimizer had at construction; a change
+        since (an LR scheduler, a warm-up written by hand) would not reach them, and the worker
+        would train with other values than it shows. Raises ValueError naming the change."""
+        for gi, (group, served) in enumerate(zip(self._optimizer.param_groups, self._served)):
+            now = _optimizer_config(self._optimizer, group)
+            for key in sorted(set(served) | set(now)):
+                value = served.get(key)
+                if now.get(key) != value:
+                    raise ValueError(
+                        "cadre.ps: param group %d's %s is now %r but the parameter servers apply "
+                        "%r, its value when the DistributedOptimizer was made: the servers run "
+                        "the optimizer and do not follow later changes (LR schedulers are not "
+                        "supported in parameter-server mode)" % (gi, key, now.get(key), value))
+
     def step(self, closure=None):
         """Pushes the gradients and replaces the parameters with the servers' values after this
-        step (sync: once every worker pushed it; async: at once)."""
+        step (sync: once every worker pushed it; async: at once). Raises ValueError when the
+        wrapped optimizer's hyper-parameters changed since construction (the servers would not
+        apply the new ones)."""
         import torch
+        self._check_hyperparameters()
         loss = None
         if closure is not None:
             with torch.enable_grad():

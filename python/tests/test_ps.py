@@ -57,6 +57,35 @@ def test_server_side_optimizer_matches_torch(make_opt):
         server.shutdown()
 
 
+@pytest.mark.filterwarnings("ignore:Detected call of")  # the servers step, not the optimizer
+def test_a_changed_hyperparameter_is_refused_not_ignored():
+    # The servers apply the hyper-parameters given at construction; an LR scheduler changes the
+    # worker's copy only, so step() must refuse rather than train with a rate it does not show.
+    server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
+    try:
+        model = make_model(4)
+        inner = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        opt = ps.DistributedOptimizer(inner, model=model, servers=["127.0.0.1:%d" % server.port],
+                                      worker_id=0, token="tok")
+        scheduler = torch.optim.lr_scheduler.StepLR(inner, step_size=1, gamma=0.5)
+        (x, y), = batches(5, n=1)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        scheduler.step()
+        before = [p.detach().clone() for p in model.parameters()]
+        with pytest.raises(ValueError, match="param group 0's lr is now 0.05 but the parameter "
+                                             "servers apply 0.1"):
+            opt.step()
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        inner.param_groups[0]["lr"] = 0.1  # back to the served value: steps go on
+        opt.step()
+        opt.done()
+        assert server.wait(10)
+    finally:
+        server.shutdown()
+
+
 def test_sync_workers_share_one_trajectory():
     # Two workers with different data: each sync step applies the mean gradient once, so both
     # end with the same parameters, equal to one model trained on the mean gradient.
