@@ -72,11 +72,15 @@ def main():
     model = torch.nn.Linear(6, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model, opt = ddl.wrap(model, opt)
+    # An LR scheduler made after wrap() wraps the reducing step like any optimizer's step.
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     for step in range(3):
         x = torch.full((4, 6), float(r + step))
         opt.zero_grad()
         model(x).pow(2).mean().backward()
         opt.step()
+        scheduler.step()
+    assert opt.param_groups[0]["lr"] == 0.1 * 0.5 ** 3, opt.param_groups[0]["lr"]
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     everyone = [flat.clone() for _ in range(n)]
     for q in range(n):

@@ -18,6 +18,7 @@ Names follow IBM DDL: init, rank, size, local_rank, num_hosts, bcast, allreduce_
 import os
 import sys
 import time
+import types
 
 import torch
 
@@ -266,7 +267,7 @@ def wrap(model, optimizer, average=True):
     _hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     step = optimizer.step
 
-    def reducing_step(closure=None):
+    def reducing_step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -275,5 +276,7 @@ def wrap(model, optimizer, average=True):
         step()
         return loss
 
-    optimizer.step = reducing_step
+    # A bound method, as the one it replaces: torch's LR schedulers made afterwards wrap
+    # optimizer.step through its __self__ and __func__.
+    optimizer.step = types.MethodType(reducing_step, optimizer)
     return model, optimizer
