@@ -7,7 +7,7 @@ import urllib.parse
 
 import pytest
 
-from service_helpers import CADRE, make_zip, wml_body
+from service_helpers import CADRE, make_zip, multipart, wml_body
 
 MANIFEST = ("name: zipped\nframework: {name: pytorch}\n"
             "execution: {command: python3 train.py, compute_configuration: {name: cpu, nodes: 1}}\n")
@@ -135,6 +135,26 @@ def test_unknown_ids_and_bad_paging(ada):
                   "?limit=99999999999999999999999"):
         r = ada.api("GET", query)
         assert r.status == 400, (query, r)
+
+
+def test_bytes_that_are_not_utf8_are_a_client_error_not_a_crash(ada):
+    # A path or parameter with such a byte made the answer's JSON throw: a 500 with the library's
+    # message, and on an unknown route (the error handler) the end of the server.
+    for path in ("/ml/v4/nothing%FF?version=2020-09-01", "/ml/v4/trainings/%FF?version=2020-09-01",
+                 "/ml/v4/trainings?version=2020-09-01&state=%FF",
+                 "/ml/v4/trainings?version=2020-09-01&limit=%FF"):
+        r = ada.request("GET", path)
+        assert r.status in (400, 404), (path, r)
+        assert r.json()["errors"] and "json" not in r.body, (path, r)
+    r = ada.api("GET", "/" + "a" * 5000)
+    assert r.status == 404 and len(r.body) < 1000, r  # the id is quoted, not echoed whole
+    # A manifest that is not UTF-8 would be echoed in the training's resource.
+    manifest = MANIFEST.encode().replace(b"python3 train.py", b"echo \xff")
+    body, ctype = multipart([("manifest", "job.yaml", "application/x-yaml", manifest)])
+    r = ada.api("POST", "", body=body, content_type=ctype)
+    assert r.status == 400 and r.error_targets() == ["manifest"], r
+    assert "UTF-8" in r.body, r
+    assert ada.api("GET", "").status == 200
 
 
 def cadre(*args, env=None):

@@ -3,11 +3,16 @@
 #include <charconv>
 #include <chrono>
 
+#include "cadre/base/printable.h"
+
 namespace cadre::service {
 
 void SendJson(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  // Text from a request (a path, a parameter, a manifest) may hold bytes that are not UTF-8;
+  // dump() would throw on them, and an answer must never fail to be written.
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                  "application/json");
 }
 
 void SendErrors(httplib::Response& res, int status, const std::vector<ApiError>& errors) {
@@ -56,7 +61,7 @@ std::optional<TrainingRecord> CallersTraining(ApiContext& ctx, const httplib::Re
 }
 
 void SendTrainingNotFound(httplib::Response& res, const std::string& id) {
-  SendError(res, 404, "training_not_found", "training '" + id + "' does not exist", "id");
+  SendError(res, 404, "training_not_found", "training " + Quoted(id) + " does not exist", "id");
 }
 
 bool CheckVersion(const httplib::Request& req, httplib::Response& res) {
@@ -78,7 +83,7 @@ bool CheckVersion(const httplib::Request& req, httplib::Response& res) {
   }
   if (!ok) {
     SendError(res, 400, "invalid_version",
-              "query parameter 'version' must be a date YYYY-MM-DD, got '" + v + "'", "version");
+              "query parameter 'version' must be a date YYYY-MM-DD, got " + Quoted(v), "version");
   }
   return ok;
 }
@@ -95,7 +100,7 @@ bool IntParam(const httplib::Request& req, httplib::Response& res, const std::st
   if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max) {
     SendError(res, 400, "invalid_parameter",
               "query parameter '" + name + "' must be an integer from " + std::to_string(min) +
-                  " to " + std::to_string(max) + ", got '" + text + "'",
+                  " to " + std::to_string(max) + ", got " + Quoted(text),
               name);
     return false;
   }

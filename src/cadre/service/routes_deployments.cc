@@ -14,6 +14,7 @@
 // on as it is; a process that ends while scoring gives 503, and the supervisor restarts it.
 #include <cstdlib>
 
+#include "cadre/base/printable.h"
 #include "cadre/service/api.h"
 #include "cadre/service/clock.h"
 #include "cadre/service/deployments.h"
@@ -47,7 +48,7 @@ json DeploymentResource(const DeploymentRecord& d) {
 }
 
 void SendDeploymentNotFound(httplib::Response& res, const std::string& id) {
-  SendError(res, 404, "deployment_not_found", "deployment '" + id + "' does not exist", "id");
+  SendError(res, 404, "deployment_not_found", "deployment " + Quoted(id) + " does not exist", "id");
 }
 
 void Create(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
@@ -91,8 +92,8 @@ void Create(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
     return;
   }
   if (!ctx.models.Get(model_id, user->id)) {
-    SendError(res, 404, "model_not_found", "asset.id: model '" + model_id + "' does not exist",
-              "asset.id");
+    SendError(res, 404, "model_not_found",
+              "asset.id: model " + Quoted(model_id) + " does not exist", "asset.id");
     return;
   }
   DeploymentRecord record;
@@ -223,7 +224,8 @@ void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& re
   std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
   if (!d) {
     Drain(reader);
-    return Fail(v2, res, 404, "deployment_not_found", "deployment '" + id + "' does not exist");
+    return Fail(v2, res, 404, "deployment_not_found",
+                "deployment " + Quoted(id) + " does not exist");
   }
   std::string body;
   bool over = false;
@@ -251,7 +253,7 @@ void V2Get(ApiContext& ctx, const httplib::Request& req, httplib::Response& res,
   if (!user) return;
   std::string id = req.matches[1];
   std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
-  if (!d) return Fail(true, res, 404, "", "deployment '" + id + "' does not exist");
+  if (!d) return Fail(true, res, 404, "", "deployment " + Quoted(id) + " does not exist");
   std::optional<ScoringTarget> target = ctx.deployments.Target(id);
   if (!target) return Fail(true, res, 503, "", NotReadyReason(*d));
   Forward(ctx, *target, id, true, "GET", "/v2/models/" + id + suffix, "", res);

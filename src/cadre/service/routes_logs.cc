@@ -14,6 +14,7 @@
 #include <memory>
 #include <thread>
 
+#include "cadre/base/printable.h"
 #include "cadre/service/api.h"
 #include "cadre/service/log_reader.h"
 #include "cadre/service/routes.h"
@@ -101,7 +102,7 @@ void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
   if (req.has_param("tail") && !IntParam(req, res, "tail", 0, 0, 1000000, &tail)) return;
   std::string follow = req.get_param_value("follow");
   if (!follow.empty() && follow != "true" && follow != "false") {
-    SendError(res, 400, "invalid_parameter", "follow must be true or false, got '" + follow + "'",
+    SendError(res, 400, "invalid_parameter", "follow must be true or false, got " + Quoted(follow),
               "follow");
     return;
   }

@@ -4,6 +4,7 @@
 // type, training {id}, software_spec, signature {inputs, outputs, labels}, size_bytes,
 // content_location}}. The signature is model.json's (cadre.save_model): inputs and outputs with
 // names, Open Inference Protocol datatypes and shapes (-1 for the batch), optional labels.
+#include "cadre/base/printable.h"
 #include "cadre/service/api.h"
 #include "cadre/service/model_store.h"
 #include "cadre/service/routes.h"
@@ -43,7 +44,8 @@ std::optional<ModelRecord> CallersModel(ApiContext& ctx, const httplib::Request&
   if (!user) return std::nullopt;
   std::string id = req.matches[1];
   std::optional<ModelRecord> model = ctx.models.Get(id, user->id);
-  if (!model) SendError(res, 404, "model_not_found", "model '" + id + "' does not exist", "id");
+  if (!model)
+    SendError(res, 404, "model_not_found", "model " + Quoted(id) + " does not exist", "id");
   return model;
 }
 

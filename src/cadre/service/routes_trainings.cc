@@ -1,6 +1,7 @@
 // POST /ml/v4/trainings, GET /ml/v4/trainings, GET and DELETE /ml/v4/trainings/{id}.
 #include <mutex>
 
+#include "cadre/base/printable.h"
 #include "cadre/launch/job_status.h"
 #include "cadre/service/api.h"
 #include "cadre/service/clock.h"
@@ -91,8 +92,8 @@ void List(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
   if (!state.empty() && !IsKnownState(state)) {
     SendError(res, 400, "invalid_parameter",
               "state must be one of pending, queued, running, storing, completed, failed, "
-              "canceled; got '" +
-                  state + "'",
+              "canceled; got " +
+                  Quoted(state),
               "state");
     return;
   }

@@ -5,6 +5,8 @@
 
 #include <thread>
 
+#include "cadre/base/logging.h"
+#include "cadre/base/printable.h"
 #include "cadre/launch/python_env.h"
 #include "cadre/service/api.h"
 #include "cadre/service/data_dir_lock.h"
@@ -137,13 +139,15 @@ Status Service::Start() {
       SendError(res, 413, "payload_too_large",
                 "the request body is larger than this server accepts");
     } else if (res.status == 404) {
-      SendError(res, 404, "not_found", "no route " + req.method + " " + req.path);
+      SendError(res, 404, "not_found", "no route " + req.method + " " + Quoted(req.path));
     } else {
       SendError(res, res.status, "bad_request", "the request could not be handled");
     }
   });
+  // A route that throws is the server's fault: the client gets a trace to quote, the server's
+  // log the details (they may name files and internals the client has no business seeing).
   server.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown error";
         try {
           std::rethrow_exception(ep);
@@ -151,7 +155,13 @@ Status Service::Start() {
           what = e.what();
         } catch (...) {
         }
-        SendError(res, 500, "internal_error", what);
+        const std::string trace = RandomHex(16);
+        CADRE_LOG(ERROR) << "cadre server: internal error, trace " << trace << ", " << req.method
+                         << " " << Quoted(req.path) << ": " << what;
+        nlohmann::json error = {
+            {"code", "internal_error"},
+            {"message", "internal error; the server's log tells more under trace " + trace}};
+        SendJson(res, 500, {{"trace", trace}, {"errors", nlohmann::json::array({error})}});
       });
   AddTrainingRoutes(server, *parts->ctx);
   AddLogRoutes(server, *parts->ctx);

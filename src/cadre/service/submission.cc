@@ -1,8 +1,12 @@
 #include "cadre/service/submission.h"
 
+#include <cstdint>
 #include <fstream>
+#include <optional>
+#include <string_view>
 #include <utility>
 
+#include "cadre/base/printable.h"
 #include "cadre/launch/manifest.h"
 #include "cadre/service/scheduler.h"
 
@@ -25,6 +29,28 @@ const std::pair<const char*, const char*> kFieldMap[] = {
     {"parameter_servers", "hardware_spec.parameter_servers"},
     {"training_data_reference", "training_data_references[0]"},
 };
+
+// The offset of the first byte of `text` that is not part of a well-formed UTF-8 sequence, or
+// nullopt when it is all UTF-8. A manifest's text ends up in JSON answers, which must be UTF-8.
+std::optional<size_t> FirstNonUtf8Byte(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > text.size()) return i;
+    uint32_t code = n == 1 ? c : c & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const auto cont = static_cast<unsigned char>(text[i + k]);
+      if ((cont & 0xc0) != 0x80) return i;
+      code = (code << 6) | (cont & 0x3f);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8 either.
+    static constexpr uint32_t kMinOfLength[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < kMinOfLength[n] || (code >= 0xd800 && code <= 0xdfff) || code > 0x10ffff) return i;
+    i += n;
+  }
+  return std::nullopt;
+}
 
 bool BodyToManifest(const json& body, json* manifest, std::vector<ApiError>* errors) {
   auto object_field = [&](const char* name) -> const json* {
@@ -118,6 +144,11 @@ bool ReadSubmission(const httplib::Request& req, httplib::Response& res, Submiss
       return false;
     }
     out->manifest_text = req.get_file_value("manifest").content;
+    if (std::optional<size_t> at = FirstNonUtf8Byte(out->manifest_text)) {
+      SendError(res, 400, "invalid_parameter",
+                "manifest: not UTF-8 text (byte " + std::to_string(*at) + " is not)", "manifest");
+      return false;
+    }
     if (req.has_file("model_definition")) {
       out->code_zip = req.get_file_value("model_definition").content;
     }
@@ -127,8 +158,8 @@ bool ReadSubmission(const httplib::Request& req, httplib::Response& res, Submiss
   if (type.find("application/json") == std::string::npos) {
     SendError(res, 400, "invalid_content_type",
               "send application/json (a WML v4 training body) or multipart/form-data (a "
-              "'manifest' part and an optional 'model_definition' zip), not '" +
-                  type + "'");
+              "'manifest' part and an optional 'model_definition' zip), not " +
+                  Quoted(type));
     return false;
   }
   json body = json::parse(req.body, nullptr, false);
