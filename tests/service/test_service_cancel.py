@@ -23,3 +23,24 @@ def test_cancel_right_after_submit_ends_canceled_and_leaves_no_process(make_serv
         assert status["state"] == "canceled", (delay, status)
         wait_for(f"every process of {training_id} (canceled {delay} s after submit) to end",
                  lambda: not pids_of_processes_mentioning(training_id), timeout=120)
+
+
+def test_a_queued_job_behind_one_that_does_not_fit_is_canceled_at_once(make_server):
+    # The scheduler stopped at the first queued job that did not fit, so a canceled job behind
+    # it stayed `queued` (and a hard delete kept its files) until everything ahead had run.
+    server = make_server(slots=2, grace=GRACE)
+    ada = server.client(server.add_user("ada"))
+    ids = []
+    for name in ("running", "head", "behind"):
+        r = ada.submit_json(wml_body("sleep 600", nodes=2, framework="pytorch-horovod", name=name))
+        assert r.status == 201, r
+        ids.append(r.json()["metadata"]["id"])
+    running, head, behind = ids
+    ada.wait_state(running, "running", timeout=60)
+    assert ada.state(head) == "queued"
+    assert ada.api("DELETE", f"/{behind}").status == 204
+    assert ada.wait_state(behind, FINAL, timeout=10)["state"] == "canceled"
+    assert ada.state(head) == "queued" and ada.state(running) == "running"
+    for training_id in (running, head):
+        assert ada.api("DELETE", f"/{training_id}").status == 204
+        assert ada.wait_state(training_id, FINAL, timeout=60)["state"] == "canceled"

@@ -73,13 +73,16 @@ bool Scheduler::Pass() {
   std::vector<TrainingRecord> active = store_.InStates({kPending, kRunning});
   for (const auto& record : active) used += record.slots;
   std::vector<TrainingRecord> queued = store_.InStates({kQueued});
+  bool blocked = false;
   for (const auto& record : queued) {
+    // Every canceled job ends now, also those waiting behind one that does not fit.
     if (record.cancel_requested) {
       Conclude(record, kCanceled, "canceled before it started", std::nullopt);
       continue;
     }
     // Strictly in order: a job that does not fit holds back the ones behind it.
-    if (used + record.slots > options_.slots) break;
+    blocked = blocked || used + record.slots > options_.slots;
+    if (blocked) continue;
     Admit(record);
     used += record.slots;
   }
