@@ -3,7 +3,7 @@
 //
 // Errors are WML's: {"trace": "<id>", "errors": [{"code", "message", "target"?}]} with the HTTP
 // status that fits (400 bad input, 401 no or wrong token, 403 refused by the plan, 404 unknown
-// or not yours, 413 too large).
+// or not yours, 411 no Content-Length, 413 too large).
 #pragma once
 
 #include <httplib.h>

@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <thread>
 
 #include "cadre/base/logging.h"
@@ -21,6 +23,12 @@ namespace {
 // cpp-httplib 0.11 (Debian) listens with a backlog of 5, compiled into its library: bursts of
 // connections beyond that are reset. listen(2) again on the bound socket raises it.
 constexpr int kListenBacklog = 1024;
+
+void SendBodyTooLarge(httplib::Response& res, uint64_t max_body) {
+  SendError(res, 413, "payload_too_large",
+            "the request body is larger than this server accepts (" +
+                std::to_string(max_body >> 20) + " MiB)");
+}
 
 Status OpenDatabase(const fs::path& data_dir, std::unique_ptr<Db>* db) {
   std::error_code ec;
@@ -125,7 +133,29 @@ Status Service::Start() {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     *listen_fd = sock;
   });
-  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  // A client that asks before it sends (Expect: 100-continue, as curl does for a large upload)
+  // learns from the Content-Length alone that the body is too large, and never sends it.
+  const uint64_t max_body = options_.max_body;
+  server.set_expect_100_continue_handler([max_body](const httplib::Request& req,
+                                                    httplib::Response& res) {
+    if (std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) <= max_body) {
+      return 100;
+    }
+    SendBodyTooLarge(res, max_body);
+    return 413;
+  });
+  // cpp-httplib 0.11 reads a POST, PUT or PATCH without Content-Length (curl -X POST with no
+  // data) until the connection ends: the client would wait out the read timeout for a 400.
+  server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    const bool has_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
+    if (!has_body || req.has_header("Content-Length") || req.has_header("Transfer-Encoding")) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    SendError(res, 411, "length_required",
+              req.method + " needs a body with a Content-Length (curl: give it -d or -F)");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server.set_error_handler([max_body](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     // cpp-httplib parses a form-urlencoded body (what `curl -d` sends without a Content-Type)
     // as form fields and refuses one over 8 KiB with 413, far below the server's limit.
@@ -136,8 +166,7 @@ Status Service::Start() {
                 "Content-Type), which this server reads only up to 8 KiB; send JSON with "
                 "'Content-Type: application/json'");
     } else if (res.status == 413) {
-      SendError(res, 413, "payload_too_large",
-                "the request body is larger than this server accepts");
+      SendBodyTooLarge(res, max_body);
     } else if (res.status == 404) {
       SendError(res, 404, "not_found", "no route " + req.method + " " + Quoted(req.path));
     } else {

@@ -41,7 +41,7 @@ struct ServiceOptions {
   std::vector<std::string> run_args;
   std::chrono::milliseconds grace{10000};
   int threads = 64;                    // HTTP worker threads (log followers hold one each)
-  uint64_t max_body = 256ull << 20;    // larger requests are refused (413) before being read
+  uint64_t max_body = 256ull << 20;    // larger requests are refused (413, from Content-Length)
   uint64_t max_unzipped = 1ull << 30;  // a job's code, expanded
   std::filesystem::path web_dir;       // the dashboard's files
   // Deployments (deployments.h): the scorer program (default: cadre-serve beside `cadre`), how
