@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from runner_helpers import CADRE, Job, write_mpi_agent
+from runner_helpers import CADRE, Job, interrupt_once_up, write_mpi_agent
 
 DUMP = """import os
 print("contract", os.environ["LEARNER_ID"], os.environ["CADRE_RANK"], os.environ["CADRE_HOST"],
@@ -26,12 +26,15 @@ def mpi(tmp_path):
     (tmp_path / "hosts.txt").write_text("127.0.0.2\n127.0.0.3\n")
     (tmp_path / "dump.py").write_text(DUMP)
 
-    def run(*args, env=None):
+    def run(*args, env=None, started=False):
         full_env = dict(os.environ, OMPI_MCA_plm_rsh_agent=agent, **(env or {}))
-        proc = subprocess.run([CADRE, "run", "--backend", "mpi", "--hostfile", "hosts.txt",
-                               "--store-host", "127.0.0.1", "-n", "2", "--compute", "cpux2",
-                               "--framework", "pytorch-horovod", *args],
-                              cwd=tmp_path, env=full_env, stdout=subprocess.PIPE,
+        argv = [CADRE, "run", "--backend", "mpi", "--hostfile", "hosts.txt", "--store-host",
+                "127.0.0.1", "-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
+                *args]
+        if started:
+            return subprocess.Popen(argv, cwd=tmp_path, env=full_env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        proc = subprocess.run(argv, cwd=tmp_path, env=full_env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, timeout=120)
         return Job(proc, str(tmp_path))
 
@@ -52,6 +55,19 @@ def test_a_failed_mpi_learner_is_named(mpi):
     assert job.returncode == 1, job.stdout + job.stderr
     assert "learner-2 slot 0 exited with code 4" in job.stderr, job.stderr
     assert job.status()["state"] == "failed"
+
+
+def test_ctrl_c_stops_mpirun_and_every_slot(mpi, tmp_path):
+    proc = mpi("--", "sh", "-c", "echo up; sleep 120", started=True)
+    job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60)
+    assert job.returncode == 130, job.stdout + job.stderr
+    assert "cancelling job" in job.stderr
+    assert job.status()["state"] == "stopped"
+    # One Ctrl-C ended mpirun, its daemons (their command lines name the agent) and every slot
+    # (their `cadre task` names the job directory): nothing is left on the nodes.
+    left = subprocess.run(["pgrep", "-af", str(tmp_path)], stdout=subprocess.PIPE,
+                          text=True).stdout
+    assert left == "", left
 
 
 def test_no_hostfile_is_refused(tmp_path):

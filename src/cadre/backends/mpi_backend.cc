@@ -63,8 +63,10 @@ class MpiEngine : public Engine {
   }
 
   void Stop(bool now) override {
-    // mpirun passes SIGTERM on to every process it started; a second stop kills its group.
-    if (!ended_) kill(now ? -pid_ : pid_, now ? SIGKILL : SIGTERM);
+    // pid_ is mpirun's keeper (launch/process.h), which ignores signals sent to it alone: the
+    // group's reach mpirun, which passes SIGTERM on to every process it started. A second stop
+    // kills the group.
+    if (!ended_) kill(-pid_, now ? SIGKILL : SIGTERM);
   }
 
  private:
