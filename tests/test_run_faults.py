@@ -2,6 +2,7 @@
 never someone else's, files are not written through planted symlinks."""
 import json
 import os
+import re
 import subprocess
 
 from runner_helpers import CADRE
@@ -27,6 +28,8 @@ def test_a_slot_that_cannot_start_kills_nobody(tmp_path):
     (job_dir,) = list((tmp_path / "runs").iterdir())
     status = json.loads((job_dir / "status.json").read_text())
     assert status["state"] == "failed" and "Too many open files" in status["failure"]
+    # The slot it could not start is named, whichever step ran out (its pipe or its log file).
+    assert re.search(r"^starting learner-\d+ slot 0: ", status["failure"]), status["failure"]
 
 
 def test_an_existing_job_directory_is_never_reused(tmp_path):

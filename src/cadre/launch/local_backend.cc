@@ -204,16 +204,18 @@ Status LocalJob::StartSlots() {
   for (char** e = environ; *e != nullptr; ++e) base.emplace_back(*e);
   for (size_t i = 0; i < status_.slots.size(); ++i) {
     SlotStatus& slot = status_.slots[i];
+    // Every error names the slot: "starting learner-8 slot 0: pipe: Too many open files".
+    const std::string context = "starting learner-" + std::to_string(slot.learner_id) + " slot " +
+                                std::to_string(slot.local_rank);
     int write_fd = -1;
     size_t index = i;
     // Slots are learner-major, so slot i keeps stream i (and its log) across restarts.
-    if (i < mux_.streams()) {
-      CADRE_RETURN_IF_ERROR(mux_.ReopenStream(i, &write_fd));
-    } else {
-      CADRE_RETURN_IF_ERROR(mux_.AddStream(
-          "learner-" + std::to_string(slot.learner_id) + "/" + std::to_string(slot.local_rank),
-          layout_.job_dir / slot.log, &write_fd, &index));
-    }
+    Status output = i < mux_.streams()
+                        ? mux_.ReopenStream(i, &write_fd)
+                        : mux_.AddStream("learner-" + std::to_string(slot.learner_id) + "/" +
+                                             std::to_string(slot.local_rank),
+                                         layout_.job_dir / slot.log, &write_fd, &index);
+    if (!output.ok()) return output.WithContext(context);
     SpawnOptions spawn;
     if (spec_.command_argv.empty()) {
       spawn.argv = {"/bin/sh", "-c", spec_.command};
@@ -232,7 +234,7 @@ Status LocalJob::StartSlots() {
     if (i < layout_.slot_cpus.size()) spawn.cpus = layout_.slot_cpus[i];
     Status st = SpawnSlot(spawn, &slot.pid);
     close(write_fd);
-    if (!st.ok()) return st.WithContext("starting learner-" + std::to_string(slot.learner_id));
+    if (!st.ok()) return st.WithContext(context);
     slot.running = true;
   }
   UpdateStatus();
