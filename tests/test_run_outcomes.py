@@ -182,6 +182,28 @@ def test_killed_slot_is_named_by_signal(cadre_run):
     assert "(no output)" in job.stderr
 
 
+def test_a_stopped_python_learner_keeps_what_it_printed(tmp_path):
+    # Python buffers print() into a pipe and SIGTERM ends it without flushing: learner 1, stopped
+    # because learner 2 failed, once lost every line it had printed (here with no
+    # PYTHONUNBUFFERED in the user's environment, as on most machines).
+    env = dict(os.environ)
+    env.pop("PYTHONUNBUFFERED", None)
+    env.pop("CADRE_HOSTS_METHOD", None)
+    script = ("import os, sys, time\n"
+              "print('hello from', os.environ['LEARNER_ID'])\n"
+              "if os.environ['LEARNER_ID'] == '2':\n"
+              "    time.sleep(1)\n"
+              "    sys.exit(3)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.run([CADRE, "run", "-n", "2", "--framework", "pytorch-horovod", "--grace",
+                           "5", "--", "python3", "-c", script], cwd=tmp_path, env=env,
+                          timeout=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert "[learner-1/0] hello from 1" in proc.stdout, proc.stdout
+    (job_dir,) = list((tmp_path / "runs").iterdir())
+    assert (job_dir / "learner-1" / "slot-0.log").read_text() == "hello from 1\n"
+
+
 def processes_with(marker):
     """pids whose command line mentions marker."""
     found = []

@@ -93,6 +93,10 @@ std::vector<std::string> MergeSlotEnvironment(const std::map<std::string, std::s
   if (!merged.contains("PATH")) merged["PATH"] = "/usr/local/bin:/usr/bin:/bin";
   prepend("PATH", python_bin_dir.string());
   prepend("PYTHONPATH", python_path);
+  // Python buffers print() into a pipe: a learner's lines would reach its log late, in 8 KiB
+  // blocks, and be lost whenever the runner stops it (SIGTERM ends Python without flushing).
+  // The user's own setting stands.
+  if (!merged.contains("PYTHONUNBUFFERED")) merged["PYTHONUNBUFFERED"] = "1";
   // A learner must not inherit another job's contract (cadre run inside a learner).
   if (!contract.contains("CADRE_HOSTS")) merged.erase("CADRE_HOSTS");
   for (const char* key : {"CUDA_VISIBLE_DEVICES", "TF_CONFIG", "PS_HOSTS_COUNT", "CADRE_ROLE"}) {

@@ -149,10 +149,14 @@ TEST(LearnerEnv, SlotEnvironmentMergesBase) {
   EXPECT_TRUE(has("PYTHONPATH=/build/python:/src/python:/mine"));
   EXPECT_TRUE(has("HOME=/root"));
   EXPECT_TRUE(has("RANK=0"));
+  EXPECT_TRUE(has("PYTHONUNBUFFERED=1"));
   for (const auto& e : env) {
     EXPECT_FALSE(e.starts_with("CADRE_HOSTS=")) << e;
     EXPECT_FALSE(e.starts_with("TF_CONFIG=")) << e;
   }
+  // A user who chose Python's buffering keeps it.
+  auto chosen = SlotEnvironment(spec, layout, 1, 0, {"PYTHONUNBUFFERED="});
+  EXPECT_NE(std::find(chosen.begin(), chosen.end(), "PYTHONUNBUFFERED="), chosen.end());
 }
 
 TEST(Hosts, FileListsEveryLearnerAfterTheSystemEntries) {
