@@ -136,9 +136,10 @@ class _DeviceMirrors:
         cuda_staging.to_host([(p, host, d) for p, d, host, _ in self._mirrors.values()])
 
     def grads_to_host(self, grads):
-        """grads: name -> the gradient on the device to send."""
+        """grads: name -> the gradient on the device to send (trained parameters only)."""
         from cadre.torch import cuda_staging
-        cuda_staging.to_host([(grads[n], m[3], m[1]) for n, m in self._mirrors.items()])
+        cuda_staging.to_host([(grads[n], m[3], m[1]) for n, m in self._mirrors.items()
+                              if n in grads])
 
     def values_to_device(self):
         from cadre.torch import cuda_staging
@@ -155,6 +156,10 @@ class DistributedOptimizer:
 
     Parameter names come from ``named_parameters``, else ``model.named_parameters()``, else
     their position in the optimizer's groups; every worker must use the same model.
+
+    Parameters that do not require a gradient when it is made are frozen: declared, so that
+    every worker starts from the same values, but never pushed, so the servers leave them as
+    they are (as torch's optimizers skip them; pushed as zeros, weight decay would shrink them).
     """
 
     def __init__(self, optimizer, model=None, named_parameters=None, mode="sync",
@@ -186,6 +191,7 @@ class DistributedOptimizer:
                 configs.append(config)
         if len({n for n, _ in self._params}) != len(self._params):
             raise ValueError("cadre.ps: two parameters share a name")
+        self._trained = [(n, p) for n, p in self._params if p.requires_grad]
         if servers is None or worker_id is None or token is None:
             r = learner_role()
             if r["role"] != "worker":
@@ -202,7 +208,7 @@ class DistributedOptimizer:
             self._mirrors.values_to_host()
             self._client.declare([(n, list(p.shape), self._host(n, p).data_ptr(), c, sync)
                                   for (n, p), c in zip(self._params, configs)])
-            self._pull(0)
+            self._pull(0, self._params)
         self._step = 0
         self._grads = {}  # zero gradients for parameters that got none, kept between steps
         # Tell the servers this worker finished even if the script forgets to (or fails).
@@ -213,9 +219,9 @@ class DistributedOptimizer:
         """What the client reads and writes for parameter `p`: itself, or its host copy."""
         return self._mirrors.value(name) if name in self._mirrors else p
 
-    def _pull(self, step):
+    def _pull(self, step, params):
         self._mirrors.settle()
-        self._client.pull(step, [_entry(n, self._host(n, p)) for n, p in self._params])
+        self._client.pull(step, [_entry(n, self._host(n, p)) for n, p in params])
         self._mirrors.values_to_device()
 
     @staticmethod
@@ -233,10 +239,11 @@ class DistributedOptimizer:
     def steps(self):
         return self._step
 
-    def _check_hyperparameters(self):
-        """The servers apply the hyper-parameters the optimizer had at construction; a change
-        since (an LR scheduler, a warm-up written by hand) would not reach them, and the worker
-        would train with other values than it shows. Raises ValueError naming the change."""
+    def _check_unchanged(self):
+        """The servers apply the hyper-parameters the optimizer had at construction, to the
+        parameters that required a gradient then; a change since (an LR scheduler, a warm-up
+        written by hand, a layer unfrozen) would not reach them, and the worker would train
+        otherwise than it shows. Raises ValueError naming the change."""
         for gi, (group, served) in enumerate(zip(self._optimizer.param_groups, self._served)):
             now = _optimizer_config(self._optimizer, group)
             for key in sorted(set(served) | set(now)):
@@ -247,21 +254,29 @@ class DistributedOptimizer:
                         "%r, its value when the DistributedOptimizer was made: the servers run "
                         "the optimizer and do not follow later changes (LR schedulers are not "
                         "supported in parameter-server mode)" % (gi, key, now.get(key), value))
+        trained = {n for n, _ in self._trained}
+        for name, p in self._params:
+            if p.requires_grad != (name in trained):
+                raise ValueError(
+                    "cadre.ps: parameter %r has requires_grad=%s now but had %s when the "
+                    "DistributedOptimizer was made: the servers train exactly the parameters "
+                    "that required a gradient then; make it after freezing or unfreezing"
+                    % (name, p.requires_grad, not p.requires_grad))
 
     def step(self, closure=None):
         """Pushes the gradients and replaces the parameters with the servers' values after this
         step (sync: once every worker pushed it; async: at once). Raises ValueError when the
-        wrapped optimizer's hyper-parameters changed since construction (the servers would not
-        apply the new ones)."""
+        wrapped optimizer's hyper-parameters, or which parameters require a gradient, changed
+        since construction (the servers would not follow)."""
         import torch
-        self._check_hyperparameters()
+        self._check_unchanged()
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         grads, outs = [], []
         keep = {}
-        for name, p in self._params:
+        for name, p in self._trained:
             g = p.grad
             if g is None:
                 g = self._grads.get(name)
@@ -284,7 +299,7 @@ class DistributedOptimizer:
         or the latest (async) -- e.g. before evaluating an async-trained model."""
         import torch
         with torch.no_grad():
-            self._pull(self._step)
+            self._pull(self._step, self._trained)
 
     def done(self):
         """Tells every server this worker finished (also done automatically at exit)."""

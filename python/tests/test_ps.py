@@ -57,6 +57,40 @@ def test_server_side_optimizer_matches_torch(make_opt):
         server.shutdown()
 
 
+def test_frozen_parameters_stay_as_they_are():
+    # torch's optimizers skip parameters without gradients, weight decay included; the servers
+    # must leave frozen ones alone too (pushed as zeros, weight decay would shrink them).
+    server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
+    try:
+        local, remote = make_model(6), make_model(7)
+        local.load_state_dict(remote.state_dict())
+        for model in (local, remote):
+            model[0].requires_grad_(False)
+        opt_local, inner = (torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9,
+                                            weight_decay=0.1) for m in (local, remote))
+        opt_remote = ps.DistributedOptimizer(inner, model=remote,
+                                             servers=["127.0.0.1:%d" % server.port],
+                                             worker_id=0, token="tok")
+        frozen = remote[0].weight.detach().clone()
+        for x, y in batches(8):
+            for model, opt in ((local, opt_local), (remote, opt_remote)):
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+        assert torch.equal(remote[0].weight, frozen)
+        for (name, a), b in zip(local.named_parameters(), remote.parameters()):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+        opt_remote.pull_parameters()  # frozen ones are not waited for at later steps
+        assert torch.equal(remote[0].weight, frozen)
+        remote[0].weight.requires_grad_(True)
+        with pytest.raises(ValueError, match="'0.weight' has requires_grad=True now but had False"):
+            opt_remote.step()
+        opt_remote.done()
+        assert server.wait(10)
+    finally:
+        server.shutdown()
+
+
 @pytest.mark.filterwarnings("ignore:Detected call of")  # the servers step, not the optimizer
 def test_a_changed_hyperparameter_is_refused_not_ignored():
     # The servers apply the hyper-parameters given at construction; an LR scheduler changes the
