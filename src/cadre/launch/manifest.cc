@@ -1,5 +1,6 @@
 #include "cadre/launch/manifest.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -257,6 +258,13 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
   YAML::Node root;
   try {
     root = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own message for this is "bad file".
+    problems->Add(EscapedText(source, kMaxShownBytes) + ":" + std::to_string(e.mark.line + 1) +
+                      ":" + std::to_string(e.mark.column + 1),
+                  "not valid YAML: nested at least " + std::to_string(e.depth()) +
+                      " levels deep (a manifest needs a few)");
+    return false;
   } catch (const YAML::Exception& e) {
     problems->Add(
         EscapedText(source, kMaxShownBytes) + ":" + std::to_string(e.mark.line + 1) + ":" +

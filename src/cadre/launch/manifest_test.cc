@@ -279,6 +279,12 @@ execution: {command: y}
   EXPECT_NE(syntax.problems.list()[0].path.find("job.yaml:"), std::string::npos);
   EXPECT_NE(syntax.problems.list()[0].message.find("not valid YAML"), std::string::npos);
 
+  // yaml-cpp stops deep nesting with the message "bad file".
+  Checked deep = Check("a: " + std::string(5000, '[') + std::string(5000, ']') + "\n");
+  ASSERT_EQ(deep.problems.size(), 1u);
+  EXPECT_NE(deep.problems.list()[0].message.find("levels deep"), std::string::npos)
+      << deep.problems.ToString();
+
   Checked scalar = Check("just a string\n");
   EXPECT_TRUE(scalar.Has("manifest", "expected a mapping"));
   Checked empty = Check("");
