@@ -393,7 +393,8 @@ void LocalJob::PrintSummary() {
   }
   if (status_.state == JobState::kCompleted) {
     mux_.Message("cadre: job " + layout_.training_id + " completed in " + elapsed + " (" +
-                 std::to_string(status_.slots.size()) + " slots" + restarts + "); results in " +
+                 std::to_string(status_.slots.size()) +
+                 (status_.slots.size() == 1 ? " slot" : " slots") + restarts + "); results in " +
                  where + "\n");
     return;
   }
