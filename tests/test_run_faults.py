@@ -66,3 +66,15 @@ def test_an_empty_folder_made_for_the_job_is_taken(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "learner-1" / "slot-0.log").read_text() == "hi\n"
     assert [p.name for p in (tmp_path / "out").iterdir() if ".tmp" in p.name] == []
+
+
+def test_a_job_that_cannot_be_set_up_says_why_in_its_directory(tmp_path):
+    # A failure after the job directory was made (here a CADRE_HOSTS_METHOD nobody offers) once
+    # left the folder with a hosts file and no status.json: a follower such as cadre server
+    # could only say that the runner died unrecorded.
+    proc = run_shell('CADRE_HOSTS_METHOD=chroot "$CADRE" run -q -o out -- true', tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "CADRE_HOSTS_METHOD=chroot is not one of" in proc.stderr, proc.stderr
+    status = json.loads((tmp_path / "out" / "status.json").read_text())
+    assert status["state"] == "failed" and status["exit_code"] == 1, status
+    assert "CADRE_HOSTS_METHOD=chroot" in status["failure"] and status["end_time"], status

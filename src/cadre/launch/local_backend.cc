@@ -106,6 +106,20 @@ Status LocalJob::Prepare() {
   }
 
   CADRE_RETURN_IF_ERROR(MakeJobDirectory(layout_.job_dir));
+  Status prepared = PrepareJobDirectory();
+  if (!prepared.ok()) {
+    // The directory is the job's record: a follower (cadre server, a script) reads the reason
+    // there instead of finding a folder without status.json.
+    status_.state = JobState::kFailed;
+    status_.exit_code = 1;
+    status_.failure = "setting the job up: " + prepared.message();
+    status_.end_time = WallClock::now();
+    UpdateStatus();
+  }
+  return prepared;
+}
+
+Status LocalJob::PrepareJobDirectory() {
   layout_.hosts_file = layout_.job_dir / "hosts";
   CADRE_RETURN_IF_ERROR(WriteFileAtomically(
       layout_.hosts_file, HostsFileText(layout_.hosts, ReadSmallFile("/etc/hosts"))));

@@ -19,7 +19,8 @@ class LocalJob {
  public:
   LocalJob(const JobSpec& spec, const RunOptions& options);
 
-  // Job directory, addresses, hosts file, rendezvous store; nothing started yet.
+  // Job directory, addresses, hosts file, rendezvous store; nothing started yet. When it fails
+  // after making the job directory, status.json there says `failed` and why.
   Status Prepare();
   // Prepare's part for emulated nodes: the network, and learner addresses on it.
   Status StartNetwork();
@@ -35,6 +36,8 @@ class LocalJob {
 
  private:
   void Warn(const std::string& text);
+  // Prepare's steps from the job directory on.
+  Status PrepareJobDirectory();
   // The rendezvous store of one start of the job (a restart gets a fresh one: no stale keys).
   Status StartStore();
   // status_.slots for learners 1..spec_.nodes, none started.
