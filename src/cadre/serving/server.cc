@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,10 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kJson = "application/json";
+constexpr const char* kTooLarge = "the request body is larger than this server takes";
+constexpr const char* kMultipart =
+    "the body is a multipart form (curl -F); send the JSON itself with "
+    "'Content-Type: application/json' (curl -d @FILE -H 'Content-Type: application/json')";
 
 int HttpStatus(Code code) {
   switch (code) {
@@ -68,6 +73,44 @@ void SetError(const httplib::Request& req, httplib::Response& res, int status,
     doc = {{"error", message}};
   }
   res.set_content(doc.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
+}
+
+// The body's length as the client announced it (0 when it did not).
+uint64_t AnnouncedLength(const httplib::Request& req) {
+  return std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+}
+
+// Reads the request's body into *body, keeping at most `max_bytes` of it: cpp-httplib refuses a
+// longer Content-Length itself, but not a chunked body, which has none. A multipart form is read
+// and thrown away. On false the refusal (413, 415, or 400 for a body cut short) is set on `res`.
+bool ReadBody(const httplib::Request& req, httplib::Response& res,
+              const httplib::ContentReader& reader, size_t max_bytes, std::string* body) {
+  if (req.is_multipart_form_data()) {
+    reader([](const httplib::MultipartFormData&) { return true; },
+           [](const char*, size_t) { return true; });
+    SetError(req, res, 415, kMultipart);
+    return false;
+  }
+  bool over = false;
+  const bool complete = reader([&](const char* data, size_t n) {
+    // Read to the end even when over: answering before the client has sent it all would reset
+    // the connection under the answer.
+    if (!over && body->size() + n <= max_bytes) {
+      body->append(data, n);
+    } else {
+      over = true;
+      body->clear();
+    }
+    return true;
+  });
+  if (over || AnnouncedLength(req) > max_bytes) {
+    SetError(req, res, 413, kTooLarge);
+    return false;
+  }
+  if (!complete) {
+    SetError(req, res, 400, "the request body could not be read (cut short, or badly chunked)");
+  }
+  return complete;
 }
 
 bool SameToken(const std::string& a, const std::string& b) {
@@ -143,7 +186,7 @@ void ScoringServer::Register() {
                "'Content-Type: application/json'");
       return httplib::Server::HandlerResponse::Handled;
     }
-    std::string message = res.status == 413   ? "the request body is larger than this server takes"
+    std::string message = res.status == 413   ? kTooLarge
                           : res.status == 404 ? "no route " + req.method + " " + req.path
                                               : "malformed request";
     SetError(req, res, res.status, message);
@@ -162,11 +205,13 @@ void ScoringServer::Register() {
       });
   // 413 from the announced length, before the body is read (also for Expect: 100-continue).
   const size_t max_bytes = options_.max_request_bytes;
+  // cpp-httplib sends a refusal here as it finds it in `res`: status and body must be set.
   http.set_expect_100_continue_handler(
       [max_bytes](const httplib::Request& req, httplib::Response& res) {
-        const std::string length = req.get_header_value("Content-Length");
-        if (!length.empty() && std::strtoull(length.c_str(), nullptr, 10) > max_bytes) return 413;
-        return 100;
+        if (AnnouncedLength(req) <= max_bytes) return 100;
+        SetError(req, res, 413, kTooLarge);
+        res.set_header("Connection", "close");  // the client does not send the body
+        return 413;
       });
   const std::string token = options_.token;
   http.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
@@ -215,48 +260,47 @@ void ScoringServer::Register() {
     res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
   });
 
-  http.Post(R"(/v2/models/([^/]+)/infer)",
-            [this, name, unknown](const httplib::Request& req, httplib::Response& res) {
-              auto start = Clock::now();
-              if (req.matches[1] != name) {
-                unknown(req, res, req.matches[1]);
-              } else {
-                V2Request request;
-                std::vector<HostTensor> outputs;
-                Status s = DecodeV2Request(req.body, signature_, &request);
-                if (s.ok()) s = batcher_.Infer(std::move(request.inputs), &outputs);
-                if (s.ok()) {
-                  res.status = 200;
-                  res.set_content(EncodeV2Response(name, request, signature_, outputs), kJson);
-                } else {
-                  SetError(req, res, HttpStatus(s.code()), s.message());
-                }
-              }
-              metrics_.CountRequest("v2_infer", res.status,
-                                    std::chrono::duration<double>(Clock::now() - start).count());
-            });
-  http.Post(R"(/ml/v4/deployments/([^/]+)/predictions)",
-            [this, name, unknown](const httplib::Request& req, httplib::Response& res) {
-              auto start = Clock::now();
-              if (req.matches[1] != name) {
-                unknown(req, res, req.matches[1]);
-              } else {
-                WmlRequest request;
-                Status s = DecodeWmlRequest(req.body, signature_, &request);
-                std::vector<std::vector<HostTensor>> outputs(request.groups.size());
-                for (size_t g = 0; s.ok() && g < request.groups.size(); ++g) {
-                  s = batcher_.Infer(std::move(request.groups[g]), &outputs[g]);
-                }
-                if (s.ok()) {
-                  res.status = 200;
-                  res.set_content(EncodeWmlResponse(signature_, outputs), kJson);
-                } else {
-                  SetError(req, res, HttpStatus(s.code()), s.message());
-                }
-              }
-              metrics_.CountRequest("wml_predictions", res.status,
-                                    std::chrono::duration<double>(Clock::now() - start).count());
-            });
+  // The scoring routes read their body themselves (ReadBody), bounded also when it is chunked.
+  // `score` decodes a body of the route's protocol, runs it and sets the answer on `res`, or
+  // returns the error.
+  auto post = [this, name, unknown](const char* pattern, const char* route, auto score) {
+    http_->Post(pattern, [=, this](const httplib::Request& req, httplib::Response& res,
+                                   const httplib::ContentReader& reader) {
+      auto start = Clock::now();
+      std::string body;
+      if (!ReadBody(req, res, reader, options_.max_request_bytes, &body)) {
+        // refused, and said so in `res`
+      } else if (req.matches[1] != name) {
+        unknown(req, res, req.matches[1]);
+      } else if (Status s = score(body, res); !s.ok()) {
+        SetError(req, res, HttpStatus(s.code()), s.message());
+      } else {
+        res.status = 200;
+      }
+      metrics_.CountRequest(route, res.status,
+                            std::chrono::duration<double>(Clock::now() - start).count());
+    });
+  };
+  post(R"(/v2/models/([^/]+)/infer)", "v2_infer",
+       [this, name](const std::string& body, httplib::Response& res) {
+         V2Request request;
+         std::vector<HostTensor> outputs;
+         Status s = DecodeV2Request(body, signature_, &request);
+         if (s.ok()) s = batcher_.Infer(std::move(request.inputs), &outputs);
+         if (s.ok()) res.set_content(EncodeV2Response(name, request, signature_, outputs), kJson);
+         return s;
+       });
+  post(R"(/ml/v4/deployments/([^/]+)/predictions)", "wml_predictions",
+       [this](const std::string& body, httplib::Response& res) {
+         WmlRequest request;
+         Status s = DecodeWmlRequest(body, signature_, &request);
+         std::vector<std::vector<HostTensor>> outputs(request.groups.size());
+         for (size_t g = 0; s.ok() && g < request.groups.size(); ++g) {
+           s = batcher_.Infer(std::move(request.groups[g]), &outputs[g]);
+         }
+         if (s.ok()) res.set_content(EncodeWmlResponse(signature_, outputs), kJson);
+         return s;
+       });
 }
 
 }  // namespace cadre::serving

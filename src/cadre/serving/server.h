@@ -10,9 +10,11 @@
 // Errors are JSON: {"error": "..."} on /v2 routes, WML's {"errors": [{"code", "message"}],
 // "status_code"} on /ml/v4; 400 for a malformed body (naming the field), 401 without the token
 // (when one is set), 404 for another model's name, 413 for a body over `max_request_bytes`
-// (refused from its Content-Length, before it is read), 500 when the model fails on the input
-// (the next request is served), 503 while stopping, 504 when the model does not answer in time.
-// A handler never lets an exception out.
+// (refused from its Content-Length before it is read, also after Expect: 100-continue; a chunked
+// body is cut off at the limit), 415 for a multipart form (any other body is read as JSON,
+// whatever its Content-Type), 500 when the model fails on the input (the next request is
+// served), 503 while stopping, 504 when the model does not answer in time. A handler never lets
+// an exception out.
 #pragma once
 
 #include <atomic>

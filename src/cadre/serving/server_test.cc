@@ -1,7 +1,11 @@
 #include "cadre/serving/server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -111,6 +115,71 @@ TEST_F(ServerTest, ErrorsAreJsonWithTheRightStatus) {
   EXPECT_EQ(r->status, 413);
   EXPECT_TRUE(json::parse(r->body).contains("error"));
   // The connection and the server are still good.
+  EXPECT_EQ(Post("/v2/models/fake/infer", kV2)->status, 200);
+}
+
+// What the server answers on one raw connection after `request` (headers, maybe part of a
+// body): for what cpp-httplib's client cannot send, such as Expect: 100-continue.
+std::string RawAnswer(int port, const std::string& request) {
+  std::string answer;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
+    char buf[4096];
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n > 0) answer.assign(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return answer;
+}
+
+TEST_F(ServerTest, OversizedBodiesAre413HoweverTheyAreSent) {
+  ServerOptions options;
+  options.max_request_bytes = 4096;
+  Start(options);
+  // curl sends Expect: 100-continue with any body over 1 MiB: the refusal is the answer.
+  std::string answer = RawAnswer(port_,
+                                 "POST /v2/models/fake/infer HTTP/1.1\r\nHost: x\r\n"
+                                 "Content-Type: application/json\r\nContent-Length: 40000000\r\n"
+                                 "Expect: 100-continue\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 413 ", 0), 0u) << answer;
+  EXPECT_NE(answer.find("larger than this server takes"), std::string::npos) << answer;
+  // A chunked body has no length to refuse it by: it is cut off at the limit.
+  int sent = 0;
+  auto r = client_->Post(
+      "/ml/v4/deployments/fake/predictions",
+      [&](size_t, httplib::DataSink& sink) {
+        std::string chunk(1000, ' ');
+        if (sent++ < 10) return sink.write(chunk.data(), chunk.size());
+        sink.done();
+        return true;
+      },
+      "application/json");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 413) << r->body;
+  EXPECT_EQ(json::parse(r->body)["errors"][0]["code"], "payload_too_large");
+  EXPECT_EQ(Post("/v2/models/fake/infer", kV2)->status, 200);
+}
+
+TEST_F(ServerTest, AFormIsReadAsJsonAndAMultipartFormIs415) {
+  Start({});
+  // `curl -d @payload.json` without a Content-Type sends the JSON as a form.
+  auto r = client_->Post("/v2/models/fake/infer", kV2, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  // `curl -F payload=@payload.json` sends a multipart form.
+  r = client_->Post(
+      "/v2/models/fake/infer",
+      httplib::MultipartFormDataItems{{"payload", kV2, "payload.json", "application/json"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 415) << r->body;
+  EXPECT_NE(r->body.find("Content-Type: application/json"), std::string::npos) << r->body;
   EXPECT_EQ(Post("/v2/models/fake/infer", kV2)->status, 200);
 }
 
