@@ -105,7 +105,7 @@ TEST(CodecV2Test, BadRequestsNameTheField) {
                   "3 values for shape [2, 3], which holds 6");
   EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32",
       "data": [1, 2, 3, 4]}]})"),
-                  "more values than the shape [1, 3] holds");
+                  "4 values for shape [1, 3], which holds 3");
   EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32",
       "data": [1, "two", 3]}]})"),
                   "element 1 is a string (\"two\"); FP32 numbers belong here");
@@ -114,7 +114,14 @@ TEST(CodecV2Test, BadRequestsNameTheField) {
                   "element 1 is null");
   EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [4000000000, 3],
       "datatype": "FP32", "data": []}]})"),
-                  "more elements than the request has bytes");
+                  "0 values for shape [4000000000, 3], which holds 12000000000");
+  // Too few values name the count, not the body's size.
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [1000, 3], "datatype": "FP32",
+      "data": [1, 2]}]})"),
+                  "inputs[0] ('x').data: 2 values for shape [1000, 3], which holds 3000");
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [4611686018427387904, 3],
+      "datatype": "FP32", "data": [1]}]})"),
+                  "which holds more than 2^63");
   EXPECT_MENTIONS(V2Error(R"({"inputs": [)" + x + R"(], "outputs": [{"name": "q"}]})"),
                   "outputs[0].name: the model has no output 'q'");
   std::string deep = std::string(100, '[') + std::string(100, ']');
@@ -164,6 +171,19 @@ TEST(CodecWmlTest, FieldsNamingTheInputOrItsFeatures) {
   ASSERT_EQ(req.groups.size(), 2u);
   EXPECT_EQ(ElementAsDouble(req.groups[0][0], 2), 3);
   EXPECT_EQ(ElementAsDouble(req.groups[1][0], 0), 7);
+}
+
+TEST(CodecWmlTest, ManyShortRowsAreRefusedAtTheFirstWithoutAllocatingTheBatch) {
+  // 4 MiB a row: 100000 rows of one number each would claim 400 GB before any row was read.
+  ModelSignature sig;
+  sig.inputs = {{"x", DataType::kFp32, {-1, 1 << 20}}};
+  sig.outputs = {{"y", DataType::kFp32, {-1}}};
+  std::string values;
+  for (int r = 0; r < 100000; ++r) values += r ? ",[0]" : "[0]";
+  EXPECT_MENTIONS(
+      WmlError(R"({"input_data": [{"fields": ["x"], "values": [)" + values + "]}]}", sig),
+      "input_data[0].values[0][0] ('x'): 1 values; one row of 'x' has shape "
+      "[1048576]");
 }
 
 TEST(CodecWmlTest, AnswersWithLabels) {

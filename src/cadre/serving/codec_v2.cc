@@ -1,4 +1,5 @@
 // Open Inference Protocol v2 bodies (codec.h).
+#include <optional>
 #include <set>
 
 #include "cadre/serving/codec.h"
@@ -19,10 +20,9 @@ std::string Names(const std::vector<TensorSpec>& specs) {
   return s;
 }
 
-// Checks a request's shape for `spec` (the batch first, then the row shape) and its size
-// against the body's: every element takes at least one byte of JSON.
+// Checks a request's shape for `spec`: the batch first, then the row shape.
 Status CheckShape(const std::string& where, const TensorSpec& spec,
-                  const std::vector<int64_t>& shape, size_t body_bytes) {
+                  const std::vector<int64_t>& shape) {
   std::string expected = "; the model expects " + ShapeString(spec.shape) + " (-1: any size)";
   if (shape.size() != spec.shape.size()) {
     return InvalidArgument(where + ".shape " + ShapeString(shape) + " has " +
@@ -35,14 +35,10 @@ Status CheckShape(const std::string& where, const TensorSpec& spec,
     }
   }
   if (shape[0] == 0) return InvalidArgument(where + ".shape: an empty batch (0 rows)");
-  if (!NumElements(shape, static_cast<int64_t>(body_bytes))) {
-    return InvalidArgument(where + ".shape " + ShapeString(shape) +
-                           " holds more elements than the request has bytes");
-  }
   return Status::Ok();
 }
 
-Status DecodeInput(const json& in, size_t index, const ModelSignature& signature, size_t body_bytes,
+Status DecodeInput(const json& in, size_t index, const ModelSignature& signature,
                    std::vector<HostTensor>* tensors, std::set<size_t>* seen) {
   std::string where = "inputs[" + std::to_string(index) + "]";
   if (!in.is_object()) return InvalidArgument(where + ": expected an object");
@@ -83,15 +79,21 @@ Status DecodeInput(const json& in, size_t index, const ModelSignature& signature
     }
     t.shape.push_back(d.get<int64_t>());
   }
-  CADRE_RETURN_IF_ERROR(CheckShape(where, *spec, t.shape, body_bytes));
+  CADRE_RETURN_IF_ERROR(CheckShape(where, *spec, t.shape));
   if (!in.contains("data")) return InvalidArgument(where + ".data: missing");
-  t.data.assign(static_cast<size_t>(t.elements()) * ElementSize(t.dtype), std::byte{0});
+  // The values are counted before the tensor is allocated: its size comes from the body's
+  // values, never from a shape alone.
+  int64_t given = 0;
+  CADRE_RETURN_IF_ERROR(json_values::CountLeaves(in["data"], where + ".data", &given));
+  std::optional<int64_t> holds = NumElements(t.shape);
+  if (holds != given) {
+    return InvalidArgument(where + ".data: " + std::to_string(given) + " values for shape " +
+                           ShapeString(t.shape) + ", which holds " +
+                           (holds ? std::to_string(*holds) : std::string("more than 2^63")));
+  }
+  t.data.assign(static_cast<size_t>(given) * ElementSize(t.dtype), std::byte{0});
   int64_t filled = 0;
   CADRE_RETURN_IF_ERROR(json_values::FillElements(in["data"], where + ".data", t, &filled));
-  if (filled != t.elements()) {
-    return InvalidArgument(where + ".data: " + std::to_string(filled) + " values for shape " +
-                           ShapeString(t.shape) + ", which holds " + std::to_string(t.elements()));
-  }
   (*tensors)[slot] = std::move(t);
   return Status::Ok();
 }
@@ -113,8 +115,7 @@ Status DecodeV2Request(std::string_view body, const ModelSignature& signature, V
   req.inputs.resize(signature.inputs.size());
   std::set<size_t> seen;
   for (size_t i = 0; i < doc["inputs"].size(); ++i) {
-    CADRE_RETURN_IF_ERROR(
-        DecodeInput(doc["inputs"][i], i, signature, body.size(), &req.inputs, &seen));
+    CADRE_RETURN_IF_ERROR(DecodeInput(doc["inputs"][i], i, signature, &req.inputs, &seen));
   }
   for (size_t i = 0; i < signature.inputs.size(); ++i) {
     if (!seen.count(i)) {

@@ -95,14 +95,16 @@ Status DecodeGroup(const json& entry, const std::string& where, const ModelSigna
     tensors[i].dtype = spec.dtype;
     tensors[i].shape = spec.shape;
     tensors[i].shape[0] = rows;
-    tensors[i].data.assign(
-        static_cast<size_t>(rows * spec.row_elements()) * ElementSize(spec.dtype), std::byte{0});
   }
   const size_t per_row = layout.features ? static_cast<size_t>(signature.inputs[0].row_elements())
                                          : layout.input_of_field.size();
   for (int64_t r = 0; r < rows; ++r) {
     const json& row = values[static_cast<size_t>(r)];
     std::string at = where + ".values[" + std::to_string(r) + "]";
+    // Grown row by row as the rows are read: a count of rows alone never sizes an allocation
+    // (a body of many one-number rows for a model of large rows would otherwise claim
+    // gigabytes before the first row is found wrong).
+    for (HostTensor& t : tensors) t.data.resize(static_cast<size_t>(r + 1) * t.row_bytes());
     if (!row.is_array() || row.size() != per_row) {
       return InvalidArgument(
           at + ": expected a row of " + std::to_string(per_row) + " values (one per field), got " +

@@ -130,6 +130,16 @@ Status Fill(const json& value, const std::string& where, HostTensor& t, int64_t*
   return Status::Ok();
 }
 
+Status Count(const json& value, const std::string& where, int64_t* count, int depth) {
+  if (!value.is_array()) {
+    ++*count;
+    return Status::Ok();
+  }
+  if (depth >= kMaxDepth) return InvalidArgument(where + ": nested too deeply");
+  for (const json& v : value) CADRE_RETURN_IF_ERROR(Count(v, where, count, depth + 1));
+  return Status::Ok();
+}
+
 json Element(const HostTensor& t, int64_t i) {
   if (t.dtype == DataType::kBool) return ElementAsInt(t, i) != 0;
   if (IsFloating(t.dtype)) return ElementAsDouble(t, i);
@@ -165,6 +175,11 @@ Status Parse(std::string_view body, json* doc) {
 
 Status FillElements(const json& value, const std::string& where, HostTensor& t, int64_t* next) {
   return Fill(value, where, t, next, t.elements(), 0);
+}
+
+Status CountLeaves(const json& value, const std::string& where, int64_t* count) {
+  *count = 0;
+  return Count(value, where, count, 0);
 }
 
 json Flat(const HostTensor& t) {

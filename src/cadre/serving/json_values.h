@@ -23,6 +23,10 @@ Status Parse(std::string_view body, nlohmann::json* doc);
 Status FillElements(const nlohmann::json& value, const std::string& where, HostTensor& t,
                     int64_t* next);
 
+// The number of leaves (values that are not arrays) of `value`, arrays nested to any depth up to
+// the limit FillElements takes: what a tensor of them would hold, known before it is allocated.
+Status CountLeaves(const nlohmann::json& value, const std::string& where, int64_t* count);
+
 // All of `t`'s elements as a flat JSON array.
 nlohmann::json Flat(const HostTensor& t);
 // Row `row` of `t` as nested arrays of the row's shape (a number for a row of one element of
