@@ -82,9 +82,18 @@ uint64_t AnnouncedLength(const httplib::Request& req) {
 
 // Reads the request's body into *body, keeping at most `max_bytes` of it: cpp-httplib refuses a
 // longer Content-Length itself, but not a chunked body, which has none. A multipart form is read
-// and thrown away. On false the refusal (413, 415, or 400 for a body cut short) is set on `res`.
+// and thrown away. On false the refusal (411, 413, 415, or 400 for a body cut short) is set on
+// `res`.
 bool ReadBody(const httplib::Request& req, httplib::Response& res,
               const httplib::ContentReader& reader, size_t max_bytes, std::string* body) {
+  // cpp-httplib 0.11 reads a body of unannounced length until the connection ends: `curl -X
+  // POST` with no data would wait out the read timeout.
+  if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+    SetError(req, res, 411,
+             "a POST needs a body with a Content-Length (curl: -d @FILE -H 'Content-Type: "
+             "application/json')");
+    return false;
+  }
   if (req.is_multipart_form_data()) {
     reader([](const httplib::MultipartFormData&) { return true; },
            [](const char*, size_t) { return true; });

@@ -150,6 +150,9 @@ TEST_F(ServerTest, OversizedBodiesAre413HoweverTheyAreSent) {
                                  "Expect: 100-continue\r\n\r\n");
   EXPECT_EQ(answer.rfind("HTTP/1.1 413 ", 0), 0u) << answer;
   EXPECT_NE(answer.find("larger than this server takes"), std::string::npos) << answer;
+  // No length at all (curl -X POST without data): 411 at once, not after the read timeout.
+  answer = RawAnswer(port_, "POST /v2/models/fake/infer HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 411 ", 0), 0u) << answer;
   // A chunked body has no length to refuse it by: it is cut off at the limit.
   int sent = 0;
   auto r = client_->Post(
