@@ -11,8 +11,8 @@ import threading
 import urllib.request
 import zipfile
 
-from service_helpers import (CADRE, FINAL, VERSION, make_zip, pids_of_processes_mentioning,
-                             wait_for)
+from service_helpers import (CADRE, FINAL, VERSION, make_zip, multipart,
+                             pids_of_processes_mentioning, wait_for)
 
 # A linear model whose scores are its first three inputs: [1, 2, 3, 4] scores [1, 2, 3], "c".
 TINY = """
@@ -192,6 +192,15 @@ def test_model_stored_deployed_scored_deleted_and_back_after_a_restart(make_serv
     assert score(bob, did, [[1, 2, 3, 4]]).status == 404
     r = score(server.client(), did, [[1, 2, 3, 4]])
     assert r.status == 401, r
+    # A multipart form (curl -F) is not the payload: 415 saying so (it was cpp-httplib's 500),
+    # and 404 for a deployment that does not exist.
+    form, form_type = multipart([("payload", "input.json", "application/json",
+                                  payload([[1, 2, 3, 4]]).encode())])
+    path = f"/ml/v4/deployments/{did}/predictions?version={VERSION}"
+    r = ada.request("POST", path, body=form, content_type=form_type)
+    assert r.status == 415 and "Content-Type: application/json" in r.body, r
+    r = ada.request("POST", path.replace(did, "deployment-nope"), body=form, content_type=form_type)
+    assert r.status == 404, r
     huge = payload([[0.5, 0.5, 0.5, 0.5]] * 1_000_000)
     r = ml(ada, "POST", f"deployments/{did}/predictions", huge)
     assert r.status == 413 and r.error_codes() == ["payload_too_large"], r

@@ -155,9 +155,14 @@ void Delete(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
 }
 
 // Reads what is left of the body and throws it away: answering before the client has sent it
-// all would reset the connection under the answer.
-void Drain(const httplib::ContentReader& reader) {
-  reader([](const char*, size_t) { return true; });
+// all would reset the connection under the answer. A multipart form has its own reader.
+void Drain(const httplib::Request& req, const httplib::ContentReader& reader) {
+  if (req.is_multipart_form_data()) {
+    reader([](const httplib::MultipartFormData&) { return true; },
+           [](const char*, size_t) { return true; });
+  } else {
+    reader([](const char*, size_t) { return true; });
+  }
 }
 
 // The answer for a deployment that is known but has no ready process.
@@ -208,10 +213,10 @@ void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& re
              const httplib::ContentReader& reader, bool v2) {
   std::optional<User> user;
   if (v2 || CheckVersion(req, res)) user = Authenticate(ctx, req, res);
-  if (!user) return Drain(reader);
+  if (!user) return Drain(req, reader);
   const uint64_t limit = ctx.options.max_prediction_bytes;
   auto too_large = [&](const std::string& size) {
-    Drain(reader);
+    Drain(req, reader);
     Fail(v2, res, 413, "payload_too_large",
          "the request body" + size + " is larger than a deployment takes (" +
              std::to_string(limit) + " bytes); send fewer rows per request");
@@ -223,9 +228,15 @@ void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& re
   std::string id = req.matches[1];
   std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
   if (!d) {
-    Drain(reader);
+    Drain(req, reader);
     return Fail(v2, res, 404, "deployment_not_found",
                 "deployment " + Quoted(id) + " does not exist");
+  }
+  if (req.is_multipart_form_data()) {  // curl -F
+    Drain(req, reader);
+    return Fail(v2, res, 415, "unsupported_media_type",
+                "the body is a multipart form (curl -F); send the JSON payload itself with "
+                "'Content-Type: application/json' (curl -d @FILE)");
   }
   std::string body;
   bool over = false;
