@@ -266,7 +266,8 @@ def test_model_stored_deployed_scored_deleted_and_back_after_a_restart(make_serv
 
 def test_a_crashing_model_takes_down_only_its_own_deployment(make_server):
     server = make_server(extra=["--deployment-restarts", "1"])
-    ada = server.client(server.add_user("ada"))
+    token = server.add_user("ada")
+    ada = server.client(token)
     tiny_training, crashy_training = train(ada, TINY, CRASHY)
     tiny = deploy(ada, model_of(ada, tiny_training)["metadata"]["id"], "tiny")
     crashy = deploy(ada, model_of(ada, crashy_training)["metadata"]["id"], "crashy")
@@ -284,6 +285,17 @@ def test_a_crashing_model_takes_down_only_its_own_deployment(make_server):
     assert entity["status"]["state"] == "ready" and entity["restarts"] == 1, entity
     assert "SIGFPE" in entity["status"]["message"]["text"], entity
     assert score(ada, crashy, [[1, 1, 1, 1]]).status == 200
+
+    # The server starts again: the count of restarts stays, and the message says no more than
+    # the server knows (how the process ended before is not recorded).
+    server.kill(signal.SIGTERM)
+    server = make_server(data_dir=server.data_dir, extra=["--deployment-restarts", "1"])
+    ada = server.client(token)
+    assert wait_deployment(ada, tiny, ("ready", "failed"))["status"]["state"] == "ready"
+    entity = wait_deployment(ada, crashy, ("ready", "failed"), restarts=1)
+    assert entity["status"]["state"] == "ready" and entity["restarts"] == 1, entity
+    assert entity["status"]["message"]["text"] == \
+        "ready; its process was started again 1 time(s)", entity
 
     # Once more, past the bound: failed, saying how its process ended.
     assert score(ada, crashy, [[5000, 0, 0, 0]]).status == 503

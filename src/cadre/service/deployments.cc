@@ -331,11 +331,13 @@ void Deployments::CheckReady(const std::vector<std::pair<std::string, int>>& sta
     p.port = port;
     p.ready = true;
     p.was_ready = true;
-    Record(p, kReady,
-           p.restarts == 0 ? "ready"
-                           : "ready; its process was started again " + std::to_string(p.restarts) +
-                                 " time(s), last after it " + p.last_end,
-           std::nullopt);
+    // How the last process ended is known only when this server restarted it.
+    std::string message = "ready";
+    if (p.restarts > 0) {
+      message += "; its process was started again " + std::to_string(p.restarts) + " time(s)";
+      if (!p.last_end.empty()) message += ", last after it " + p.last_end;
+    }
+    Record(p, kReady, message, std::nullopt);
   }
 }
 
