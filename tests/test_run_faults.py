@@ -78,3 +78,16 @@ def test_a_job_that_cannot_be_set_up_says_why_in_its_directory(tmp_path):
     status = json.loads((tmp_path / "out" / "status.json").read_text())
     assert status["state"] == "failed" and status["exit_code"] == 1, status
     assert "CADRE_HOSTS_METHOD=chroot" in status["failure"] and status["end_time"], status
+
+
+def test_a_closed_console_loses_no_message(tmp_path):
+    # With stdout closed the runner's next descriptor (its signalfd) became "the console": the
+    # console queue stuck on it and held back every message, the failure summary included.
+    proc = run_shell('"$CADRE" run -n 2 --framework pytorch-horovod --grace 1 -- sh -c '
+                     '\'echo "line of $LEARNER_ID"; [ "$LEARNER_ID" = 1 ] || exit 3; sleep 30\' '
+                     '>&-; echo "cadre exited $?"', tmp_path)
+    assert "cadre exited 1" in proc.stdout, (proc.stdout, proc.stderr)
+    assert "failed: learner-2 slot 0 exited with code 3" in proc.stderr, proc.stderr
+    assert "    line of 2" in proc.stderr, proc.stderr
+    (job_dir,) = list((tmp_path / "runs").iterdir())
+    assert (job_dir / "learner-1" / "slot-0.log").read_text() == "line of 1\n"

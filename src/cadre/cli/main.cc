@@ -1,4 +1,8 @@
 // cadre: the command-line entry point. Parses the subcommand and hands off to a layer.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <exception>
 #include <iostream>
 
@@ -18,9 +22,25 @@ constexpr AddCommand kCommands[] = {
     cadre::cli::AddServeCommand,          cadre::cli::AddBenchServerCommand,
 };
 
+// A standard descriptor the caller closed (`cadre run ... >&-`) would be the next one cadre
+// opens (a signalfd, a log file, a socket), and console text would be written into it; the
+// runner's console, stuck on a descriptor that never takes text, also held back every message
+// behind it, the failure summary included. They are /dev/null instead.
+void OpenStandardDescriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    int opened = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (opened >= 0 && opened != fd) {
+      dup2(opened, fd);
+      close(opened);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  OpenStandardDescriptors();
   CLI::App app{"cadre — distributed deep-learning training"};
   app.require_subcommand(1);
   int exit_code = 0;
