@@ -60,6 +60,21 @@ def test_follow_since_tail_and_events(server):
     assert ada.request("GET", logs).body.count("line ") == 5
 
 
+def test_events_of_an_ended_job_end_with_its_state(server):
+    # A client following with events tells the job's end from a broken stream (a restarting
+    # server) by `event: end`; a job that had ended before the request sent none.
+    ada = server.client(server.add_user("ada"))
+    tid = ada.submit_json(wml_body("echo one; echo two")).json()["metadata"]["id"]
+    ada.wait_state(tid, FINAL)
+    logs = f"/ml/v4/trainings/{tid}/logs?version={VERSION}"
+    for query in ("&follow=true", "&follow=true&since=1", ""):
+        events = []
+        stream(ada, logs + query, accept="text/event-stream", sink=events)
+        assert events[-3:] == ["event: end", "data: completed", ""], (query, events)
+    plain = ada.request("GET", logs + "&follow=true")
+    assert "event:" not in plain.body and "two" in plain.body, plain
+
+
 def test_bad_log_parameters(server):
     ada = server.client(server.add_user("ada"))
     tid = ada.submit_json(wml_body("echo hi")).json()["metadata"]["id"]

@@ -35,9 +35,14 @@ struct LogStream {
   bool events = false;
   int polls = 0;
   int64_t since = 0;  // lines up to this one are not sent, even when written later
+  std::string ended;  // the job's final state when it had ended before the request
   std::string id;
   int64_t user_id = 0;
 };
+
+// Server-sent events end with the job's final state, so that a client tells the end of the job
+// from a stream that broke (the server restarted) and follows again only after the latter.
+std::string EndEvent(const std::string& state) { return "event: end\ndata: " + state + "\n\n"; }
 
 std::string Format(const LogStream& s, const LogLine& line) {
   if (line.number <= s.since) return {};
@@ -56,6 +61,7 @@ bool Produce(ApiContext& ctx, LogStream& s, httplib::DataSink& sink) {
     std::string text;
     for (const auto& line : s.first) text += Format(s, line);
     s.first.clear();
+    if (s.events && !s.ended.empty()) text += EndEvent(s.ended);
     if (!Send(sink, text)) return false;
     if (!s.follow) {
       sink.done();
@@ -76,7 +82,7 @@ bool Produce(ApiContext& ctx, LogStream& s, httplib::DataSink& sink) {
         // The runner has exited: whatever it wrote is all there is.
         std::string text;
         for (const auto& line : s.reader.Rest()) text += Format(s, line);
-        if (s.events) text += "event: end\ndata: " + (r ? r->state : "deleted") + "\n\n";
+        if (s.events) text += EndEvent(r ? r->state : "deleted");
         if (!Send(sink, text)) return false;
         sink.done();
         return true;
@@ -112,6 +118,7 @@ void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
   stream->user_id = record->user_id;
   stream->since = since;
   stream->follow = follow == "true" && !IsFinalState(record->state);
+  if (IsFinalState(record->state)) stream->ended = record->state;
   stream->events = req.get_header_value("Accept").find("text/event-stream") != std::string::npos;
   // The opening batch: every complete line there is now, after `since`, the last `tail` of them.
   for (;;) {
