@@ -111,41 +111,63 @@ function drawChart(points) {
 }
 
 // Follows the job's log as server-sent events over a streamed fetch (EventSource cannot send the
-// token): each event's data is one line.
+// token): each event's data is one line, its id the line's number. A stream that breaks before the
+// job's `end` event (the server restarted, say) is taken up again after the last line shown.
 async function followLog(id) {
   const log = $("log");
   log.textContent = "";
-  logAbort = new AbortController();
-  try {
-    const r = await fetch(`/ml/v4/trainings/${id}/logs?follow=true&version=${VERSION}`, {
-      headers: { Authorization: `Bearer ${token()}`, Accept: "text/event-stream" },
-      signal: logAbort.signal });
-    const reader = r.body.getReader();
-    const decoder = new TextDecoder();
-    let pending = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      pending += decoder.decode(value, { stream: true });
-      const events = pending.split("\n\n");
-      pending = events.pop();
-      let text = "";
-      for (const event of events) {
-        const fields = event.split("\n");
-        if (fields.includes("event: end")) continue;
-        for (const f of fields) if (f.startsWith("data: ")) text += f.slice(6) + "\n";
+  const abort = new AbortController();
+  logAbort = abort;
+  let last = 0;
+  while (!abort.signal.aborted) {
+    try {
+      const r = await fetch(
+        `/ml/v4/trainings/${id}/logs?follow=true&since=${last}&version=${VERSION}`, {
+          headers: { Authorization: `Bearer ${token()}`, Accept: "text/event-stream" },
+          signal: abort.signal });
+      if (!r.ok) return;  // not found (deleted), or signed out: nothing more to follow
+      const reader = r.body.getReader();
+      const decoder = new TextDecoder();
+      let pending = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        pending += decoder.decode(value, { stream: true });
+        const events = pending.split("\n\n");
+        pending = events.pop();
+        let text = "";
+        let ended = false;
+        for (const event of events) {
+          const fields = event.split("\n");
+          if (fields.includes("event: end")) { ended = true; continue; }
+          for (const f of fields) {
+            if (f.startsWith("id: ")) last = Number(f.slice(4));
+            if (f.startsWith("data: ")) text += f.slice(6) + "\n";
+          }
+        }
+        const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+        log.textContent += text;
+        if (atBottom) log.scrollTop = log.scrollHeight;
+        if (ended) return;
       }
-      const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
-      log.textContent += text;
-      if (atBottom) log.scrollTop = log.scrollHeight;
+    } catch (e) {
+      if (e.name === "AbortError") return;
     }
-  } catch (e) {
-    if (e.name !== "AbortError") log.textContent += `\n(log stream ended: ${e.message})\n`;
+    await new Promise((resolve) => setTimeout(resolve, 2000));
   }
 }
 
+// Polls the job until it ends; while the server cannot be reached (restarting) it keeps trying.
 async function refreshJob(id) {
-  const r = await api("GET", `/ml/v4/trainings/${id}`);
+  let r;
+  try {
+    r = await api("GET", `/ml/v4/trainings/${id}`);
+  } catch (e) {
+    if (e.message === "signed out") return;
+    $("job-message").textContent = "(the server cannot be reached; trying again)";
+    refreshTimer = setTimeout(() => refreshJob(id), 2000);
+    return;
+  }
   if (r.status === 404) { $("job-state").textContent = "not found"; return; }
   const t = await r.json();
   const s = t.entity.status;
@@ -176,7 +198,9 @@ async function route() {
   try {
     if (m) await showJob(m[1]); else await showJobs();
   } catch (e) {
-    if (e.message !== "signed out") console.error(e);
+    if (e.message === "signed out") return;
+    console.error(e);
+    refreshTimer = setTimeout(route, 2000);  // the server cannot be reached: try again
   }
 }
 

@@ -170,10 +170,12 @@ class Server:
         self.url = None
         self.output = []
 
-    def start(self, timeout=60):
+    def start(self, timeout=60, same_port=False):
+        """same_port: listen where the last start did (a restart seen by the same clients)."""
         self.output = []
+        listen = self.url[len("http://"):] if same_port else "127.0.0.1:0"
         self.proc = subprocess.Popen(
-            [CADRE, "server", "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
+            [CADRE, "server", "--data-dir", self.data_dir, "--listen", listen,
              "--slots", str(self.slots), "--grace", str(self.grace), *self.extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
         found = threading.Event()

@@ -1,15 +1,18 @@
 """The dashboard in a real browser: Debian's chromium, headless, driven by puppeteer-core
-(installed by scripts/install-deps). It signs in, sees a job's log lines arrive while it runs and
-its loss curve drawn, and cancels another job. The screenshot is kept as a test artifact in
+(installed by scripts/install-deps). It signs in, sees a job's log lines arrive while it runs,
+carries on through a restart of the server (SIGKILL) and sees the job complete with its loss
+curve drawn, and cancels another job. The screenshot is kept as a test artifact in
 <build>/test-artifacts/dashboard.png."""
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 
-from service_helpers import BUILD, wml_body
+from service_helpers import BUILD, wait_for, wml_body
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEPS = os.environ.get("CADRE_BROWSER_DEPS", os.path.join(
@@ -54,8 +57,22 @@ def test_dashboard_in_headless_chromium(make_server, tmp_path):
     config.write_text(json.dumps({
         "deps": DEPS, "chromium": chromium, "url": server.url + "/", "token": token,
         "job": job_id, "release": os.path.join(server.data_dir, "trainings", job_id, "model", "release"),
-        "hold": hold.json()["metadata"]["id"], "screenshot": screenshot}))
-    run = subprocess.run([node, os.path.join(HERE, "browser", "dashboard_check.cjs"), str(config)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=400)
-    assert run.returncode == 0, run.stdout
+        "hold": hold.json()["metadata"]["id"], "screenshot": screenshot,
+        "restart": str(tmp_path / "restart"), "restarted": str(tmp_path / "restarted")}))
+    check = subprocess.Popen([node, os.path.join(HERE, "browser", "dashboard_check.cjs"),
+                              str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    try:
+        # The page used to stop updating when a request failed: the job stayed `running` there.
+        wait_for("the check to ask for a restart",
+                 lambda: (tmp_path / "restart").exists() or check.poll() is not None, timeout=300)
+        if check.poll() is None:
+            server.kill(signal.SIGKILL)
+            time.sleep(3)  # the page's requests fail meanwhile
+            server.start(same_port=True)
+            (tmp_path / "restarted").write_text("")
+        out, _ = check.communicate(timeout=400)
+    finally:
+        check.kill()
+    assert check.returncode == 0, out
     assert os.path.getsize(screenshot) > 1000

@@ -3,8 +3,10 @@
 // runs, its metric curve drawn, and the cancel button stopping another job.
 //
 //   node dashboard_check.cjs CONFIG.json
-// CONFIG: {deps, chromium, url, token, job, release, hold, screenshot}. Exit 0 when all is as
-// expected; otherwise prints what was not and exits 1. Every wait is bounded.
+// CONFIG: {deps, chromium, url, token, job, release, hold, screenshot, restart, restarted}.
+// While the job runs the check writes the file `restart` and waits for the test to restart the
+// server (on the same port) and write `restarted`: the page must carry on by itself. Exit 0 when
+// all is as expected; otherwise prints what was not and exits 1. Every wait is bounded.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -49,11 +51,19 @@ async function main() {
       () => document.getElementById("log").textContent.includes("epoch 1 done"), WAIT);
     const state = await text(page, "#job-state");
     if (state !== "running") throw new Error(`expected the job running while its log streams, got ${state}`);
+    // The server is killed and started again while the page follows the job.
+    fs.writeFileSync(config.restart, "");
+    for (const end = Date.now() + WAIT.timeout; !fs.existsSync(config.restarted);) {
+      if (Date.now() > end) throw new Error("the test did not restart the server");
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
     fs.writeFileSync(config.release, "");  // let the job finish
     await page.waitForFunction(
       () => document.getElementById("job-state").textContent === "completed", WAIT);
     await page.waitForFunction(
       () => document.getElementById("log").textContent.includes("training finished"), WAIT);
+    const log = await text(page, "#log");
+    if (log.split("epoch 1 done").length !== 2) throw new Error(`a line shown twice:\n${log}`);
     // Its loss curve is drawn through every logged point.
     await page.waitForFunction(() => {
       const line = document.querySelector("#chart polyline.curve-loss");
