@@ -118,8 +118,9 @@ TEST_F(ServerTest, ErrorsAreJsonWithTheRightStatus) {
   EXPECT_EQ(Post("/v2/models/fake/infer", kV2)->status, 200);
 }
 
-// What the server answers on one raw connection after `request` (headers, maybe part of a
-// body): for what cpp-httplib's client cannot send, such as Expect: 100-continue.
+// The first answer the server gives on one raw connection after `request` (headers and the
+// body of its Content-Length, which may come in separate segments): for what cpp-httplib's
+// client cannot send, such as Expect: 100-continue.
 std::string RawAnswer(int port, const std::string& request) {
   std::string answer;
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -132,8 +133,14 @@ std::string RawAnswer(int port, const std::string& request) {
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
       send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
     char buf[4096];
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n > 0) answer.assign(buf, static_cast<size_t>(n));
+    for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
+      answer.append(buf, static_cast<size_t>(n));
+      size_t end = answer.find("\r\n\r\n");
+      if (end == std::string::npos) continue;
+      size_t length = answer.find("Content-Length: ");
+      size_t body = length < end ? std::stoul(answer.substr(length + 16)) : 0;
+      if (answer.size() >= end + 4 + body) break;
+    }
   }
   close(fd);
   return answer;
