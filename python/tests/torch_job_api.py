@@ -333,6 +333,14 @@ def _():
     # Identical contributions are kept as they are (a.b = |a|^2 halves each side).
     same = torch.tensor([[1.0, -2.0], [0.5, 3.0]])
     close(hvd.allreduce(same, op=hvd.Adasum, name="adasum.same"), same, 1e-5)
+    # Shapes must agree, not only element counts (Horovod's Adasum is an allreduce); cadre's
+    # runs as an allgather of each rank's tensor under a leading 1, which the message shows.
+    if n > 1:
+        mismatch("adasum.shape",
+                 lambda nm: hvd.allreduce(torch.ones((3, 2) if r == 1 else (2, 3)),
+                                          op=hvd.Adasum, name=nm),
+                 lambda k: "allgather float32[1,%s]" % ("3,2" if k == 1 else "2,3"))
+        engine_still_works("adasum.shape")
 
 
 @suite.check("sparse_allreduce_async")

@@ -227,15 +227,20 @@ def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor,
 
 def _adasum_async(tensor, output, name, process_set, prescale_factor, postscale_factor):
     """op=Adasum: every rank allgathers the (prescaled) contributions and reduces the rows along
-    Adasum's tree (adasum.py), so that all ranks get bit-identical results in `output`."""
+    Adasum's tree (adasum.py), so that all ranks get bit-identical results in `output`. Each
+    contribution is gathered in its own shape under a leading dimension of 1, so that ranks
+    whose shapes differ fail at negotiation (naming them) as Horovod's Adasum allreduce does,
+    even when the element counts agree."""
     engine = _engine(process_set)
     adasum.check_supported(tensor.dtype, process_set, engine.size)
-    flat = adasum.scale_like_horovod(tensor.detach().reshape(1, -1), float(prescale_factor))
-    gathered = _allgather_pending(flat.contiguous(), name, process_set)
+    row = adasum.scale_like_horovod(tensor.detach().reshape((1,) + tuple(tensor.shape)),
+                                    float(prescale_factor))
+    gathered = _allgather_pending(row.contiguous(), name, process_set)
     rows_of = gathered.finish
 
     def finish(core):
-        reduced = adasum.adasum_reduce(list(rows_of(core).unbind(0)))
+        rows = rows_of(core)
+        reduced = adasum.adasum_reduce(list(rows.reshape(rows.shape[0], tensor.numel()).unbind(0)))
         reduced = adasum.scale_like_horovod(reduced, float(postscale_factor))
         output.copy_(reduced.reshape(tensor.shape))
         return output
