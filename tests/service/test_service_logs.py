@@ -1,8 +1,10 @@
 """Logs: persisted in the job directory, read with since/tail, followed live (plain chunked text
 or server-sent events); and the terminal client (`cadre submit`, `cadre jobs ...`)."""
 import os
+import signal
 import subprocess
 import threading
+import time
 import urllib.request
 
 from service_helpers import CADRE, FINAL, VERSION, wait_for, wml_body
@@ -116,3 +118,29 @@ def test_terminal_client(server, tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               timeout=60)
     assert no_token.returncode == 2 and "CADRE_TOKEN" in no_token.stderr
+
+
+def test_the_client_follows_a_job_across_a_server_restart(server):
+    # `cadre jobs logs -f` ended with "cannot reach the server" when the server restarted,
+    # though the job ran on; it now takes the log up again after the last whole line.
+    token = server.add_user("ada")
+    ada = server.client(token)
+    tid = ada.submit_json(wml_body(PRINT_AND_HOLD)).json()["metadata"]["id"]
+    env = dict(os.environ, CADRE_SERVER=server.url, CADRE_TOKEN=token)
+    follower = subprocess.Popen([CADRE, "jobs", "logs", "-f", tid], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("line 5 in the job's log", lambda: "line 5" in ada.request(
+            "GET", f"/ml/v4/trainings/{tid}/logs?version={VERSION}").body, timeout=120)
+        time.sleep(0.5)  # for the follower to have it too
+        server.kill(signal.SIGKILL)
+        time.sleep(2)  # the follower finds nothing there meanwhile
+        server.start(same_port=True)
+        open(os.path.join(server.data_dir, "trainings", tid, "model", "release"), "w").close()
+        out, err = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, err
+    shown = [l.split("] ")[-1] for l in out.splitlines()]
+    assert shown[:6] == [f"line {i}" for i in range(1, 6)] + ["finished"], out
+    assert "trying again" in err, err

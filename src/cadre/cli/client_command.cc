@@ -3,7 +3,8 @@
 //   cadre submit job.yaml            zips the manifest's folder, uploads both, prints the id
 //   cadre jobs list                  your trainings: id, state, name, created
 //   cadre jobs get ID                one training's resource (JSON)
-//   cadre jobs logs [-f] ID          its log; -f follows it until the job ends
+//   cadre jobs logs [-f] ID          its log; -f follows it until the job ends (through a
+//                                    restart of the server)
 //   cadre jobs cancel ID [--hard-delete]
 //   cadre deploy TRAINING_ID [--name N]  deploys the completed training's saved model; prints
 //                                    the deployment's id once it is ready
@@ -16,6 +17,7 @@
 // (its error printed), 2 bad usage.
 #include <httplib.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -217,33 +219,60 @@ int Get(const ClientFlags& flags, const std::string& id) {
   return 0;
 }
 
+// With --follow, a stream that breaks (the server restarts) is taken up again after the last
+// whole line printed, for as long as kReconnectFor the server cannot be reached.
+constexpr auto kReconnectFor = std::chrono::seconds(60);
+
 int Logs(const ClientFlags& flags, const std::string& id, bool follow) {
   Connection c;
   if (!Connect(flags, "cadre jobs logs", &c)) return 2;
-  std::string path =
+  const std::string path =
       "/ml/v4/trainings/" + UrlComponent(id) + "/logs?" + kVersion + (follow ? "&follow=true" : "");
-  int status = 0;
-  std::string error_body;
-  auto r = c.client->Get(
-      path, c.headers,
-      [&](const httplib::Response& res) {
-        status = res.status;
-        return true;
-      },
-      [&](const char* data, size_t n) {
-        if (status != 200) {
-          error_body.append(data, n);
-        } else {
-          std::cout.write(data, static_cast<std::streamsize>(n));
-          std::cout.flush();
-        }
-        return true;
-      });
-  if (!r || r->status != 200) {
-    if (r) r->body = error_body;
-    return Report("cadre jobs logs", c, r);
+  int64_t lines = 0;    // whole lines printed
+  std::string partial;  // the start of the next line
+  bool streamed = false;
+  auto gone_since = std::chrono::steady_clock::now();
+  for (;;) {
+    int status = 0;
+    std::string error_body;
+    partial.clear();
+    auto r = c.client->Get(
+        path + (lines > 0 ? "&since=" + std::to_string(lines) : ""), c.headers,
+        [&](const httplib::Response& res) {
+          status = res.status;
+          return true;
+        },
+        [&](const char* data, size_t n) {
+          if (status != 200) {
+            error_body.append(data, n);
+            return true;
+          }
+          partial.append(data, n);
+          const size_t end = partial.rfind('\n');
+          if (end != std::string::npos) {
+            std::cout.write(partial.data(), static_cast<std::streamsize>(end + 1));
+            std::cout.flush();
+            lines += std::count(partial.begin(), partial.begin() + end + 1, '\n');
+            partial.erase(0, end + 1);
+          }
+          return true;
+        });
+    if (r && r->status == 200) {
+      std::cout << partial << std::flush;  // a last line without its newline
+      return 0;
+    }
+    streamed = streamed || status == 200;
+    const bool broke = !r && follow && streamed;
+    if (!broke || std::chrono::steady_clock::now() - gone_since > kReconnectFor) {
+      if (r) r->body = error_body;
+      return Report("cadre jobs logs", c, r);
+    }
+    if (status == 200) {
+      std::cerr << "cadre jobs logs: " << TransportError(c, r.error()) << "; trying again\n";
+      gone_since = std::chrono::steady_clock::now();
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
   }
-  return 0;
 }
 
 int Cancel(const ClientFlags& flags, const std::string& id, bool hard) {
