@@ -73,6 +73,20 @@ def test_all_problems_at_once_including_flags(cadre_run, tmp_path):
     assert "CADRE_PYTHON: '/nonexistent/python3' is not an executable" in bad_python.stderr
 
 
+def test_a_manifest_in_json_or_upper_case_is_read_not_run(cadre_run, tmp_path):
+    # Only .yaml/.yml were manifests: `cadre run job.json` ran "job.json" as every learner's
+    # command ("exec: job.json: not found").
+    manifest = {"framework": {"name": "pytorch"}, "execution": {"command": "echo from-manifest"}}
+    (tmp_path / "job.json").write_text(json.dumps(manifest))
+    (tmp_path / "JOB.YAML").write_text("framework: {name: pytorch}\n"
+                                       "execution: {command: echo from-manifest}\n")
+    for name in ("job.json", "JOB.YAML"):
+        job = cadre_run("-q", "--results-dir", "runs-" + name, name)
+        assert job.returncode == 0, (name, job.stderr)
+        (job_dir,) = list((tmp_path / ("runs-" + name)).iterdir())
+        assert (job_dir / "learner-1" / "slot-0.log").read_text() == "from-manifest\n"
+
+
 def run_bytes(args, cwd):
     """`cadre run ARGS` with the output as bytes (it may hold anything a manifest held)."""
     env = dict(os.environ)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -47,8 +48,14 @@ struct RunFlags {
   std::string name_space;            // Kubernetes: the namespace
 };
 
+// A manifest by its name: .yaml or .yml, or .json (WML's own format, which YAML reads), in any
+// case. Anything else was run as the learners' command: `cadre run JOB.YAML` failed every
+// learner with "exec: JOB.YAML: not found".
 bool IsManifestPath(const std::string& arg) {
-  return arg.ends_with(".yaml") || arg.ends_with(".yml");
+  std::string lower = arg;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return lower.ends_with(".yaml") || lower.ends_with(".yml") || lower.ends_with(".json");
 }
 
 // Words of a command line joined for /bin/sh -c, each quoted unless plainly safe.
@@ -253,7 +260,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       "Run a training job on this machine: `cadre run job.yaml`, or "
       "`cadre run -n 2 --compute k80x2 --framework pytorch-horovod -- python3 train.py`");
   cmd->add_option("manifest_or_command", flags->args,
-                  "A manifest (.yaml/.yml), or after `--` the command every learner runs");
+                  "A manifest (.yaml/.yml/.json), or after `--` the command every learner runs");
   cmd->add_option("-n,--nodes", flags->nodes, "Learners (execution.compute_configuration.nodes)");
   cmd->add_option("--compute", flags->compute,
                   "Compute configuration: GPUs per learner (k80, k80x2, k80x4, p100, p100x2, "
