@@ -49,6 +49,13 @@ Status RoleFromMap(const std::map<std::string, std::string>& env, LearnerRole* o
   LearnerRole r;
   CADRE_RETURN_IF_ERROR(IntVar(env, "NUM_LEARNERS", 1, 1 << 16, &r.num_learners));
   CADRE_RETURN_IF_ERROR(IntVar(env, "LEARNER_ID", 1, r.num_learners, &r.learner_id));
+  // The learner contract of the allreduce modes has no servers: say which job has them.
+  auto servers = env.find("PS_HOSTS_COUNT");
+  if (servers == env.end() || servers->second.empty())
+    return InvalidArgument(
+        "PS_HOSTS_COUNT is not set: learners have parameter-server roles only in a "
+        "parameter-server job (framework `pytorch` with `parameter_servers`, e.g. `cadre run "
+        "--framework pytorch --parameter-servers 1 ...`)");
   CADRE_RETURN_IF_ERROR(IntVar(env, "PS_HOSTS_COUNT", 1, r.num_learners, &r.num_servers));
   r.num_workers = r.num_learners - r.num_servers;
   if (r.num_workers < 1)

@@ -40,6 +40,10 @@ TEST(LearnerRoleTest, NamesTheBadVariable) {
   env.erase("LEARNER_NAME_PREFIX");
   EXPECT_NE(RoleFromMap(env, &r).message().find("LEARNER_NAME_PREFIX"), std::string::npos);
   env = Env("1");
+  env.erase("PS_HOSTS_COUNT");  // an allreduce-mode job: no servers
+  EXPECT_NE(RoleFromMap(env, &r).message().find("only in a parameter-server job"),
+            std::string::npos);
+  env = Env("1");
   env["NUM_LEARNERS"] = "four";
   EXPECT_NE(RoleFromMap(env, &r).message().find("NUM_LEARNERS='four'"), std::string::npos);
 }
