@@ -183,7 +183,12 @@ def test_model_stored_deployed_scored_deleted_and_back_after_a_restart(make_serv
     assert ada.request("GET", f"/v2/models/{did}/ready").status == 200
     assert ada.request("GET", f"/v2/models/{did}").json()["inputs"][0]["shape"] == [-1, 4]
     assert infer_v2(bob, did, [[1, 2, 3, 4]]).status == 404
-    assert infer_v2(server.client(), did, [[1, 2, 3, 4]]).status == 401
+    r = infer_v2(server.client(), did, [[1, 2, 3, 4]])
+    assert r.status == 401 and "Authorization" in r.json()["error"], r  # v2's error shape
+    assert server.client("nope").request("GET", f"/v2/models/{did}").json()["error"]
+    # The server's health, as KServe clients ask it: no token needed.
+    assert server.client().request("GET", "/v2/health/live").json() == {"live": True}
+    assert server.client().request("GET", "/v2/health/ready").json() == {"ready": True}
     # The deployment's own checks come back as they are: the field and the expected shape.
     r = score(ada, did, [[1, 2, 3]])
     assert r.status == 400 and "4" in r.body, r

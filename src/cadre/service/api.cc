@@ -30,22 +30,27 @@ void SendError(httplib::Response& res, int status, const std::string& code,
   SendErrors(res, status, {ApiError{code, message, target}});
 }
 
-std::optional<User> Authenticate(ApiContext& ctx, const httplib::Request& req,
-                                 httplib::Response& res) {
+std::optional<User> BearerUser(ApiContext& ctx, const httplib::Request& req, ApiError* why) {
   std::string header = req.get_header_value("Authorization");
   const std::string bearer = "Bearer ";
   if (header.empty()) {
-    SendError(res, 401, "authorization_rejected",
-              "missing Authorization header; send 'Authorization: Bearer <token>' (a token "
-              "comes from `cadre users add`)");
+    *why = {"authorization_rejected",
+            "missing Authorization header; send 'Authorization: Bearer <token>' (a token "
+            "comes from `cadre users add`)",
+            ""};
     return std::nullopt;
   }
   std::optional<User> user;
   if (header.starts_with(bearer)) user = ctx.accounts.Authenticate(header.substr(bearer.size()));
-  if (!user) {
-    SendError(res, 401, "authentication_failed", "the bearer token is not valid");
-    return std::nullopt;
-  }
+  if (!user) *why = {"authentication_failed", "the bearer token is not valid", ""};
+  return user;
+}
+
+std::optional<User> Authenticate(ApiContext& ctx, const httplib::Request& req,
+                                 httplib::Response& res) {
+  ApiError why;
+  std::optional<User> user = BearerUser(ctx, req, &why);
+  if (!user) SendError(res, 401, why.code, why.message);
   return user;
 }
 

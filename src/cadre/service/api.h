@@ -54,8 +54,9 @@ void SendErrors(httplib::Response& res, int status, const std::vector<ApiError>&
 void SendError(httplib::Response& res, int status, const std::string& code,
                const std::string& message, const std::string& target = "");
 
-// The caller's user, from `Authorization: Bearer <token>`; otherwise answers 401 and returns
-// nullopt.
+// The caller's user, from `Authorization: Bearer <token>`; otherwise nullopt, with why in *why.
+std::optional<User> BearerUser(ApiContext& ctx, const httplib::Request& req, ApiError* why);
+// The same; otherwise answers 401 (in WML's shape) and returns nullopt.
 std::optional<User> Authenticate(ApiContext& ctx, const httplib::Request& req,
                                  httplib::Response& res);
 

@@ -1,7 +1,7 @@
 // POST/GET /ml/v4/deployments, GET/DELETE /ml/v4/deployments/{id}, and scoring through the
 // service: POST /ml/v4/deployments/{id}/predictions, proxied to the deployment's own process
 // (deployments.h), and the same through the Open Inference Protocol: POST /v2/models/{id}/infer,
-// GET /v2/models/{id}[/ready].
+// GET /v2/models/{id}[/ready], and the server's GET /v2/health/live and /v2/health/ready.
 //
 // A deployment as the API shows it (WML v4): {metadata {id, name, created_at, modified_at},
 // entity {name, online {}, asset {id}, status {state, message {level, text}, failure {trace,
@@ -183,6 +183,15 @@ void Fail(bool v2, httplib::Response& res, int status, const std::string& code,
   }
 }
 
+// The caller, from the service's bearer token; otherwise 401 in the route's protocol.
+std::optional<User> Caller(ApiContext& ctx, const httplib::Request& req, httplib::Response& res,
+                           bool v2) {
+  ApiError why;
+  std::optional<User> user = BearerUser(ctx, req, &why);
+  if (!user) Fail(v2, res, 401, why.code, why.message);
+  return user;
+}
+
 // Sends `method path` with `body` to the deployment's process and passes its answer on.
 void Forward(ApiContext& ctx, const ScoringTarget& target, const std::string& id, bool v2,
              const std::string& method, const std::string& path, const std::string& body,
@@ -212,7 +221,7 @@ void Forward(ApiContext& ctx, const ScoringTarget& target, const std::string& id
 void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& res,
              const httplib::ContentReader& reader, bool v2) {
   std::optional<User> user;
-  if (v2 || CheckVersion(req, res)) user = Authenticate(ctx, req, res);
+  if (v2 || CheckVersion(req, res)) user = Caller(ctx, req, res, v2);
   if (!user) return Drain(req, reader);
   const uint64_t limit = ctx.options.max_prediction_bytes;
   auto too_large = [&](const std::string& size) {
@@ -260,7 +269,7 @@ void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& re
 // GET /v2/models/{id} and /v2/models/{id}/ready: the deployment's own answer.
 void V2Get(ApiContext& ctx, const httplib::Request& req, httplib::Response& res,
            const std::string& suffix) {
-  std::optional<User> user = Authenticate(ctx, req, res);
+  std::optional<User> user = Caller(ctx, req, res, true);
   if (!user) return;
   std::string id = req.matches[1];
   std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
@@ -293,6 +302,13 @@ void AddDeploymentRoutes(httplib::Server& server, ApiContext& ctx) {
       R"(/v2/models/([^/]+)/infer)",
       [&ctx](const httplib::Request& req, httplib::Response& res,
              const httplib::ContentReader& reader) { Predict(ctx, req, res, reader, true); });
+  // The server's liveness and readiness, without a token (as cadre-serve's own): it answers.
+  server.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, 200, {{"live", true}});
+  });
+  server.Get("/v2/health/ready", [](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, 200, {{"ready", true}});
+  });
   server.Get(R"(/v2/models/([^/]+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
     V2Get(ctx, req, res, "");
   });
