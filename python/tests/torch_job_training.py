@@ -277,6 +277,35 @@ def _():
     same(m, ref, 1e-5)
 
 
+@suite.check("optimizer.layers_unfrozen_or_frozen_later")
+def _():
+    # Fine-tuning: layer 0 frozen when the optimizer is made and unfrozen after a step, layer 2
+    # trained and then frozen (gradients set to None). Full-batch training in one process with
+    # the same schedule is the reference: the unfrozen layer is averaged from then on (Horovod
+    # never reduces it, and the ranks drift apart) and the frozen one is left alone (no zero
+    # gradient made up for it, which weight decay would act on).
+    def run(distributed):
+        m = model()
+        m[0].requires_grad_(False)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
+        if distributed:
+            opt = hvd.DistributedOptimizer(opt, named_parameters=m.named_parameters())
+        for step in range(4):
+            if step == 1:
+                m[0].requires_grad_(True)
+            if step == 2:
+                m[2].requires_grad_(False)
+            opt.zero_grad(set_to_none=True)
+            rows = MINE if distributed else slice(None)
+            mse(m(X[rows]), Y[rows]).backward()
+            opt.step()
+        return m
+
+    m = run(True)
+    same(m, run(False), 1e-5)
+    identical_everywhere(list(m.parameters()), "unfrozen.identical")
+
+
 @suite.check("optimizer.sparse_as_dense")
 def _():
     def net():

@@ -12,10 +12,12 @@ base class. Each keeps `backward_passes_per_step`, `_allreduce_delay` (passes le
 
 def register_accumulator_hooks(optimizer, make_hook, prepare=None):
     """Hooks make_hook(p) onto the gradient accumulator of every parameter that requires a
-    gradient: it runs right after backward has written p.grad. `prepare(p)` runs first."""
+    gradient and has no hook yet: it runs right after backward has written p.grad. `prepare(p)`
+    runs first. Returns the parameters hooked now."""
+    hooked = []
     for param_group in optimizer.param_groups:
         for p in param_group["params"]:
-            if not p.requires_grad:
+            if not p.requires_grad or p in optimizer._requires_update:
                 continue
             if prepare is not None:
                 prepare(p)
@@ -24,6 +26,8 @@ def register_accumulator_hooks(optimizer, make_hook, prepare=None):
             grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
             grad_acc.register_hook(make_hook(p))
             optimizer._grad_accs.append(grad_acc)
+            hooked.append(p)
+    return hooked
 
 
 def count_backward_pass(optimizer, p):

@@ -182,14 +182,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self.process_set.included() or self.process_set.size() == 1:
             self._synchronized = True
             return
+        # A parameter unfrozen since the optimizer was made (requires_grad set on every rank
+        # alike) is hooked now and reduced from this step on; Horovod never reduces it, and the
+        # ranks' copies drift apart.
+        backward_passes.register_accumulator_hooks(self, self._make_hook)
         # Parameters whose hooks did not fire (unused in this step) or have not reached
         # backward_passes_per_step yet are submitted now, so every rank submits every name; a
         # group is submitted whole (zeros where this rank has no gradient), as the other ranks
-        # may have submitted it from their hooks.
+        # may have submitted it from their hooks. Parameters frozen since (no gradient on any
+        # rank) are left alone, as torch's optimizers leave them.
         done = set()
         for key in self._handles:
             done.update(key) if isinstance(key, tuple) else done.add(key)
         for p in list(self._requires_update - done):
+            if not p.requires_grad and p not in self._p_to_group:
+                continue
             group = self._p_to_group.get(p)
             if group is not None:
                 if group not in self._handles:
