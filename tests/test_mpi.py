@@ -57,6 +57,16 @@ def test_a_failed_mpi_learner_is_named(mpi):
     assert job.status()["state"] == "failed"
 
 
+def test_a_slot_whose_task_was_killed_is_named(mpi):
+    # The slot's `cadre task` (its keeper's parent) dies by SIGKILL and leaves no exit record.
+    job = mpi("--", "sh", "-c", 'echo up; if [ "$CADRE_RANK" = 3 ]; then '
+              'kill -9 $(ps -o ppid= -p $PPID); fi; sleep 60')
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "learner-2 slot 1 left no exit record" in job.stderr, job.stderr
+    assert "last lines of " + os.path.join(job.job_dir, "mpirun.log") in job.stderr
+    assert job.status()["state"] == "failed"
+
+
 def test_ctrl_c_stops_mpirun_and_every_slot(mpi, tmp_path):
     proc = mpi("--", "sh", "-c", "echo up; sleep 120", started=True)
     job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60)
@@ -80,6 +90,8 @@ def test_no_hostfile_is_refused(tmp_path):
 @pytest.mark.parametrize("hosts,expected", [
     (None, "hosts.txt cannot be read"),
     ("127.0.0.2\n", "lists 1 hosts but the job has 2 learners"),
+    ("127.0.0.2 slots=2\n127.0.0.2 slots=2\n",
+     "line 2: host 127.0.0.2 is listed again (first on line 1)"),
 ])
 def test_a_hostfile_that_cannot_serve_the_job_is_bad_usage(tmp_path, hosts, expected):
     # Like every other problem found before anything starts: exit code 2, and nothing started.

@@ -29,6 +29,22 @@ std::string OwnAddress() {
   return text;
 }
 
+// The last `count` lines of a text file; empty when it cannot be read.
+std::vector<std::string> LastLines(const fs::path& path, size_t count) {
+  std::vector<std::string> lines;
+  bool ok = false;
+  std::string text = ReadTextFile(path, &ok);
+  size_t end = text.size();
+  while (ok && lines.size() < count && end > 0) {
+    size_t start = text.rfind('\n', end - 1);
+    start = start == std::string::npos ? 0 : start + 1;
+    std::string line = text.substr(start, end - start);
+    if (!line.empty() && line != "\n") lines.insert(lines.begin(), line);
+    end = start == 0 ? 0 : start - 1;
+  }
+  return lines;
+}
+
 std::string Seconds(Clock::duration d) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f s", std::chrono::duration<double>(d).count());
@@ -189,6 +205,7 @@ int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::strin
   std::optional<size_t> failed_slot;  // the first failure's
   std::string failure;
   double failure_time = 0;
+  bool explained = true;  // by a record of the failed slot's own (or a stop)
   auto failed = [&](size_t slot, std::string how, double time) {
     if (failed_slot && time >= failure_time) return;
     failed_slot = slot;
@@ -196,7 +213,8 @@ int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::strin
     failure_time = time;
   };
   if (end.learners.empty()) {
-    for (const auto& e : ReadSlotExits(layout_.job_dir, spec_.nodes, spec_.slots_per_learner)) {
+    const auto exits = ReadSlotExits(layout_.job_dir, spec_.nodes, spec_.slots_per_learner);
+    for (const auto& e : exits) {
       const size_t index = SlotIndex(e.learner_id, e.local_rank);
       auto& s = status_.slots[index];
       s.exit_code = e.exit_code;
@@ -209,6 +227,38 @@ int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::strin
                "learner-" + std::to_string(e.learner_id) + " slot " + std::to_string(e.local_rank) +
                    " " + e.Describe(),
                e.end_time);
+      }
+    }
+    // A slot that left no record at all, while others did, was not ended by its `cadre task`:
+    // the task was killed (SIGKILL, the OOM killer), or its node was lost. The engine may say
+    // which went first; the others may have been killed after it.
+    if (!failed_slot && !end.succeeded && !exits.empty()) {
+      std::vector<bool> recorded(status_.slots.size());
+      for (const auto& e : exits) recorded[SlotIndex(e.learner_id, e.local_rank)] = true;
+      std::vector<size_t> missing;
+      for (size_t i = 0; i < recorded.size(); ++i) {
+        if (!recorded[i]) missing.push_back(i);
+      }
+      if (end.first_failed_rank && *end.first_failed_rank >= 0 &&
+          static_cast<size_t>(*end.first_failed_rank) < recorded.size() &&
+          !recorded[static_cast<size_t>(*end.first_failed_rank)]) {
+        missing = {static_cast<size_t>(*end.first_failed_rank)};
+      }
+      std::string names;
+      for (size_t i = 0; i < missing.size(); ++i) {
+        const auto& s = status_.slots[missing[i]];
+        names += std::string(i == 0                    ? ""
+                             : i + 1 == missing.size() ? " and "
+                                                       : ", ") +
+                 "learner-" + std::to_string(s.learner_id) + " slot " +
+                 std::to_string(s.local_rank);
+      }
+      if (!missing.empty()) {
+        failed(missing[0],
+               names + " left no exit record (its `cadre task` did not start or was killed, or " +
+                   "its node was lost); " + end.description,
+               0);
+        explained = false;
       }
     }
   } else {
@@ -246,6 +296,7 @@ int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::strin
                       std::to_string(status_.slots.size()) + " slots succeeded)";
     status_.state = launch::JobState::kFailed;
     status_.exit_code = 1;
+    explained = false;
   }
   Status st = launch::WriteStatusFile(spec_, layout_, status_);
   if (!st.ok()) Message("warning: " + st.message());
@@ -262,6 +313,11 @@ int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::strin
       const auto& tail = logs_.tail(slot_stream_[*status_.failed_slot]);
       if (tail.empty()) text += "\n    (no output)";
       for (const auto& line : tail) text += "\n    " + line;
+    }
+    const auto engine_lines = LastLines(end.engine_log, 10);
+    if (!explained && status_.state == launch::JobState::kFailed && !engine_lines.empty()) {
+      text += "\ncadre: last lines of " + end.engine_log.string() + ":";
+      for (const auto& line : engine_lines) text += "\n    " + line;
     }
     Message(text + "\ncadre: status and logs in " + where);
   }

@@ -39,6 +39,12 @@ struct EngineState {
   // With `finished`, from engines whose slots' records stay on the nodes (Kubernetes): the
   // learners' ends. Empty: the records in the job directory tell (task.h).
   std::vector<LearnerEnd> learners;
+  // The engine's own output (mpirun's, the batch script's): its last lines end a failure that no
+  // slot's record explains.
+  std::filesystem::path engine_log;
+  // The rank the engine saw end first, when it says (mpirun: "process rank 3 ... exited on
+  // signal 9"): the slot to name when several left no exit record.
+  std::optional<int> first_failed_rank;
 };
 
 // What the engine needs of the runner's side.

@@ -93,6 +93,7 @@ Status MpiSlotFromEnv(const EnvMap& env, const std::vector<std::string>& hosts, 
 
 Status ParseHostfile(const std::string& text, std::vector<std::string>* hosts) {
   std::vector<std::string> out;
+  std::map<std::string, int> line_of;  // each host's line
   std::stringstream in(text);
   int number = 0;
   for (std::string line; std::getline(in, line);) {
@@ -107,6 +108,12 @@ Status ParseHostfile(const std::string& text, std::vector<std::string>* hosts) {
         return InvalidArgument("hostfile line " + std::to_string(number) + ": '" + word +
                                "' is not slots=N or max_slots=N");
       }
+    }
+    // Open MPI would add the lines' slots together; cadre runs one learner on each host.
+    if (auto [at, added] = line_of.emplace(host, number); !added) {
+      return InvalidArgument("hostfile line " + std::to_string(number) + ": host " + host +
+                             " is listed again (first on line " + std::to_string(at->second) +
+                             "); each learner needs a host of its own, listed once");
     }
     out.push_back(host);
   }

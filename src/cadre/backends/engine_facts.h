@@ -32,7 +32,8 @@ Status SlurmSlotFromEnv(const EnvMap& env, EngineSlot* out);
 Status MpiSlotFromEnv(const EnvMap& env, const std::vector<std::string>& hosts, EngineSlot* out);
 
 // The hosts of an Open MPI hostfile, in order ("node1 slots=2" -> node1); comments and blank
-// lines skipped. InvalidArgument naming the line for a malformed one.
+// lines skipped. InvalidArgument naming the line for a malformed one, or for a host listed twice
+// (one learner runs on each host).
 Status ParseHostfile(const std::string& text, std::vector<std::string>* hosts);
 
 }  // namespace cadre::backends

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cadre/backends/mpi_backend.h"
 #include "cadre/backends/slurm_backend.h"
 #include "cadre/backends/task.h"
 
@@ -106,6 +107,19 @@ TEST(EngineFacts, Hostfiles) {
   EXPECT_NE(ParseHostfile("node1 cpus=2\n", &hosts).message().find("line 1: 'cpus=2'"),
             std::string::npos);
   EXPECT_EQ(ParseHostfile("# nothing\n", &hosts).code(), Code::kInvalidArgument);
+  Status twice = ParseHostfile("node1\nnode2 slots=2\n# spare\nnode1 slots=2\n", &hosts);
+  EXPECT_NE(twice.message().find("line 4: host node1 is listed again (first on line 1)"),
+            std::string::npos)
+      << twice.message();
+}
+
+TEST(MpiBackend, FirstFailedRankFromMpirunsOutput) {
+  EXPECT_EQ(FirstFailedRank("-----\nmpirun noticed that process rank 3 with PID 8761 on node "
+                            "127.0.0.3 exited on signal 9 (Killed).\n-----\n"),
+            3);
+  EXPECT_EQ(FirstFailedRank("prterun noticed that process rank 12 with PID 1 on node n"), 12);
+  EXPECT_EQ(FirstFailedRank("Primary job  terminated normally\n"), std::nullopt);
+  EXPECT_EQ(FirstFailedRank("noticed that process rank x"), std::nullopt);
 }
 
 TEST(SlurmBackend, BatchScriptAsksForOneNodePerLearner) {

@@ -5,11 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
 #include "cadre/backends/cluster_job.h"
 #include "cadre/backends/engine_facts.h"
+#include "cadre/backends/task.h"
 #include "cadre/launch/job_status.h"
 #include "cadre/launch/process.h"
 
@@ -59,6 +61,8 @@ class MpiEngine : public Engine {
     s.finished = ended_;
     s.succeeded = ended_ && exit_ == 0;
     s.description = ended_ ? "mpirun exited with code " + std::to_string(exit_) : "mpirun running";
+    s.engine_log = job_.layout().job_dir / "mpirun.log";
+    if (ended_ && exit_ != 0) s.first_failed_rank = FirstFailedRank(ReadTextFile(s.engine_log));
     return s;
   }
 
@@ -122,6 +126,19 @@ class MpiBackend : public Backend {
 };
 
 }  // namespace
+
+std::optional<int> FirstFailedRank(const std::string& mpirun_output) {
+  // Open MPI 4's mpirun and 5's prterun: "... noticed that process rank 3 with PID 8761 on node
+  // 127.0.0.3 exited on signal 9 (Killed)."
+  const std::string said = "noticed that process rank ";
+  size_t at = mpirun_output.find(said);
+  if (at == std::string::npos) return std::nullopt;
+  int rank = -1;
+  const char* begin = mpirun_output.data() + at + said.size();
+  auto [end, ec] = std::from_chars(begin, mpirun_output.data() + mpirun_output.size(), rank);
+  if (ec != std::errc() || end == begin) return std::nullopt;
+  return rank;
+}
 
 std::vector<std::string> MpirunCommand(const launch::JobSpec& spec, const fs::path& job_dir,
                                        const fs::path& program, bool as_root) {

@@ -5,6 +5,7 @@
 // nothing is asked of the user beyond what mpirun already uses.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,10 @@ namespace cadre::backends {
 std::vector<std::string> MpirunCommand(const launch::JobSpec& spec,
                                        const std::filesystem::path& job_dir,
                                        const std::filesystem::path& program, bool as_root);
+
+// The rank mpirun's output says ended first and failed ("mpirun noticed that process rank 3 with
+// PID ... exited on signal 9"); none when it does not say.
+std::optional<int> FirstFailedRank(const std::string& mpirun_output);
 
 std::unique_ptr<Backend> MakeMpiBackend(const BackendOptions& options);
 
