@@ -32,19 +32,27 @@ class Job:
             return json.load(f)
 
 
-def interrupt_once_up(proc, cwd, slots, timeout, while_up=None):
+def wait_until_up(proc, slots, timeout):
+    """Reads the running `cadre run`'s output until `slots` lines end in "] up" (at most
+    `timeout` s)."""
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while seen < slots and time.monotonic() < deadline and proc.poll() is None:
+        seen += proc.stdout.readline().rstrip().endswith("] up")
+    assert seen == slots, "the slots never started"
+
+
+def interrupt_once_up(proc, cwd, slots, timeout, while_up=None, interrupt=True):
     """Waits (up to `timeout` s) until `slots` lines of the running `cadre run` end in "] up",
-    calls `while_up()` if given (checks on the running job), then sends SIGINT (Ctrl-C) and
-    returns the finished Job; the process is killed if anything goes wrong meanwhile."""
+    calls `while_up()` if given (checks on the running job, or a fault), then sends SIGINT
+    (Ctrl-C) unless told not to and returns the finished Job; the process is killed if anything
+    goes wrong meanwhile."""
     try:
-        deadline = time.monotonic() + timeout
-        seen = 0
-        while seen < slots and time.monotonic() < deadline and proc.poll() is None:
-            seen += proc.stdout.readline().rstrip().endswith("] up")
-        assert seen == slots, "the slots never started"
+        wait_until_up(proc, slots, timeout)
         if while_up:
             while_up()
-        proc.send_signal(signal.SIGINT)
+        if interrupt:
+            proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:

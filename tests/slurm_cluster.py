@@ -157,6 +157,12 @@ class SlurmCluster:
                 return word.split("=", 1)[1]
         return None
 
+    def resume(self, node, timeout=60):
+        """Brings a node that a test set down back into service (it may be back already)."""
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=self.env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        self._wait(self._all_idle, timeout, "every node idle in sinfo")
+
     def stop(self):
         # slurmds first (they end their jobs' steps), then the controller, then munge.
         for name, proc in reversed(self.procs):

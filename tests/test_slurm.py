@@ -123,6 +123,29 @@ def test_ctrl_c_cancels_the_slurm_job(slurm, tmp_path):
     assert slurm.job_state(slurm_job_id(job)) == "CANCELLED"
 
 
+def test_a_node_that_goes_down_fails_the_job_naming_its_learner(slurm, tmp_path):
+    proc = subprocess.Popen([CADRE, "run", "--backend", "slurm", "--store-host", "127.0.0.1",
+                             "-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
+                             "--", "sh", "-c", "echo up; sleep 120"],
+                            cwd=tmp_path, env=slurm.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def node2_down():
+        subprocess.run(["scontrol", "update", "nodename=node2", "state=down",
+                        "reason=cadre test"], env=slurm.env, check=True, timeout=30)
+
+    try:
+        job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60, while_up=node2_down,
+                                interrupt=False)
+    finally:
+        slurm.resume("node2")
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "NODE_FAIL" in job.stderr and "node node2 (learner-2)" in job.stderr, job.stderr
+    assert job.status()["state"] == "failed"
+    # Failed, not requeued by Slurm to run again later against this run's rendezvous store.
+    assert slurm.job_state(slurm_job_id(job)) == "NODE_FAIL"
+
+
 def test_a_job_pending_past_its_queue_timeout_is_cancelled(slurm, tmp_path):
     # The cluster's "closed" partition is down: jobs queue there and never start.
     job = cadre_slurm(slurm, tmp_path, "-n", "1", "--partition", "closed", "--queue-timeout", "2",

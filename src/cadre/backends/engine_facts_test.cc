@@ -136,6 +136,8 @@ TEST(SlurmBackend, BatchScriptAsksForOneNodePerLearner) {
   EXPECT_NE(s.find("#SBATCH --ntasks-per-node=2\n"), std::string::npos);
   EXPECT_NE(s.find("#SBATCH --gres=gpu:2\n"), std::string::npos);
   EXPECT_NE(s.find("#SBATCH --time=30\n"), std::string::npos);
+  // Run once: never requeued by Slurm after a node failure, against the first run's store.
+  EXPECT_NE(s.find("#SBATCH --no-requeue\n"), std::string::npos);
   EXPECT_NE(s.find("srun --kill-on-bad-exit=1 '/opt/cadre' task --engine slurm --job-dir "
                    "'/shared/runs/t'"),
             std::string::npos);
@@ -149,6 +151,27 @@ TEST(SlurmBackend, ScontrolFields) {
   EXPECT_EQ(ScontrolField(line, "ExitCode"), "3:0");
   EXPECT_EQ(ScontrolField(line, "Job"), "");
   EXPECT_EQ(ScontrolField(line, "Nodes"), "");
+}
+
+TEST(SlurmBackend, LostNodesAreNamedWithTheirLearners) {
+  const std::vector<std::string> job = {"node1", "node2", "node3"};
+  std::string nodes =
+      "NodeName=node1 Arch=x86_64 State=MIXED ThreadsPerCore=1 Partitions=debug\n"
+      "NodeName=node2 Arch=x86_64 State=DOWN ThreadsPerCore=1 Partitions=debug "
+      "Reason=probe two words [root@2026-12-03T10:29:28]\n"
+      "NodeName=node3 Arch=x86_64 State=IDLE* ThreadsPerCore=1\n"
+      "NodeName=node9 Arch=x86_64 State=DOWN ThreadsPerCore=1\n";
+  EXPECT_EQ(LostNodes(nodes, "", job),
+            "node node2 (learner-2) is DOWN (Reason=probe two words [root@2026-12-03T10:29:28]); "
+            "node node3 (learner-3) is IDLE*");
+  // A node that failed and came back at once: srun said which.
+  EXPECT_EQ(LostNodes("NodeName=node1 State=IDLE\n",
+                      "srun: error: Node failure on node3\nsrun: error: node3: tasks 2-3: "
+                      "Exited with exit code 143\n",
+                      job),
+            "node node3 (learner-3) failed (srun: \"srun: error: Node failure on node3\")");
+  EXPECT_EQ(LostNodes("NodeName=node1 State=IDLE\n", "", job),
+            "Slurm names no failed node of the job");
 }
 
 TEST(EngineFacts, SinfoCpusAreTheClustersTotal) {

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "cadre/backends/cluster_job.h"
+#include "cadre/backends/hostlist.h"
+#include "cadre/backends/task.h"
 #include "cadre/launch/job_status.h"
 #include "cadre/launch/process.h"
 
@@ -96,7 +98,26 @@ class SlurmEngine : public Engine {
                  state != "STAGE_OUT";
     s.succeeded = state == "COMPLETED";
     if (s.finished) s.description += " ExitCode=" + ScontrolField(r.output, "ExitCode");
+    if (state == "NODE_FAIL") {
+      s.description += "; " + LostLearners(ScontrolField(r.output, "NodeList"));
+    }
+    s.engine_log = BatchOutput();
     return s;
+  }
+
+  fs::path BatchOutput() const {
+    return job_.layout().job_dir / "slurm" / ("batch-" + id_ + ".out");
+  }
+
+  // The job's nodes that failed, named with their learners.
+  std::string LostLearners(const std::string& node_list) {
+    std::vector<std::string> nodes;
+    launch::CaptureResult r;
+    if (!ExpandHostlist(node_list, &nodes).ok() ||
+        !Slurm({"scontrol", "show", "node", "-o", node_list}, &r).ok()) {
+      return "a node of " + node_list + " failed";
+    }
+    return LostNodes(r.output, ReadTextFile(BatchOutput()), nodes);
   }
 
   void Stop(bool now) override {
@@ -148,6 +169,43 @@ std::string ScontrolField(const std::string& line, const std::string& key) {
   return "";
 }
 
+std::string LostNodes(const std::string& scontrol_nodes, const std::string& batch_output,
+                      const std::vector<std::string>& job_nodes) {
+  std::vector<std::string> lost(job_nodes.size());
+  std::stringstream lines(scontrol_nodes);
+  for (std::string line; std::getline(lines, line);) {
+    const std::string state = ScontrolField(line, "State");
+    auto at = std::find(job_nodes.begin(), job_nodes.end(), ScontrolField(line, "NodeName"));
+    const bool down = state.find("DOWN") != std::string::npos ||
+                      state.find("FAIL") != std::string::npos ||
+                      state.find("NOT_RESPONDING") != std::string::npos || state.ends_with('*');
+    if (at == job_nodes.end() || !down) continue;
+    // The reason has spaces ("Not responding [slurm@...]"): the rest of the line.
+    size_t reason = line.find(" Reason=");
+    lost[at - job_nodes.begin()] =
+        "is " + state +
+        (reason == std::string::npos ? "" : " (" + Trim(line.substr(reason + 1)) + ")");
+  }
+  // srun's word for a node that failed and has come back since: "srun: error: Node failure on X".
+  std::stringstream output(batch_output);
+  const std::string said = "Node failure on ";
+  for (std::string line; std::getline(output, line);) {
+    size_t where = line.find(said);
+    if (where == std::string::npos) continue;
+    auto at = std::find(job_nodes.begin(), job_nodes.end(), Trim(line.substr(where + said.size())));
+    if (at != job_nodes.end() && lost[at - job_nodes.begin()].empty()) {
+      lost[at - job_nodes.begin()] = "failed (srun: \"" + Trim(line) + "\")";
+    }
+  }
+  std::string text;
+  for (size_t i = 0; i < lost.size(); ++i) {
+    if (lost[i].empty()) continue;
+    text += std::string(text.empty() ? "" : "; ") + "node " + job_nodes[i] + " (learner-" +
+            std::to_string(i + 1) + ") " + lost[i];
+  }
+  return text.empty() ? "Slurm names no failed node of the job" : text;
+}
+
 std::string SlurmBatchScript(const launch::JobSpec& spec, const BackendOptions& options,
                              const fs::path& job_dir, const fs::path& program) {
   std::string s = "#!/bin/sh\n";
@@ -160,6 +218,9 @@ std::string SlurmBatchScript(const launch::JobSpec& spec, const BackendOptions& 
     s += "#SBATCH --time=" + std::to_string(*options.time_limit_minutes) + "\n";
   }
   if (!options.partition.empty()) s += "#SBATCH --partition=" + options.partition + "\n";
+  // A job runs once: Slurm's default requeues a batch job whose node fails and runs it again
+  // later, unseen, against a rendezvous store that already holds the first run's keys.
+  s += "#SBATCH --no-requeue\n";
   s += "# One step, one task per slot; a slot that fails ends the others (cadre run's rule).\n";
   s += "exec srun --kill-on-bad-exit=1 " + Quote(program.string()) +
        " task --engine slurm --job-dir " + Quote(job_dir.string()) + "\n";

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "cadre/backends/backend.h"
 
@@ -19,6 +20,13 @@ std::string SlurmBatchScript(const launch::JobSpec& spec, const BackendOptions& 
 // Fields of `scontrol show job -o` output ("JobState=RUNNING ..."): the value of `key`, "" when
 // absent.
 std::string ScontrolField(const std::string& line, const std::string& key);
+
+// Which of `job_nodes` (learner K on the K-th) failed, for a job that ended NODE_FAIL: those that
+// `scontrol show node -o` output shows down or not responding ("node node2 (learner-2) is DOWN
+// (Reason=...)"), and those srun's lines in the batch output name ("srun: error: Node failure on
+// node2": a node that failed and has come back since); several joined by "; ".
+std::string LostNodes(const std::string& scontrol_nodes, const std::string& batch_output,
+                      const std::vector<std::string>& job_nodes);
 
 std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options);
 
