@@ -126,6 +126,21 @@ def test_pods_unschedulable_past_the_queue_timeout_are_deleted(kubectl_emulator,
     assert_nothing_left(kubectl_emulator)
 
 
+NO_CLUSTER_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: none
+  cluster: {server: "http://127.0.0.1:1"}
+contexts:
+- name: none
+  context: {cluster: none, user: none}
+users:
+- name: none
+  user: {}
+current-context: none
+"""
+
+
 def test_kubectls_own_error_when_there_is_no_cluster(kubectl_emulator, tmp_path):
     job = k8s_run(kubectl_emulator, tmp_path, "--image", "img", "--", "true",
                   env={"FAKE_KUBECTL_NO_CLUSTER": "1"})
@@ -136,8 +151,11 @@ def test_kubectls_own_error_when_there_is_no_cluster(kubectl_emulator, tmp_path)
     if real is not None:
         # The real client with no cluster behind its configuration says it its own way.
         os.symlink(real, os.path.join(tmp_path, "kubectl"))
+        # A cluster at a port nothing listens on (without a configuration kubectl would try
+        # localhost:8080, where another program of this machine may answer).
+        (tmp_path / "kubeconfig").write_text(NO_CLUSTER_KUBECONFIG)
         env = dict(kubectl_emulator.env, PATH=f"{tmp_path}:/usr/bin:/bin",
-                   KUBECONFIG=str(tmp_path / "none"))
+                   KUBECONFIG=str(tmp_path / "kubeconfig"))
         proc = subprocess.run([CADRE, "run", "--backend", "kubernetes", "--image", "img", "-o",
                                str(tmp_path / "real"), "--", "true"], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -32,6 +32,15 @@ def cadre_slurm(cluster, tmp_path, *args, timeout=120):
     return Job(proc, str(tmp_path))
 
 
+def start_2x2_sleeping(cluster, tmp_path):
+    """A running `cadre run` of 2 learners x 2 slots that each say "up" and sleep 2 minutes."""
+    return subprocess.Popen([CADRE, "run", "--backend", "slurm", "--store-host", "127.0.0.1",
+                             "-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
+                             "--", "sh", "-c", "echo up; sleep 120"],
+                            cwd=tmp_path, env=cluster.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
 def slurm_job_id(job):
     with open(os.path.join(job.job_dir, "slurm", "job_id")) as f:
         return f.read().strip()
@@ -110,11 +119,7 @@ def test_a_failed_learner_fails_the_job_by_name(slurm, tmp_path):
 
 
 def test_ctrl_c_cancels_the_slurm_job(slurm, tmp_path):
-    proc = subprocess.Popen([CADRE, "run", "--backend", "slurm", "--store-host", "127.0.0.1",
-                             "-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
-                             "--", "sh", "-c", "echo up; sleep 120"],
-                            cwd=tmp_path, env=slurm.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_2x2_sleeping(slurm, tmp_path)
     # Every slot has said it is up (the job runs on the cluster), then Ctrl-C.
     job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60)
     assert job.returncode == 130, job.stderr
@@ -124,11 +129,7 @@ def test_ctrl_c_cancels_the_slurm_job(slurm, tmp_path):
 
 
 def test_a_node_that_goes_down_fails_the_job_naming_its_learner(slurm, tmp_path):
-    proc = subprocess.Popen([CADRE, "run", "--backend", "slurm", "--store-host", "127.0.0.1",
-                             "-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
-                             "--", "sh", "-c", "echo up; sleep 120"],
-                            cwd=tmp_path, env=slurm.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_2x2_sleeping(slurm, tmp_path)
 
     def node2_down():
         subprocess.run(["scontrol", "update", "nodename=node2", "state=down",
