@@ -154,6 +154,20 @@ int Supervise(const TaskPlan& plan, const LearnerContract& contract,
       kill(-pid, SIGTERM);
     }
   }
+  // The engine stops a job by signalling every process of its step, the command's as well as
+  // this one's, in no set order: a command that a stop signal ended first was stopped too, not
+  // failed, when this process's own copy arrives soon after.
+  if (WIFSIGNALED(wait_status) && !record->stop_requested) {
+    const int by = WTERMSIG(wait_status);
+    if (by == SIGINT || by == SIGTERM || by == SIGHUP) {
+      sigset_t stops;
+      sigemptyset(&stops);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
+      timespec soon{0, 200 * 1000 * 1000};
+      siginfo_t info;
+      if (sigtimedwait(&stops, &info, &soon) > 0) record->stop_requested = true;
+    }
+  }
   kill(-pid, SIGKILL);  // whatever the command left behind in its group
   sigprocmask(SIG_SETMASK, &old, nullptr);
   if (WIFEXITED(wait_status)) record->exit_code = WEXITSTATUS(wait_status);
