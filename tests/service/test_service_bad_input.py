@@ -31,6 +31,8 @@ def test_malformed_json(ada):
     (wml_body("true", framework="caffe"), "software_spec.name", "caffe"),
     (wml_body("true", nodes=0), "hardware_spec.nodes", "at least 1"),
     (wml_body("true", nodes=10**9), "hardware_spec.nodes", "at most"),
+    # A null was taken as left out: the job ran 1 learner, its resource showing "nodes": null.
+    (wml_body("true", nodes=None), "hardware_spec.nodes", "got null"),
     (wml_body("true", compute="tpu"), "hardware_spec.name", "tpu"),
     ({"name": "no-command", "software_spec": {"name": "pytorch"}}, "model_definition.command",
      ""),

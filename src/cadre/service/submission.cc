@@ -84,8 +84,19 @@ bool BodyToManifest(const json& body, json* manifest, std::vector<ApiError>* err
     if (text_field(*hw, "name", "hardware_spec.name")) {
       m["execution"]["compute_configuration"]["name"] = (*hw)["name"];
     }
-    if (hw->contains("nodes")) m["execution"]["compute_configuration"]["nodes"] = (*hw)["nodes"];
-    if (hw->contains("parameter_servers")) m["parameter_servers"] = (*hw)["parameter_servers"];
+    // The manifest takes a null as a field left out (its default): here it would run a job
+    // other than the one the body shows, so it is refused.
+    auto number_field = [&](const char* key) -> const json* {
+      if (!hw->contains(key)) return nullptr;
+      if (!(*hw)[key].is_null()) return &(*hw)[key];
+      const std::string path = std::string("hardware_spec.") + key;
+      errors->push_back({"invalid_parameter", path + ": expected an integer, got null", path});
+      return nullptr;
+    };
+    if (const json* nodes = number_field("nodes")) {
+      m["execution"]["compute_configuration"]["nodes"] = *nodes;
+    }
+    if (const json* servers = number_field("parameter_servers")) m["parameter_servers"] = *servers;
   }
   if (const json* sw = object_field("software_spec")) {
     if (text_field(*sw, "name", "software_spec.name")) m["framework"]["name"] = (*sw)["name"];
