@@ -129,6 +129,7 @@ def main():
         compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
 
     start = time.time()
+    step = (first_epoch - 1) * len(loader)  # batches trained, over the epochs
     for epoch in range(first_epoch, args.epochs + 1):
         model.train()
         sampler.set_epoch(epoch)
@@ -136,6 +137,7 @@ def main():
         for i, (x, y) in enumerate(loader):
             if args.max_batches and i >= args.max_batches:
                 break
+            step = (epoch - 1) * len(loader) + i
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = F.nll_loss(model(x), y)
@@ -146,6 +148,8 @@ def main():
                 if hvd.rank() == 0:
                     print("epoch %d batch %d/%d loss %.4f (%.0f s)"
                           % (epoch, i, len(loader), avg, time.time() - start), flush=True)
+                    # The job service's curves (cadre server); outside a cadre job, nothing.
+                    cadre.log_metrics(step, loss=avg)
         if checkpoint and hvd.rank() == 0:
             save_checkpoint(checkpoint, epoch, model, optimizer)
 
@@ -160,6 +164,7 @@ def main():
     if hvd.rank() == 0:
         print("test accuracy %.4f (%d/%d) after %.0f s on %d ranks (%s)"
               % (accuracy, correct, len(y), time.time() - start, hvd.size(), device), flush=True)
+        cadre.log_metrics(step, accuracy=accuracy)
         os.makedirs(args.result_dir, exist_ok=True)
         with open(os.path.join(args.result_dir, "accuracy.txt"), "w") as f:
             f.write("%.4f\n" % accuracy)
