@@ -89,6 +89,37 @@ def _export(model, example, method):
     return torch.jit.trace(model, example)
 
 
+def _check_batch(scripted, example, expected, names):
+    """Every output keeps the batch dimension: the example's rows, and twice as many for the
+    example twice (the scorer runs requests together along dimension 0)."""
+    import torch
+
+    rows = example[0].shape[0]
+    for name, out in zip(names, expected):
+        if isinstance(out, torch.Tensor) and out.dim() >= 1 and out.shape[0] != rows:
+            raise ValueError("cadre.save_model: output %r has shape %s for an example of %d "
+                             "row(s); every output's first dimension must be the batch"
+                             % (name, list(out.shape), rows))
+    hint = ("the scorer runs requests together along the first dimension, so the model must not "
+            "fix the batch size (with torch.jit.trace, x.view(1, -1) does: use "
+            "torch.flatten(x, 1))")
+    try:
+        with torch.no_grad():
+            doubled = _as_tuple(scripted(*(torch.cat([t, t]) for t in example)))
+    except Exception as e:
+        lines = [line for line in str(e).splitlines() if line.strip()]  # torch's cause is last
+        raise ValueError("cadre.save_model: the model fails on the example twice (%d rows): %s; "
+                         "%s" % (2 * rows, lines[-1] if lines else type(e).__name__, hint)) from e
+    for name, one, two in zip(names, expected, doubled):
+        if not isinstance(one, torch.Tensor) or one.dim() < 1:
+            continue  # _describe says what is wrong with it
+        want = [2 * rows] + list(one.shape[1:])
+        if list(two.shape) != want:
+            raise ValueError("cadre.save_model: for the example twice (%d rows) output %r has "
+                             "shape %s, not %s; %s" % (2 * rows, name, list(two.shape), want,
+                                                       hint))
+
+
 def default_path():
     """``$RESULT_DIR/model`` in a job, ``./model`` elsewhere."""
     return os.path.join(os.environ.get("RESULT_DIR", "."), "model")
@@ -121,6 +152,8 @@ def save_model(model, example_input, path=None, labels=None, input_names=None,
             scripted = _export(cpu_model, example, method)
             scripted.eval()
             expected = _as_tuple(scripted(*example))
+        _check_batch(scripted, example, expected,
+                     _names(output_names, len(expected), "output"))
     finally:
         model.train(was_training)
     outputs = _describe(expected, _names(output_names, len(expected), "output"), "output")

@@ -111,6 +111,31 @@ def test_a_scalar_example_has_no_batch_dimension(tmp_path):
         cadre.save_model(torch.nn.Identity(), torch.tensor(1.0), path=str(tmp_path))
 
 
+class BatchMean(torch.nn.Module):  # answers one row for the whole batch
+    def forward(self, x):
+        return x.mean(dim=0, keepdim=True)
+
+
+class FixedBatch(torch.nn.Module):  # traced, x.view(1, -1) fixes the batch at 1
+    def forward(self, x, **options):
+        return x.view(1, -1)
+
+
+@pytest.mark.parametrize("model, example, message", [
+    (BatchMean(), torch.zeros(3, 4), r"output 'output' has shape \[1, 4\] for an example of 3"),
+    (torch.nn.Linear(3, 2), torch.zeros(3), r"shape \[2\] for an example of 3 row"),
+    (FixedBatch(), torch.zeros(1, 4), r"example twice \(2 rows\) output 'output' has shape "
+                                      r"\[1, 8\], not \[2, 4\].*torch.flatten"),
+])
+@pytest.mark.filterwarnings("ignore:cadre.save_model")  # FixedBatch is traced
+def test_a_model_that_does_not_keep_the_batch_is_refused(tmp_path, model, example, message):
+    # The scorer runs requests together along dimension 0: such a model would be served, then
+    # fail (or answer wrongly) for requests of several rows.
+    with pytest.raises(ValueError, match=message):
+        cadre.save_model(model, example, path=str(tmp_path / "m"))
+    assert not os.path.exists(tmp_path / "m" / "model.json")
+
+
 def run_example(tmp_path, framework, nodes, compute, *command, parameter_servers=None):
     cadre_bin = os.path.join(BUILD, "cadre")
     if not os.path.exists(cadre_bin):
