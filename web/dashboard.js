@@ -125,7 +125,10 @@ async function followLog(id) {
         `/ml/v4/trainings/${id}/logs?follow=true&since=${last}&version=${VERSION}`, {
           headers: { Authorization: `Bearer ${token()}`, Accept: "text/event-stream" },
           signal: abort.signal });
-      if (!r.ok) return;  // not found (deleted), or signed out: nothing more to follow
+      // Not found (deleted) or signed out: nothing more to follow. 503: the server streams as
+      // many logs as it will; try again.
+      if (!r.ok && r.status !== 503) return;
+      if (!r.ok) throw new Error(`HTTP ${r.status}`);
       const reader = r.body.getReader();
       const decoder = new TextDecoder();
       let pending = "";

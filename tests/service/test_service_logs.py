@@ -2,6 +2,7 @@
 or server-sent events); and the terminal client (`cadre submit`, `cadre jobs ...`)."""
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -144,3 +145,32 @@ def test_the_client_follows_a_job_across_a_server_restart(server):
     shown = [l.split("] ")[-1] for l in out.splitlines()]
     assert shown[:6] == [f"line {i}" for i in range(1, 6)] + ["finished"], out
     assert "trying again" in err, err
+
+
+def test_followers_are_capped_at_half_the_threads(make_server):
+    # Each follower holds an HTTP thread: 64 of them (the default --threads) made the server
+    # answer nobody, not even the dashboard's sign-in.
+    server = make_server(extra=["--threads", "8"])
+    ada = server.client(server.add_user("ada"))
+    tid = ada.submit_json(wml_body("echo start; sleep 600")).json()["metadata"]["id"]
+    ada.wait_state(tid, "running")
+    host, port = server.url[len("http://"):].split(":")
+    request = (f"GET /ml/v4/trainings/{tid}/logs?version={VERSION}&follow=true HTTP/1.1\r\n"
+               f"Host: {host}\r\nAuthorization: Bearer {ada.token}\r\n\r\n").encode()
+
+    def follow():
+        s = socket.create_connection((host, int(port)), timeout=10)
+        s.sendall(request)
+        return s, s.recv(4096).decode()
+    followers = [follow() for _ in range(4)]
+    assert all(answer.startswith("HTTP/1.1 200") for _, answer in followers), followers
+    s, answer = follow()
+    s.close()
+    assert answer.startswith("HTTP/1.1 503") and "too_many_followers" in answer, answer
+    assert ada.api("GET", "").status == 200  # the others still answer
+    followers.pop()[0].close()
+    wait_for("a follower's place to be given back", lambda: follow()[1].startswith("HTTP/1.1 200"),
+             timeout=30)
+    for s, _ in followers:
+        s.close()
+    assert ada.api("DELETE", f"/{tid}").status == 204

@@ -41,6 +41,9 @@ struct ApiContext {
   // Held while a submission's plan limits (or the deployment limit) are checked and it is
   // recorded, so that concurrent submissions cannot slip past a limit together.
   std::mutex submit_mutex;
+  // Log followers hold an HTTP thread each for as long as they follow: at most half of the
+  // threads follow, so that the others keep answering.
+  std::atomic<int> followers{0};
 };
 
 struct ApiError {

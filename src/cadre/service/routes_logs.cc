@@ -26,10 +26,24 @@ constexpr auto kFollowPoll = std::chrono::milliseconds(100);
 // How often a follower asks the database whether the job has ended.
 constexpr int kStateCheckEvery = 5;
 
+// One of the follower places counted in ApiContext::followers, given back when the response
+// (and with it the stream) is gone.
+class FollowerPlace {
+ public:
+  explicit FollowerPlace(std::atomic<int>& followers) : followers_(followers) {}
+  ~FollowerPlace() { --followers_; }
+  FollowerPlace(const FollowerPlace&) = delete;
+  FollowerPlace& operator=(const FollowerPlace&) = delete;
+
+ private:
+  std::atomic<int>& followers_;
+};
+
 struct LogStream {
   LogStream(std::filesystem::path file) : reader(std::move(file)) {}
   LogReader reader;
-  std::deque<LogLine> first;  // the opening batch (after since and tail)
+  std::unique_ptr<FollowerPlace> place;  // held while following
+  std::deque<LogLine> first;             // the opening batch (after since and tail)
   bool sent_first = false;
   bool follow = false;
   bool events = false;
@@ -119,6 +133,19 @@ void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
   stream->since = since;
   stream->follow = follow == "true" && !IsFinalState(record->state);
   if (IsFinalState(record->state)) stream->ended = record->state;
+  if (stream->follow) {
+    const int max_followers = ctx.options.threads / 2;
+    if (++ctx.followers > max_followers) {
+      --ctx.followers;
+      res.set_header("Retry-After", "5");
+      SendError(res, 503, "too_many_followers",
+                "the server already streams " + std::to_string(max_followers) +
+                    " followed logs, half its threads (--threads); try again, or read the log "
+                    "without follow");
+      return;
+    }
+    stream->place = std::make_unique<FollowerPlace>(ctx.followers);
+  }
   stream->events = req.get_header_value("Accept").find("text/event-stream") != std::string::npos;
   // The opening batch: every complete line there is now, after `since`, the last `tail` of them.
   for (;;) {
