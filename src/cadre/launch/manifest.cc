@@ -255,22 +255,22 @@ void ReadDataStores(const MapReader& top, JobRequest* request, Problems* problem
 bool ReadManifest(const std::string& text, const std::string& source, JobRequest* request,
                   Problems* problems) {
   request->manifest_text = text;
+  // "job.yaml:3:7", where the parser stopped.
+  const auto where = [&](const YAML::Mark& mark) {
+    return EscapedText(source, kMaxShownBytes) + ":" + std::to_string(mark.line + 1) + ":" +
+           std::to_string(mark.column + 1);
+  };
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::DeepRecursion& e) {
     // yaml-cpp's own message for this is "bad file".
-    problems->Add(EscapedText(source, kMaxShownBytes) + ":" + std::to_string(e.mark.line + 1) +
-                      ":" + std::to_string(e.mark.column + 1),
-                  "not valid YAML: nested at least " + std::to_string(e.depth()) +
-                      " levels deep (a manifest needs a few)");
+    problems->Add(where(e.mark), "not valid YAML: nested at least " + std::to_string(e.depth()) +
+                                     " levels deep (a manifest needs a few)");
     return false;
   } catch (const YAML::Exception& e) {
-    problems->Add(
-        EscapedText(source, kMaxShownBytes) + ":" + std::to_string(e.mark.line + 1) + ":" +
-            std::to_string(e.mark.column + 1),
-        // The parser's message may hold the byte it stopped at ("unknown escape character").
-        "not valid YAML: " + EscapedText(e.msg, kMaxShownBytes));
+    // The parser's message may hold the byte it stopped at ("unknown escape character").
+    problems->Add(where(e.mark), "not valid YAML: " + EscapedText(e.msg, kMaxShownBytes));
     return false;
   }
   if (root.IsNull()) {
