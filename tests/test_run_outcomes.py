@@ -218,6 +218,17 @@ def test_a_stopped_python_learner_keeps_what_it_printed(tmp_path):
     assert (job_dir / "learner-1" / "slot-0.log").read_text() == "hello from 1\n"
 
 
+def test_a_killed_command_under_the_manifests_shell_is_named_by_signal(cadre_run, tmp_path):
+    # A manifest's command runs under /bin/sh -c, which (dash) waits for its program: a program
+    # killed by SIGKILL showed only as "exited with code 137".
+    (tmp_path / "job.yaml").write_text(
+        "framework: {name: pytorch}\nexecution: {command: \"sh -c 'kill -KILL $$'\"}\n")
+    job = cadre_run("job.yaml")
+    assert job.returncode == 1, job.stderr
+    assert ("learner-1 slot 0 exited with code 137 (what a shell returns when its command is "
+            "killed by SIGKILL)") in job.stderr, job.stderr
+
+
 def processes_with(marker):
     """pids whose command line mentions marker."""
     found = []

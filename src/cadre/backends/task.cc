@@ -225,8 +225,7 @@ launch::SpawnOptions SlotSpawn(const TaskPlan& plan, const LearnerContract& cont
 
 std::string SlotExit::Describe() const {
   if (!error.empty()) return "could not start: " + error;
-  if (exit_code) return "exited with code " + std::to_string(*exit_code);
-  if (signal) return "was killed by " + launch::SignalName(*signal);
+  if (exit_code || signal) return launch::DescribeExit(exit_code, signal);
   return "ended";
 }
 

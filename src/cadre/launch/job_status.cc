@@ -104,9 +104,23 @@ const char* JobStateName(JobState state) {
   return "unknown";
 }
 
-std::string SlotStatus::Describe() const {
-  if (exit_code) return "exited with code " + std::to_string(*exit_code);
+std::string DescribeExit(std::optional<int> exit_code, std::optional<int> signal) {
+  if (exit_code) {
+    std::string text = "exited with code " + std::to_string(*exit_code);
+    // A manifest's command runs under /bin/sh -c, which waits for the program it starts: a
+    // program killed by SIGKILL (the OOM killer, a user) shows as the shell's 128 + 9.
+    if (*exit_code > 128 && *exit_code < 128 + 32) {
+      text += " (what a shell returns when its command is killed by " +
+              SignalName(*exit_code - 128) + ")";
+    }
+    return text;
+  }
   if (signal) return "was killed by " + SignalName(*signal);
+  return "";
+}
+
+std::string SlotStatus::Describe() const {
+  if (exit_code || signal) return DescribeExit(exit_code, signal);
   return running ? "is running" : "did not start";
 }
 

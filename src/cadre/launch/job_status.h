@@ -22,6 +22,10 @@ enum class JobState { kRunning, kCompleted, kFailed, kStopped };
 const char* JobStateName(JobState state);
 // "SIGTERM"; "signal 99" for a number without a name.
 std::string SignalName(int sig);
+// How a slot's process ended, for messages: "exited with code 3", "was killed by SIGKILL"; a
+// code of 128 + N names signal N too (a shell's code for a command that N killed). Empty when
+// neither is known.
+std::string DescribeExit(std::optional<int> exit_code, std::optional<int> signal);
 
 struct SlotStatus {
   int learner_id = 0;
