@@ -157,6 +157,16 @@ def test_a_job_pending_past_its_queue_timeout_is_cancelled(slurm, tmp_path):
     assert slurm.job_state(slurm_job_id(job)) == "CANCELLED"
 
 
+def test_a_job_asking_for_more_nodes_than_the_cluster_has_says_why_it_waits(slurm, tmp_path):
+    # Slurm queues it (the partition's nodes could come) rather than refusing it.
+    job = cadre_slurm(slurm, tmp_path, "-n", "3", "--queue-timeout", "6", "--", "true")
+    assert job.returncode == 1, job.stderr
+    assert "waiting: Slurm job" in job.stderr, job.stderr
+    assert "the job asks for 3 nodes (one per learner)" in job.stderr, job.stderr
+    assert "still pending after 6.0 s (--queue-timeout)" in job.stderr
+    assert slurm.job_state(slurm_job_id(job)) == "CANCELLED"
+
+
 def test_a_job_slurm_refuses_is_an_error_naming_sbatch(slurm, tmp_path):
     job = cadre_slurm(slurm, tmp_path, "-n", "1", "--partition", "nosuch", "--", "true")
     assert job.returncode == 1

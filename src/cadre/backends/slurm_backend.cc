@@ -84,15 +84,34 @@ class SlurmEngine : public Engine {
     std::string state = ScontrolField(r.output, "JobState");
     if (!st.ok() || r.exit_code != 0 || state.empty()) {
       // Slurm forgets a job MinJobAge after it ends; a few misses in a row mean it has ended.
+      // A controller that does not answer (restarting, unreachable) forgets nothing: the job may
+      // run on, so it is followed until the controller answers again.
       s.description = "Slurm job " + id_ + " is unknown to scontrol: " + Trim(r.output);
-      s.finished = ++misses_ >= 5;
+      if (r.output.find("Invalid job id") != std::string::npos) {
+        s.finished = ++misses_ >= 5;
+      } else if (st.ok() && r.exit_code == -1) {
+        return s;  // killed by a signal: a Ctrl-C at the terminal reaches scontrol too
+      } else if (!unreachable_) {
+        job_.Message("warning: scontrol show job " + id_ + " failed: " + st.message() +
+                     Trim(r.output) + "; still trying (Ctrl-C cancels the job)");
+      }
+      unreachable_ = !s.finished;
       return s;
     }
     misses_ = 0;
+    unreachable_ = false;
     std::string reason = ScontrolField(r.output, "Reason");
     s.description = "Slurm job " + id_ + " " + state +
                     (reason.empty() || reason == "None" ? "" : " (Reason=" + reason + ")");
     s.pending = state == "PENDING" || state == "REQUEUED" || state == "SUSPENDED";
+    if (s.pending && !reason.empty() && reason != "None" && s.description != shown_pending_) {
+      // Why it waits, once for each reason: some reasons never clear by themselves.
+      job_.Message("waiting: " + s.description + PendingHint(reason) +
+                   (job_.backend().queue_timeout.count() > 0
+                        ? ""
+                        : "; --queue-timeout S gives up after S seconds, Ctrl-C cancels"));
+      shown_pending_ = s.description;
+    }
     s.finished = !s.pending && state != "RUNNING" && state != "CONFIGURING" &&
                  state != "COMPLETING" && state != "RESIZING" && state != "SIGNALING" &&
                  state != "STAGE_OUT";
@@ -132,9 +151,24 @@ class SlurmEngine : public Engine {
   }
 
  private:
+  // What cadre asked for that a reason is about.
+  std::string PendingHint(const std::string& reason) const {
+    if (reason == "PartitionNodeLimit") {
+      return ": the job asks for " + std::to_string(job_.spec().nodes) +
+             " nodes (one per learner), more than its partition allows or has up";
+    }
+    if (reason == "PartitionTimeLimit" && job_.backend().time_limit_minutes) {
+      return ": --time-limit " + std::to_string(*job_.backend().time_limit_minutes) +
+             " is more than its partition allows";
+    }
+    return "";
+  }
+
   ClusterJob& job_;
   std::string id_;
   int misses_ = 0;
+  bool unreachable_ = false;
+  std::string shown_pending_;
 };
 
 class SlurmBackend : public Backend {
