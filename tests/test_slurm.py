@@ -167,11 +167,20 @@ def test_a_job_asking_for_more_nodes_than_the_cluster_has_says_why_it_waits(slur
     assert slurm.job_state(slurm_job_id(job)) == "CANCELLED"
 
 
-def test_a_job_slurm_refuses_is_an_error_naming_sbatch(slurm, tmp_path):
-    job = cadre_slurm(slurm, tmp_path, "-n", "1", "--partition", "nosuch", "--", "true")
+@pytest.mark.parametrize("args,asked,said", [
+    (["-n", "1", "--partition", "nosuch"], "--partition nosuch", "nvalid partition"),
+    # The test cluster's nodes have no GPUs.
+    (["-n", "2", "--compute", "k80x2", "--framework", "pytorch-horovod"],
+     "--gres=gpu:2 (compute configuration k80x2", "node configuration is not available"),
+])
+def test_a_job_slurm_refuses_is_an_error_naming_sbatch(slurm, tmp_path, args, asked, said):
+    job = cadre_slurm(slurm, tmp_path, *args, "--", "true")
     assert job.returncode == 1
     assert "sbatch refused the job" in job.stderr
-    assert "nvalid partition" in job.stderr, job.stderr
+    assert asked in job.stderr and said in job.stderr, job.stderr
+    # The job's record says it never ran, not "running" for ever.
+    assert job.status()["state"] == "failed"
+    assert said in job.status()["failure"]
 
 
 def test_no_sbatch_is_one_clear_error_before_anything_starts(tmp_path):

@@ -165,7 +165,18 @@ Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
   sigset_t set;
   sigemptyset(&set);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-  CADRE_RETURN_IF_ERROR(engine.Start());
+  if (Status st = engine.Start(); !st.ok()) {
+    // Never started: the job's record says so, rather than "running" for ever.
+    for (auto& s : status_.slots) s.running = false;
+    status_.end_time = launch::WallClock::now();
+    status_.failure = st.message();
+    status_.state = launch::JobState::kFailed;
+    status_.exit_code = 1;
+    if (Status written = launch::WriteStatusFile(spec_, layout_, status_); !written.ok()) {
+      Message("warning: " + written.message());
+    }
+    return st;
+  }
   const auto started = Clock::now();
   const auto poll = std::chrono::duration_cast<std::chrono::nanoseconds>(backend_.poll_interval);
   int stop_signal = 0;

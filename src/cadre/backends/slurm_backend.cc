@@ -63,7 +63,7 @@ class SlurmEngine : public Engine {
     std::string out = Trim(r.output);
     if (r.exit_code != 0) {
       return InvalidArgument("sbatch refused the job (exit code " + std::to_string(r.exit_code) +
-                             "): " + out);
+                             "), which asks for " + Request() + ": " + out);
     }
     // --parsable prints "<id>" or "<id>;<cluster>", after any warnings on earlier lines.
     std::string last = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
@@ -151,6 +151,22 @@ class SlurmEngine : public Engine {
   }
 
  private:
+  // What the batch script asks of Slurm, and where each ask comes from.
+  std::string Request() const {
+    const auto& spec = job_.spec();
+    const auto& o = job_.backend();
+    std::string text = std::to_string(spec.nodes) + " nodes (one per learner) x " +
+                       std::to_string(spec.slots_per_learner) + " tasks (slots)";
+    if (spec.compute.gpus > 0) {
+      text += " with --gres=gpu:" + std::to_string(spec.compute.gpus) + " (compute configuration " +
+              std::string(spec.compute.name) +
+              "; a cluster without GPUs runs a cpu, cpux2 or cpux4 one)";
+    }
+    if (!o.partition.empty()) text += ", --partition " + o.partition;
+    if (o.time_limit_minutes) text += ", --time-limit " + std::to_string(*o.time_limit_minutes);
+    return text;
+  }
+
   // What cadre asked for that a reason is about.
   std::string PendingHint(const std::string& reason) const {
     if (reason == "PartitionNodeLimit") {
