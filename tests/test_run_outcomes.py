@@ -122,6 +122,14 @@ def test_an_argument_that_is_not_utf8_runs_and_is_recorded(tmp_path):
     assert status["state"] == "completed" and "caf\ufffd" in status["command"]
 
 
+def test_a_time_limit_in_no_form_of_sbatchs_is_refused_saying_the_forms(cadre_run):
+    # Slurm's own forms (1:00:00, 2-0, ...) are taken; "1h" is none of them.
+    job = cadre_run("--backend", "slurm", "--time-limit", "1h", "--", "true")
+    assert job.returncode == 2, job.stderr
+    assert "--time-limit: '1h' is not a time limit" in job.stderr, job.stderr
+    assert "hours:minutes:seconds" in job.stderr and "nothing was started" in job.stderr
+
+
 @pytest.mark.parametrize("flag,value", [("--queue-timeout", "nan"), ("--queue-timeout", "inf"),
                                         ("--queue-timeout", "1e300"), ("--queue-timeout", "-1"),
                                         ("--time-limit", "-5")])

@@ -145,6 +145,29 @@ TEST(SlurmBackend, BatchScriptAsksForOneNodePerLearner) {
   EXPECT_EQ(SlurmBatchScript(spec, BackendOptions{}, "/r", "/c").find("--gres"), std::string::npos);
 }
 
+TEST(SlurmBackend, TimeLimitsInSbatchsForms) {
+  const std::pair<const char*, int> good[] = {
+      {"0", 0},          {"90", 90},       {"1:30", 2},     {"0:30", 1},
+      {"1:00:00", 60},   {"2-0", 2880},    {"1-2", 1560},   {"1-2:03", 1563},
+      {"1-0:0:1", 1441}, {"UNLIMITED", 0}, {"INFINITE", 0}, {"365-0", 525600}};
+  for (const auto& [text, expected] : good) {
+    int minutes = -1;
+    Status st = ParseTimeLimit(text, &minutes);
+    ASSERT_TRUE(st.ok()) << text << ": " << st.message();
+    EXPECT_EQ(minutes, expected) << text;
+  }
+  int minutes = 7;
+  EXPECT_EQ(ParseTimeLimit("-5", &minutes).message(), "must be 0 (no limit) or more, got '-5'");
+  for (const char* bad : {"", "1h", "1:2:3:4", "1-2:3:4:5", "1--2", "1-2-3", ":30", "1:", "365-1",
+                          "9999999999", "1.5", " 60"}) {
+    int minutes = 7;
+    Status st = ParseTimeLimit(bad, &minutes);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find("hours:minutes:seconds"), std::string::npos) << st.message();
+    EXPECT_EQ(minutes, 7);
+  }
+}
+
 TEST(SlurmBackend, ScontrolFields) {
   std::string line = "JobId=7 JobName=x JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0";
   EXPECT_EQ(ScontrolField(line, "JobState"), "FAILED");

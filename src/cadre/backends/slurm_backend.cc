@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <charconv>
 #include <sstream>
 
 #include "cadre/backends/cluster_job.h"
@@ -208,6 +209,56 @@ class SlurmBackend : public Backend {
 };
 
 }  // namespace
+
+Status ParseTimeLimit(std::string_view text, int* minutes) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("'" + std::string(text) + "' is not a time limit (" + why +
+                           "): minutes, or Slurm's minutes:seconds, hours:minutes:seconds, "
+                           "days-hours[:minutes[:seconds]]; 0 or UNLIMITED for none");
+  };
+  if (text.starts_with('-')) {
+    return InvalidArgument("must be 0 (no limit) or more, got '" + std::string(text) + "'");
+  }
+  if (text == "UNLIMITED" || text == "INFINITE") {
+    *minutes = 0;
+    return Status::Ok();
+  }
+  std::vector<int64_t> parts;  // the numbers, in order; `days` when a '-' follows the first
+  bool days = false;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    const bool end = i == text.size();
+    if (!end && text[i] >= '0' && text[i] <= '9') continue;
+    if (!end && text[i] != ':' && !(text[i] == '-' && parts.empty() && !days)) {
+      return bad("'" + std::string(1, text[i]) + "' is not a digit, ':' or '-'");
+    }
+    std::string_view digits = text.substr(start, i - start);
+    if (digits.empty() || digits.size() > 9) return bad("a part is empty or too long");
+    int64_t value = 0;
+    std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    parts.push_back(value);
+    if (!end && text[i] == '-') days = true;
+    start = i + 1;
+  }
+  int64_t seconds = 0;
+  if (days) {
+    if (parts.size() > 4) return bad("too many parts");
+    const int64_t scale[] = {86400, 3600, 60, 1};
+    for (size_t i = 0; i < parts.size(); ++i) seconds += parts[i] * scale[i];
+  } else if (parts.size() == 1) {
+    seconds = parts[0] * 60;
+  } else if (parts.size() == 2) {
+    seconds = parts[0] * 60 + parts[1];
+  } else if (parts.size() == 3) {
+    seconds = parts[0] * 3600 + parts[1] * 60 + parts[2];
+  } else {
+    return bad("too many parts");
+  }
+  constexpr int64_t kYear = 365LL * 86400;
+  if (seconds > kYear) return bad("more than a year");
+  *minutes = static_cast<int>((seconds + 59) / 60);
+  return Status::Ok();
+}
 
 std::string ScontrolField(const std::string& line, const std::string& key) {
   std::stringstream words(line);

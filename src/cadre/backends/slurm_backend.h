@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cadre/backends/backend.h"
@@ -16,6 +17,12 @@ namespace cadre::backends {
 std::string SlurmBatchScript(const launch::JobSpec& spec, const BackendOptions& options,
                              const std::filesystem::path& job_dir,
                              const std::filesystem::path& program);
+
+// A --time-limit as sbatch's --time takes it: "minutes", "minutes:seconds",
+// "hours:minutes:seconds", "days-hours", "days-hours:minutes", "days-hours:minutes:seconds", or
+// 0, "UNLIMITED", "INFINITE" (no limit) -> whole minutes (seconds round up, so a limit is never
+// 0), at most a year. InvalidArgument saying the forms otherwise ("must be 0 ..." when negative).
+Status ParseTimeLimit(std::string_view text, int* minutes);
 
 // Fields of `scontrol show job -o` output ("JobState=RUNNING ..."): the value of `key`, "" when
 // absent.

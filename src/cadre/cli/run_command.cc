@@ -18,6 +18,7 @@
 
 #include "cadre/backends/backend.h"
 #include "cadre/backends/k8s_render.h"
+#include "cadre/backends/slurm_backend.h"
 #include "cadre/base/printable.h"
 #include "cadre/cli/commands.h"
 #include "cadre/launch/job_spec.h"
@@ -42,7 +43,7 @@ struct RunFlags {
   // Where the learners run (backends/backend.h).
   std::optional<std::string> backend;  // default: the manifest's execution.backend, else local
   double queue_timeout_seconds = 0;
-  std::optional<int> time_limit_minutes;
+  std::optional<std::string> time_limit;  // sbatch's --time forms (ParseTimeLimit)
   std::string partition, hostfile, store_host;
   std::optional<std::string> image;  // Kubernetes: the container image (the manifest's `image`)
   std::string name_space;            // Kubernetes: the namespace
@@ -152,9 +153,13 @@ int Run(const RunFlags& flags) {
     backend.queue_timeout =
         std::chrono::seconds(static_cast<int64_t>(flags.queue_timeout_seconds + 0.999));
   }
-  if (flags.time_limit_minutes && *flags.time_limit_minutes < 0) {
-    problems.Add("--time-limit", "must be 0 (no limit) or more minutes, got " +
-                                     std::to_string(*flags.time_limit_minutes));
+  if (flags.time_limit) {
+    int minutes = 0;
+    if (Status limit = backends::ParseTimeLimit(*flags.time_limit, &minutes); !limit.ok()) {
+      problems.Add("--time-limit", limit.message());
+    } else {
+      backend.time_limit_minutes = minutes;
+    }
   }
   // The partition is a line of the batch script: a newline would add a line of its own to it.
   if (std::any_of(flags.partition.begin(), flags.partition.end(),
@@ -163,7 +168,6 @@ int Run(const RunFlags& flags) {
                                     " is not a Slurm partition name (no spaces or control "
                                     "characters; several are separated by commas)");
   }
-  backend.time_limit_minutes = flags.time_limit_minutes;
   backend.partition = flags.partition;
   backend.hostfile = flags.hostfile;
   backend.store_host = flags.store_host;
@@ -185,7 +189,7 @@ int Run(const RunFlags& flags) {
     }
     backends::EngineFlagsGiven given;
     given.partition = !flags.partition.empty();
-    given.time_limit = flags.time_limit_minutes.has_value();
+    given.time_limit = flags.time_limit.has_value();
     given.hostfile = !flags.hostfile.empty();
     given.store_host = !flags.store_host.empty();
     given.queue_timeout = flags.queue_timeout_seconds != 0;
@@ -302,8 +306,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--queue-timeout", flags->queue_timeout_seconds,
                   "Slurm, Kubernetes: cancel (delete) the job if it is still pending after this "
                   "many seconds");
-  cmd->add_option("--time-limit", flags->time_limit_minutes,
-                  "Slurm: the job's time limit, minutes");
+  cmd->add_option("--time-limit", flags->time_limit,
+                  "Slurm: the job's time limit, minutes or as sbatch --time takes it "
+                  "(hours:minutes:seconds, days-hours, ...); 0 or UNLIMITED for none");
   cmd->add_option("--partition", flags->partition, "Slurm: the partition to submit to");
   cmd->add_option("--hostfile", flags->hostfile, "Open MPI: the hosts, one learner each");
   cmd->add_option("--image", flags->image,
