@@ -1,5 +1,8 @@
 #include "cadre/launch/manifest.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
@@ -7,13 +10,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string_view>
 #include <vector>
 
 #include "cadre/base/printable.h"
+#include "cadre/base/status.h"
 
 namespace cadre::launch {
 namespace {
@@ -49,6 +51,8 @@ const Keys kContainerKeys = {"container"};
 
 // Bound for a file name or a parser's message in a problem (a value is cut at Quoted's 80).
 constexpr size_t kMaxShownBytes = 512;
+// A manifest file is read only up to this.
+constexpr size_t kMaxManifestBytes = 1 << 20;
 
 std::string Join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
@@ -250,6 +254,39 @@ void ReadDataStores(const MapReader& top, JobRequest* request, Problems* problem
   }
 }
 
+// The file's contents, if it is a regular file of at most kMaxManifestBytes. Anything else is
+// refused before it is read: a symlink to /dev/zero would fill the machine's memory, a FIFO
+// would hold the runner until someone wrote to it.
+Status ReadManifestText(const std::filesystem::path& file, std::string* text) {
+  int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return IoError(std::strerror(errno));
+  struct stat st {};
+  Status result;
+  if (fstat(fd, &st) != 0) {
+    result = IoError(std::strerror(errno));
+  } else if (S_ISDIR(st.st_mode)) {
+    result = IoError(std::strerror(EISDIR));
+  } else if (!S_ISREG(st.st_mode)) {
+    result = InvalidArgument("not a regular file");
+  } else {
+    char buf[65536];
+    for (;;) {
+      ssize_t n = read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) result = IoError(std::strerror(errno));
+      if (n <= 0) break;
+      text->append(buf, static_cast<size_t>(n));
+      if (text->size() > kMaxManifestBytes) {
+        result = InvalidArgument("larger than " + std::to_string(kMaxManifestBytes >> 20) +
+                                 " MiB; a manifest is a few hundred bytes");
+        break;
+      }
+    }
+  }
+  close(fd);
+  return result;
+}
+
 }  // namespace
 
 bool ReadManifest(const std::string& text, const std::string& source, JobRequest* request,
@@ -345,20 +382,16 @@ bool ReadManifest(const std::string& text, const std::string& source, JobRequest
 }
 
 bool LoadManifestFile(const std::filesystem::path& file, JobRequest* request, Problems* problems) {
-  std::ifstream in(file);
-  std::stringstream text;
-  if (in) text << in.rdbuf();
-  // A folder opens, then reads nothing: that is not an empty manifest.
-  if (!in || in.bad() || std::filesystem::is_directory(file)) {
-    int error = std::filesystem::is_directory(file) ? EISDIR : errno;
+  std::string text;
+  if (Status read = ReadManifestText(file, &text); !read.ok()) {
     problems->Add("manifest", "cannot read " + EscapedText(file.string(), kMaxShownBytes) + ": " +
-                                  std::strerror(error));
+                                  read.message());
     return false;
   }
   std::error_code ec;
   auto absolute = std::filesystem::absolute(file, ec);
   request->base_dir = (ec ? file : absolute).parent_path();
-  return ReadManifest(text.str(), file.string(), request, problems);
+  return ReadManifest(text, file.string(), request, problems);
 }
 
 }  // namespace cadre::launch

@@ -84,8 +84,9 @@ struct JobRequest {
 bool ReadManifest(const std::string& text, const std::string& source, JobRequest* request,
                   Problems* problems);
 
-// Reads the file, sets base_dir to its folder, then ReadManifest. A missing or unreadable file
-// is a problem at path "manifest" (and false).
+// Reads the file, sets base_dir to its folder, then ReadManifest. A missing or unreadable file,
+// one that is not a regular file (a FIFO, a device) or one over 1 MiB is a problem at path
+// "manifest" (and false), found before anything is read.
 bool LoadManifestFile(const std::filesystem::path& file, JobRequest* request, Problems* problems);
 
 }  // namespace cadre::launch

@@ -2,7 +2,12 @@
 // problems come out in one pass.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/manifest.h"
@@ -289,6 +294,33 @@ execution: {command: y}
   EXPECT_TRUE(scalar.Has("manifest", "expected a mapping"));
   Checked empty = Check("");
   EXPECT_TRUE(empty.Has("manifest", "is empty"));
+}
+
+TEST(Manifest, OnlyASmallRegularFileIsRead) {
+  // A symlink to /dev/zero once read until memory ran out; a FIFO held the runner until someone
+  // wrote to it.
+  const std::filesystem::path dir =
+      ::testing::TempDir() + "manifest-files-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink("/dev/zero", dir / "zero.yaml");
+  ASSERT_EQ(mkfifo((dir / "fifo.yaml").c_str(), 0600), 0);
+  std::ofstream(dir / "big.yaml") << "name: " << std::string(2 << 20, 'x') << "\n";
+  std::filesystem::create_directory(dir / "folder.yaml");
+  const std::pair<const char*, const char*> cases[] = {{"zero.yaml", "not a regular file"},
+                                                       {"fifo.yaml", "not a regular file"},
+                                                       {"big.yaml", "larger than 1 MiB"},
+                                                       {"folder.yaml", "Is a directory"},
+                                                       {"missing.yaml", "No such file"}};
+  for (const auto& [name, words] : cases) {
+    JobRequest request;
+    Problems problems;
+    EXPECT_FALSE(LoadManifestFile(dir / name, &request, &problems)) << name;
+    ASSERT_EQ(problems.size(), 1u) << name;
+    EXPECT_EQ(problems.list()[0].path, "manifest");
+    EXPECT_NE(problems.list()[0].message.find(words), std::string::npos)
+        << name << ": " << problems.ToString();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Manifest, FlagsOverrideAndNameTheirOrigin) {
