@@ -38,6 +38,8 @@ bool OnPath(const std::string& program) {
 }  // namespace
 
 Status ParseBackendKind(std::string_view name, BackendKind* kind) {
+  // The short name of `cadre k8s render` and of kubectl's own users.
+  if (name == "k8s") name = "kubernetes";
   for (BackendKind k :
        {BackendKind::kLocal, BackendKind::kSlurm, BackendKind::kMpi, BackendKind::kKubernetes}) {
     if (name == BackendName(k)) {
@@ -46,7 +48,7 @@ Status ParseBackendKind(std::string_view name, BackendKind* kind) {
     }
   }
   return InvalidArgument("'" + std::string(name) +
-                         "' is not a backend: local, slurm, mpi or kubernetes");
+                         "' is not a backend: local, slurm, mpi or kubernetes (k8s)");
 }
 
 std::vector<MisplacedFlag> FlagsForOtherEngines(BackendKind kind, const EngineFlagsGiven& given) {

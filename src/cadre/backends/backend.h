@@ -21,7 +21,7 @@ namespace cadre::backends {
 
 enum class BackendKind { kLocal, kSlurm, kMpi, kKubernetes };
 
-// "local", "slurm", "mpi", "kubernetes"; InvalidArgument listing the names otherwise.
+// "local", "slurm", "mpi", "kubernetes" (or "k8s"); InvalidArgument listing the names otherwise.
 Status ParseBackendKind(std::string_view name, BackendKind* kind);
 std::string_view BackendName(BackendKind kind);
 
