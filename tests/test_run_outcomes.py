@@ -122,6 +122,16 @@ def test_an_argument_that_is_not_utf8_runs_and_is_recorded(tmp_path):
     assert status["state"] == "completed" and "caf\ufffd" in status["command"]
 
 
+@pytest.mark.parametrize("backend", [["slurm"], ["mpi", "--hostfile", "/dev/null"],
+                                     ["kubernetes", "--image", "img"]])
+def test_restarts_on_a_cluster_engine_are_refused_by_name(cadre_run, backend):
+    # Before, the runner found this after the job's checks: exit code 1, no field named.
+    job = cadre_run("--backend", *backend, "-n", "2", "--max-restarts", "2", "--", "true")
+    assert job.returncode == 2, job.stderr
+    assert "--max-restarts: the %s backend runs a job once" % backend[0] in job.stderr, job.stderr
+    assert "nothing was started" in job.stderr
+
+
 def test_a_time_limit_in_no_form_of_sbatchs_is_refused_saying_the_forms(cadre_run):
     # Slurm's own forms (1:00:00, 2-0, ...) are taken; "1h" is none of them.
     job = cadre_run("--backend", "slurm", "--time-limit", "1h", "--", "true")

@@ -215,6 +215,20 @@ int Run(const RunFlags& flags) {
   if (readable) {
     spec = launch::BuildJobSpec(request, installed, &problems);
   }
+  // A cluster engine runs a job once: restarts and elastic learners are the local runner's.
+  if (spec && backend_known && backend.kind != backends::BackendKind::kLocal) {
+    const std::string once =
+        " backend runs a job once (restarts and elastic jobs are the local "
+        "backend's for now)";
+    if (spec->max_restarts > 0) {
+      problems.Add(request.max_restarts.origin,
+                   "the " + std::string(backends::BackendName(backend.kind)) + once);
+    }
+    if (spec->elastic()) {
+      problems.Add(request.min_nodes.origin,
+                   "the " + std::string(backends::BackendName(backend.kind)) + once);
+    }
+  }
   if (!problems.empty()) {
     std::cerr << "cadre run: the job has " << problems.size()
               << (problems.size() == 1 ? " problem" : " problems") << "; nothing was started:\n";
