@@ -158,7 +158,12 @@ class MapReader {
         return;
       }
     }
-    problems_->Add(PathOf(key), "expected an integer, got " + Describe(value));
+    std::string got = Describe(value);
+    // '3' reads as an integer to a person; YAML's quotes make it a string.
+    if (value.IsScalar() && value.Tag() == "!") {
+      got = "the string " + got + " (quoted; an integer is written without quotes)";
+    }
+    problems_->Add(PathOf(key), "expected an integer, got " + got);
     out->SetUnreadable(PathOf(key));
   }
 

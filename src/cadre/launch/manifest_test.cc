@@ -201,7 +201,10 @@ parameter_servers: "1"
   EXPECT_TRUE(c.Has("framework", "expected a mapping, got 'pytorch'"));
   EXPECT_TRUE(c.Has("execution.command", "expected a string, got a mapping"));
   EXPECT_TRUE(c.Has("execution.compute_configuration.nodes", "expected an integer, got 'two'"));
-  EXPECT_TRUE(c.Has("parameter_servers", "expected an integer, got '1'"));
+  EXPECT_TRUE(c.Has("parameter_servers",
+                    "expected an integer, got the string '1' (quoted; an integer is written "
+                    "without quotes)"))
+      << c.problems.ToString();
 }
 
 // A value that cannot be read is one problem: the checks that depend on it do not go on with
@@ -217,7 +220,7 @@ max_restarts: "1"
 )");
     EXPECT_EQ(c.problems.size(), 2u) << nodes;
     EXPECT_TRUE(c.Has("execution.compute_configuration.nodes", "")) << nodes;
-    EXPECT_TRUE(c.Has("max_restarts", "expected an integer, got '1'")) << nodes;
+    EXPECT_TRUE(c.Has("max_restarts", "expected an integer, got the string '1'")) << nodes;
   }
   Checked ps = Check(R"(
 framework: {name: pytorch}
@@ -234,7 +237,7 @@ min_nodes: "2"
 rejoin_after: 10
 )");
   ASSERT_EQ(elastic.problems.size(), 1u);
-  EXPECT_TRUE(elastic.Has("min_nodes", "expected an integer, got '2'"));
+  EXPECT_TRUE(elastic.Has("min_nodes", "expected an integer, got the string '2'"));
 }
 
 TEST(Manifest, ParameterServersMustLeaveAWorker) {
@@ -402,7 +405,7 @@ TEST(Manifest, BytesOfABinaryManifestAreEscapedInEveryProblem) {
   EXPECT_TRUE(fields.Has("k\\x1b[2J", "unknown key")) << fields.problems.ToString();
   EXPECT_TRUE(fields.Has("framework.name", "unknown framework 'pytorch\\x1b[31m'"));
   EXPECT_TRUE(fields.Has("execution.compute_configuration.name", "'k80\\x0a'"));
-  EXPECT_TRUE(fields.Has("execution.compute_configuration.nodes", "got '\\xc2\\x9b'"));
+  EXPECT_TRUE(fields.Has("execution.compute_configuration.nodes", "got the string '\\xc2\\x9b'"));
   EXPECT_TRUE(fields.Has("training_data_reference.type", "'\\x1b' is not available"));
   EXPECT_TRUE(Printable(fields.problems)) << fields.problems.ToString();
 
