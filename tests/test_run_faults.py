@@ -91,3 +91,38 @@ def test_a_closed_console_loses_no_message(tmp_path):
     assert "    line of 2" in proc.stderr, proc.stderr
     (job_dir,) = list((tmp_path / "runs").iterdir())
     assert (job_dir / "learner-1" / "slot-0.log").read_text() == "line of 1\n"
+
+
+def test_a_job_directory_that_cannot_be_written_is_reported_once(tmp_path):
+    # status.json is rewritten at every slot's exit; with its folder gone (or the disk full) each
+    # rewrite printed the same warning again.
+    import shutil
+    import time
+    env = dict(os.environ)
+    env.pop("CADRE_HOSTS_METHOD", None)
+    script = 'while [ -d "$RESULT_DIR" ]; do sleep 0.05; done; sleep 0.$LEARNER_ID'
+    proc = subprocess.Popen([CADRE, "run", "-q", "-o", "out", "-n", "4", "--framework",
+                             "pytorch-horovod", "--", "sh", "-c", script], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        status = tmp_path / "out" / "status.json"
+
+        def all_started():
+            try:
+                slots = [s for l in json.loads(status.read_text())["learners"] for s in l["slots"]]
+            except (OSError, ValueError):
+                return False
+            return len(slots) == 4 and all(s["state"] == "running" for s in slots)
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all_started():
+            time.sleep(0.05)
+        while (tmp_path / "out").exists():  # the runner may be writing a file in it meanwhile
+            shutil.rmtree(tmp_path / "out", ignore_errors=True)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert err.count("status.json is not kept up to date") == 1, err

@@ -257,7 +257,12 @@ Status LocalJob::StartSlots() {
 
 void LocalJob::UpdateStatus() {
   Status st = WriteStatusFile(spec_, layout_, status_);
-  if (!st.ok()) Warn(st.message());
+  // Once per stretch of failures: status.json is rewritten at every slot's exit, and a full disk
+  // or a deleted job directory would otherwise repeat the same warning for each of them.
+  if (!st.ok() && !status_unwritable_) {
+    Warn(st.message() + "; status.json is not kept up to date until it can be written again");
+  }
+  status_unwritable_ = !st.ok();
 }
 
 Status RunLocalJob(const JobSpec& spec, const RunOptions& options, JobOutcome* outcome) {

@@ -91,6 +91,7 @@ class LocalJob {
   Clock::time_point start_began_ = started_;  // of the current start (restarts begin anew)
   std::optional<Clock::time_point> lost_at_;  // elastic: when the job last lost learners
   bool rejoin_announced_ = false;             // in the current start
+  bool status_unwritable_ = false;            // the last write of status.json failed (warned)
 };
 
 }  // namespace cadre::launch
