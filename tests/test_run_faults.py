@@ -83,9 +83,11 @@ def test_a_job_that_cannot_be_set_up_says_why_in_its_directory(tmp_path):
 def test_a_closed_console_loses_no_message(tmp_path):
     # With stdout closed the runner's next descriptor (its signalfd) became "the console": the
     # console queue stuck on it and held back every message, the failure summary included.
-    proc = run_shell('"$CADRE" run -n 2 --framework pytorch-horovod --grace 1 -- sh -c '
-                     '\'echo "line of $LEARNER_ID"; [ "$LEARNER_ID" = 1 ] || exit 3; sleep 30\' '
-                     '>&-; echo "cadre exited $?"', tmp_path)
+    # Learner 2 fails once learner 1's line is in its log.
+    script = ('echo "line of $LEARNER_ID"; [ "$LEARNER_ID" = 1 ] && exec sleep 30; '
+              'while [ ! -s "$RESULT_DIR/learner-1/slot-0.log" ]; do sleep 0.05; done; exit 3')
+    proc = run_shell('"$CADRE" run -n 2 --framework pytorch-horovod --grace 1 -- sh -c \'%s\' '
+                     '>&-; echo "cadre exited $?"' % script, tmp_path)
     assert "cadre exited 1" in proc.stdout, (proc.stdout, proc.stderr)
     assert "failed: learner-2 slot 0 exited with code 3" in proc.stderr, proc.stderr
     assert "    line of 2" in proc.stderr, proc.stderr

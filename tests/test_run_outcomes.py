@@ -221,10 +221,15 @@ def test_a_stopped_python_learner_keeps_what_it_printed(tmp_path):
     env = dict(os.environ)
     env.pop("PYTHONUNBUFFERED", None)
     env.pop("CADRE_HOSTS_METHOD", None)
+    # Learner 2 fails once learner 1's line is in its log, or after 10 s.
     script = ("import os, sys, time\n"
               "print('hello from', os.environ['LEARNER_ID'])\n"
               "if os.environ['LEARNER_ID'] == '2':\n"
-              "    time.sleep(1)\n"
+              "    log = os.path.join(os.environ['RESULT_DIR'], 'learner-1', 'slot-0.log')\n"
+              "    for _ in range(200):\n"
+              "        if os.path.getsize(log) > 0:\n"
+              "            break\n"
+              "        time.sleep(0.05)\n"
               "    sys.exit(3)\n"
               "time.sleep(60)\n")
     proc = subprocess.run([CADRE, "run", "-n", "2", "--framework", "pytorch-horovod", "--grace",
