@@ -63,6 +63,10 @@ def test_all_problems_at_once_including_flags(cadre_run, tmp_path):
     assert "5 problems" in job.stderr
     missing = cadre_run("nowhere.yaml")
     assert missing.returncode == 2 and "manifest: cannot read nowhere.yaml" in missing.stderr
+    # A flags-only job's default of one learner is named by its flag.
+    one = cadre_run("--framework", "pytorch-horovod", "--", "true")
+    assert one.returncode == 2
+    assert "--nodes: framework 'pytorch-horovod' is distributed and needs at least 2" in one.stderr
     no_command = cadre_run("-n", "2")
     assert no_command.returncode == 2
     assert "command (after --): missing" in no_command.stderr

@@ -90,6 +90,8 @@ int Run(const RunFlags& flags) {
     // A flags-only job: one CPU learner in parameter-server mode unless told otherwise.
     request.framework.Set("pytorch", "--framework");
     request.command.origin = "command (after --)";
+    // A problem with the default count names the flag that changes it, not a manifest field.
+    request.nodes.origin = "--nodes";
     if (!flags.args.empty() && IsManifestPath(flags.args[0])) {
       problems.Add("command (after --)", QuotedText(flags.args[0]) +
                                              " is a manifest; give either a manifest or a "
