@@ -256,6 +256,19 @@ def test_a_killed_command_under_the_manifests_shell_is_named_by_signal(cadre_run
             "killed by SIGKILL)") in job.stderr, job.stderr
 
 
+def test_parameter_servers_stopped_after_the_workers_are_named(cadre_run):
+    # A flags-only job is PS mode: learner 1 serves, and is stopped once the workers finish.
+    # That once happened without a word, so a script started this way by mistake lost learner 1
+    # in a job reported as completed.
+    job = cadre_run("-n", "2", "--", "sh", "-c",
+                    '[ "$CADRE_ROLE" = ps ] && exec sleep 60; echo worker done')
+    assert job.returncode == 0, job.stderr
+    assert "cadre: every worker has finished; stopping the parameter servers (learner-1 slot 0)" \
+        in job.stderr, job.stderr
+    slots = [s for l in job.status()["learners"] for s in l["slots"]]
+    assert slots[0]["stopped_by_runner"] and slots[0]["signal"] == "SIGTERM", slots
+
+
 def processes_with(marker):
     """pids whose command line mentions marker."""
     found = []

@@ -133,7 +133,21 @@ void LocalJob::OnChildExit(pid_t pid, int wait_status) {
     for (const auto& w : status_.slots) {
       if (!spec_.is_server(w.learner_id)) workers_done = workers_done && w.succeeded();
     }
-    if (workers_done) StopSlots(true);
+    if (workers_done) {
+      // Said on the console: a learner that is still printing is about to stop, and a script run
+      // in this mode by mistake (a flags-only job is PS mode) would otherwise end unexplained.
+      std::string running;
+      for (const auto& t : status_.slots) {
+        if (t.running && spec_.is_server(t.learner_id)) {
+          running += (running.empty() ? "" : ", ") + SlotName(t);
+        }
+      }
+      if (!running.empty()) {
+        mux_.Message("cadre: every worker has finished; stopping the parameter servers (" +
+                     running + ")\n");
+      }
+      StopSlots(true);
+    }
   }
   UpdateStatus();
 }
