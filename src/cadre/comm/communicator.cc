@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <map>
 #include <set>
 
@@ -12,6 +13,10 @@
 
 namespace cadre::comm {
 namespace {
+
+// How long a failing rank waits for the others' failure records (they fail within moments of
+// each other once connections close) before it reports what it has.
+constexpr auto kFailureRecordWait = std::chrono::seconds(2);
 
 std::string ThisHostName() {
   char buf[256] = {};
@@ -149,13 +154,14 @@ void CommunicatorImpl::CheckUsable() const {
   }
 }
 
-Status CommunicatorImpl::ShareFailure(Status s) {
+Status CommunicatorImpl::ShareFailure(Status s, Code* first_code) {
   // Over TCP a rank only sees its own neighbours' connections close. The first rank to fail
   // records why in the store before it closes its connections, so every later error names the
   // rank at the root of the failure, not only the neighbour that hung up. The record is
   // "<code>|<message>".
   const std::string mine = collective_.empty() ? "no collective yet" : collective_;
   store_->set_string("failure/called/" + std::to_string(topology_.rank), mine);
+  *first_code = s.code();
   if (store_->add("failure/count", 1) == 1) {
     store_->set_string("failure/first",
                        std::to_string(static_cast<int>(s.code())) + "|" + s.message());
@@ -164,6 +170,11 @@ Status CommunicatorImpl::ShareFailure(Status s) {
     const std::string record = store_->get_string("failure/first");
     const size_t bar = record.find('|');
     const std::string first = bar == std::string::npos ? record : record.substr(bar + 1);
+    int code = 0;
+    if (bar != std::string::npos &&
+        std::from_chars(record.data(), record.data() + bar, code).ec == std::errc()) {
+      *first_code = static_cast<Code>(code);
+    }
     // When the root was a mismatch, so is this failure: the ranks that only saw a neighbour hang
     // up fail with kMismatch too.
     if (bar != std::string::npos &&
@@ -182,7 +193,7 @@ Status CommunicatorImpl::WithWhatEachRankCalled(const Status& s) {
   std::vector<std::string> keys;
   for (int r = 0; r < topology_.size; ++r) keys.push_back("failure/called/" + std::to_string(r));
   try {
-    store_->wait(keys, std::chrono::seconds(2));
+    store_->wait(keys, kFailureRecordWait);
   } catch (const Error&) {
     // Some rank did not get there in time: show the ones that did.
   }
@@ -203,23 +214,52 @@ Status CommunicatorImpl::WithWhatEachRankCalled(const Status& s) {
   return Status(s.code(), s.message() + "; what each rank called: " + diff);
 }
 
+// A rank that stalls (stopped, stuck outside the collective, cut off) closes no connection: its
+// peers time out, in a ring each waiting on its neighbour, and whichever records its failure
+// first may name an innocent rank ("rank 0: ... waiting for rank 3"). Every rank that fails
+// records what it called (ShareFailure) within moments of the first; the ranks that have not,
+// a moment later, are the ones that stopped answering.
+Status CommunicatorImpl::WithRanksThatDidNotFail(const Status& s) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < topology_.size; ++r) keys.push_back("failure/called/" + std::to_string(r));
+  try {
+    store_->wait(keys, kFailureRecordWait);
+  } catch (const Error&) {
+    // Some rank did not record in time: those are the ones to name.
+  }
+  std::string silent;
+  int count = 0;
+  for (int r = 0; r < topology_.size; ++r) {
+    if (store_->check({keys[r]})) continue;
+    silent += (silent.empty() ? "" : ", ") + names_[r];
+    ++count;
+  }
+  if (silent.empty()) return s;
+  return Status(s.code(), s.message() + "; " + silent + (count == 1 ? " has" : " have") +
+                              " not failed with the others: stalled (stopped, stuck outside the "
+                              "collective) or cut off, and the likely cause");
+}
+
 void CommunicatorImpl::Fail(const Status& status) {
   Status s = status.WithContext("rank " + std::to_string(topology_.rank));
   bool shared = false;
+  Code first = status.code();
   if (tcp_ && status.code() != Code::kInvalidArgument) {
     try {
-      s = ShareFailure(s);
+      s = ShareFailure(s, &first);
       shared = true;
     } catch (const Error&) {
       // The store is gone too: report what this rank saw.
     }
   }
   if (tcp_) tcp_->Shutdown();  // before any wait: the peers fail (and record) only after this
-  if (shared && s.code() == Code::kMismatch) {
-    try {
+  try {
+    if (shared && s.code() == Code::kMismatch) {
       s = WithWhatEachRankCalled(s);
-    } catch (const Error&) {
+    } else if (shared && (first == Code::kTimeout || s.code() == Code::kTimeout)) {
+      s = WithRanksThatDidNotFail(s);
     }
+  } catch (const Error&) {
   }
   if (broken_.ok()) broken_ = s;
   if (shm_) {

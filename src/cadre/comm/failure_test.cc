@@ -28,6 +28,12 @@ constexpr int kVictim = 2;
 // detected from the peer's side (a closed connection, an exited pid) well within it.
 constexpr auto kTimeout = std::chrono::seconds(60);
 constexpr auto kDetectWithin = kTimeout / 2;
+// A stopped rank is only noticed by timing out: short, so the test is.
+constexpr auto kStallTimeout = std::chrono::seconds(3);
+
+// What happens to the victim in the middle of the allreduces: SIGKILL (it dies) or SIGSTOP (it
+// stalls: alive, connections open, answering no one).
+enum class Fault { kKill, kStop };
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -35,9 +41,10 @@ int64_t NowNs() {
       .count();
 }
 
-// Child body: returns the exit code. 0 = a survivor threw an Error saying the victim died, soon
-// after it was killed. The victim runs collectives with the others until it is killed.
-int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm) {
+// Child body: returns the exit code. 0 = a survivor threw an Error saying the victim died (or,
+// stopped, is the one that stalled), soon after. The victim runs collectives with the others
+// until the fault.
+int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault) {
   store::TcpStoreOptions so;
   so.port = port;
   so.token = testing::kToken;
@@ -48,7 +55,7 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm) {
   o.store = st;
   o.token = testing::kToken;
   o.use_shm = shm;
-  o.timeout = kTimeout;
+  o.timeout = fault == Fault::kKill ? kTimeout : kStallTimeout;
   auto comm = Communicator::Create(o);
   std::vector<float> buf(1 << 16, 1.0f);
   AllreduceOptions ar;
@@ -67,12 +74,19 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm) {
     st->wait({"killed-at"}, std::chrono::seconds(30));
     const double s = static_cast<double>(failed_at - std::stoll(st->get_string("killed-at"))) / 1e9;
     const std::string what = e.what();
-    const bool named = what.find("rank " + std::to_string(kVictim)) != std::string::npos;
-    const bool died = what.find("died") != std::string::npos;
+    const std::string victim = "rank " + std::to_string(kVictim);
+    // Over a ring each survivor may time out waiting on its own neighbour, so the stalled rank
+    // must be named as such, not merely mentioned.
+    const bool named =
+        fault == Fault::kKill
+            ? what.find(victim) != std::string::npos
+            : what.find(victim + " has not failed with the others") != std::string::npos;
+    const bool died = fault == Fault::kStop || what.find("died") != std::string::npos;
     if (!named || !died)
-      std::fprintf(stderr, "rank %d: the error does not say rank %d died: %s\n", rank, kVictim,
-                   e.what());
-    const bool fast = s < std::chrono::duration<double>(kDetectWithin).count();
+      std::fprintf(stderr, "rank %d: the error does not say rank %d %s: %s\n", rank, kVictim,
+                   fault == Fault::kKill ? "died" : "stalled", e.what());
+    const auto within = fault == Fault::kKill ? kDetectWithin : kStallTimeout * 3;
+    const bool fast = s < std::chrono::duration<double>(within).count();
     if (!fast)
       std::fprintf(stderr, "rank %d: took %.1f s after the kill to fail (the timeout is %lld s)\n",
                    rank, s, static_cast<long long>(kTimeout.count()));
@@ -80,7 +94,7 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm) {
   }
 }
 
-void KillOneRankMidAllreduce(bool shm) {
+void FaultOneRankMidAllreduce(bool shm, Fault fault) {
   const int size = 4;
   // The ranks are forked before the store server starts its threads: a child forked while a
   // server thread held a lock (OpenSSL's random generator, during another rank's handshake)
@@ -98,7 +112,7 @@ void KillOneRankMidAllreduce(bool shm) {
       if (read(fds[0], &port, sizeof port) != sizeof port) _exit(7);  // the parent failed
       int code = 6;
       try {
-        code = SurvivorOrVictim(r, size, port, shm);
+        code = SurvivorOrVictim(r, size, port, shm, fault);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
@@ -125,11 +139,18 @@ void KillOneRankMidAllreduce(bool shm) {
   while (client.add("warm", 0) < size) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // every rank is in an allreduce
   const int64_t killed_at = NowNs();
-  kill(pids[kVictim], SIGKILL);
+  kill(pids[kVictim], fault == Fault::kKill ? SIGKILL : SIGSTOP);
   client.set_string("killed-at", std::to_string(killed_at));
   // Past the survivors' timeout, so that one that only times out reports it (exit code 5).
   auto deadline = std::chrono::steady_clock::now() + kTimeout + std::chrono::seconds(30);
+  // The survivors first: a stopped victim is killed once they have ended.
+  std::vector<int> order;
   for (int r = 0; r < size; ++r) {
+    if (r != kVictim) order.push_back(r);
+  }
+  order.push_back(kVictim);
+  for (int r : order) {
+    if (r == kVictim && fault == Fault::kStop) kill(pids[r], SIGKILL);
     int status = 0;
     pid_t got = 0;
     while ((got = waitpid(pids[r], &status, WNOHANG)) == 0 &&
@@ -152,8 +173,14 @@ void KillOneRankMidAllreduce(bool shm) {
   }
 }
 
-TEST(FailureTest, SigkillOneRankOverSharedMemory) { KillOneRankMidAllreduce(true); }
-TEST(FailureTest, SigkillOneRankOverTcp) { KillOneRankMidAllreduce(false); }
+TEST(FailureTest, SigkillOneRankOverSharedMemory) { FaultOneRankMidAllreduce(true, Fault::kKill); }
+TEST(FailureTest, SigkillOneRankOverTcp) { FaultOneRankMidAllreduce(false, Fault::kKill); }
+// A stopped rank fails no connection: over the ring the survivors time out each waiting on its
+// neighbour, and the first to record its failure once blamed an innocent one ("rank 0: ...
+// waiting for rank 3") on every rank.
+TEST(FailureTest, SigstopOneRankOverTcpNamesTheStalledRank) {
+  FaultOneRankMidAllreduce(false, Fault::kStop);
+}
 
 TEST(FailureTest, WrongTokenIsRefused) {
   CommunicatorOptions base;
