@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "cadre/comm/communicator_impl.h"
@@ -186,21 +187,29 @@ Status CommunicatorImpl::ShareFailure(Status s, Code* first_code) {
   return s;
 }
 
-Status CommunicatorImpl::WithWhatEachRankCalled(const Status& s) {
+std::vector<std::optional<std::string>> CommunicatorImpl::FailureRecords() {
   // Every rank fails soon after the first (its connections close), and records what it called
-  // first thing: wait briefly for all of them and show the per-rank diff, ranks grouped by
-  // what they called.
+  // first thing: wait briefly for all of them.
   std::vector<std::string> keys;
   for (int r = 0; r < topology_.size; ++r) keys.push_back("failure/called/" + std::to_string(r));
   try {
     store_->wait(keys, kFailureRecordWait);
   } catch (const Error&) {
-    // Some rank did not get there in time: show the ones that did.
+    // Some rank did not get there in time: the others' records are still worth having.
   }
+  std::vector<std::optional<std::string>> records;
+  for (const auto& key : keys) {
+    records.push_back(store_->check({key}) ? std::optional(store_->get_string(key)) : std::nullopt);
+  }
+  return records;
+}
+
+Status CommunicatorImpl::WithWhatEachRankCalled(const Status& s) {
+  // The per-rank diff, ranks grouped by what they called.
+  const auto records = FailureRecords();
   std::vector<std::pair<std::string, std::string>> groups;  // what was called, by which ranks
   for (int r = 0; r < topology_.size; ++r) {
-    const std::string what =
-        store_->check({keys[r]}) ? store_->get_string(keys[r]) : "(did not say)";
+    const std::string what = records[r].value_or("(did not say)");
     auto g =
         std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == what; });
     if (g == groups.end()) {
@@ -220,17 +229,11 @@ Status CommunicatorImpl::WithWhatEachRankCalled(const Status& s) {
 // records what it called (ShareFailure) within moments of the first; the ranks that have not,
 // a moment later, are the ones that stopped answering.
 Status CommunicatorImpl::WithRanksThatDidNotFail(const Status& s) {
-  std::vector<std::string> keys;
-  for (int r = 0; r < topology_.size; ++r) keys.push_back("failure/called/" + std::to_string(r));
-  try {
-    store_->wait(keys, kFailureRecordWait);
-  } catch (const Error&) {
-    // Some rank did not record in time: those are the ones to name.
-  }
+  const auto records = FailureRecords();
   std::string silent;
   int count = 0;
   for (int r = 0; r < topology_.size; ++r) {
-    if (store_->check({keys[r]})) continue;
+    if (records[r]) continue;
     silent += (silent.empty() ? "" : ", ") + names_[r];
     ++count;
   }

@@ -70,6 +70,9 @@ class CommunicatorImpl final : public Communicator {
   // WithWhatEachRankCalled, after the connections are closed, adds what every rank called.
   // WithRanksThatDidNotFail, after a timeout, names the ranks that have recorded no failure.
   Status ShareFailure(Status s, Code* first);
+  // What each rank recorded as called when it failed, waiting briefly for every record; empty
+  // for a rank that has recorded nothing.
+  std::vector<std::optional<std::string>> FailureRecords();
   Status WithWhatEachRankCalled(const Status& s);
   Status WithRanksThatDidNotFail(const Status& s);
 
