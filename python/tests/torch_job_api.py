@@ -229,6 +229,7 @@ def _():
     for root in sorted({0, n - 1}):
         obj = {"from": r, "payload": list(range(r * 100)), "t": torch.full((2,), float(r))}
         got = hvd.broadcast_object(obj, root_rank=root, name="obj%d" % root)
+        assert (got is obj) == (r == root)  # the root gets its own object back, as in Horovod
         assert got["from"] == root and got["payload"] == list(range(root * 100)), got["from"]
         assert torch.equal(got["t"], torch.full((2,), float(root)))
         # The usual call: only the root has the object, the others pass None (and no name).

@@ -11,9 +11,10 @@ from cadre.torch.basics import global_process_set, rank
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Pickles obj on root_rank (a global rank) and returns it unpickled on every rank of
-    process_set. Without a name, one is generated from a per-process-set count of calls (not
-    from obj's type: the other ranks often pass None, and the names must agree)."""
+    """Pickles obj on root_rank (a global rank) and returns it unpickled on the other ranks of
+    process_set; the root gets obj itself, as in Horovod (not a copy: a script may go on using
+    what it broadcast). Without a name, one is generated from a per-process-set count of calls
+    (not from obj's type: the other ranks often pass None, and the names must agree)."""
     name = name or submission._auto_name("broadcast_object", None, process_set)
     if rank() == root_rank:
         buf = io.BytesIO()
@@ -29,6 +30,8 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
         data = torch.empty(int(length.item()), dtype=torch.uint8)
     submission.synchronize(submission.broadcast_async_(
         data, root_rank, "broadcast_object.data." + name, process_set))
+    if rank() == root_rank:
+        return obj
     return torch.load(io.BytesIO(data.numpy().tobytes()), pickle_module=pickle)
 
 
