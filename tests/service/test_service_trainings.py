@@ -80,6 +80,7 @@ def test_failure_names_the_learner_and_its_exit_status(server):
     assert status["state"] == "failed"
     message = status["failure"]["errors"][0]["message"]
     assert "learner-" in message and "code 3" in message, message
+    assert status["message"]["level"] == "error", status  # it said "info"
 
 
 def test_cancel_stops_every_learner(server):

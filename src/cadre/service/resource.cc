@@ -25,7 +25,10 @@ json TrainingResource(const TrainingRecord& r, bool with_metrics) {
   json status = {{"state", r.state}};
   if (r.running_at) status["running_at"] = *r.running_at;
   if (r.completed_at) status["completed_at"] = *r.completed_at;
-  if (r.message) status["message"] = {{"level", "info"}, {"text", *r.message}};
+  // WML's levels: a failure's message is an error, every other one information.
+  if (r.message) {
+    status["message"] = {{"level", r.state == kFailed ? "error" : "info"}, {"text", *r.message}};
+  }
   if (r.failure) {
     status["failure"] = {
         {"trace", r.id},

@@ -28,7 +28,10 @@ using nlohmann::json;
 json DeploymentResource(const DeploymentRecord& d) {
   json status = {{"state", d.state},
                  {"online_url", {{"url", "/ml/v4/deployments/" + d.id + "/predictions"}}}};
-  if (d.message) status["message"] = {{"level", "info"}, {"text", *d.message}};
+  // WML's levels: a failure's message is an error, every other one information.
+  if (d.message) {
+    status["message"] = {{"level", d.state == kFailed ? "error" : "info"}, {"text", *d.message}};
+  }
   if (d.failure) {
     status["failure"] = {
         {"trace", d.id},
