@@ -284,7 +284,10 @@ def processes_with(marker):
     return found
 
 
-def test_sigterm_stops_everything_and_leaves_no_orphans(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGQUIT])
+def test_a_stop_signal_stops_everything_and_leaves_no_orphans(tmp_path, sig):
+    # SIGQUIT (Ctrl-\) once dumped the runner's core, leaving status.json "running".
+    name = signal.Signals(sig).name
     # A unique duration marks our sleeps: "300.<random digits>".
     marker = "300." + str(uuid.uuid4().int)[:12]
     # Each slot starts a grandchild in its own session (escaping the process group) and one in
@@ -308,20 +311,20 @@ def test_sigterm_stops_everything_and_leaves_no_orphans(tmp_path):
                 break
             assert time.monotonic() < deadline, "slots did not start"
             time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "stopping job" in err and "stopped: stopped by SIGTERM" in err
+    assert proc.returncode == 128 + sig, err
+    assert "stopping job" in err and f"stopped: stopped by {name}" in err
     deadline = time.monotonic() + 5
     while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert processes_with(marker) == []
     (job_dir,) = list((tmp_path / "runs").iterdir())
     status = json.loads((job_dir / "status.json").read_text())
-    assert status["state"] == "stopped" and status["failure"] == "stopped by SIGTERM"
+    assert status["state"] == "stopped" and status["failure"] == f"stopped by {name}"
     assert all(s["stopped_by_runner"] for l in status["learners"] for s in l["slots"])
 
 

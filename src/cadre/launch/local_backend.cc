@@ -54,7 +54,9 @@ class SignalScope {
   SignalScope() {
     sigset_t set;
     sigemptyset(&set);
-    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+    // SIGQUIT (Ctrl-\) too: left to its default it dumped the runner's core, and the slots died
+    // with their keepers while status.json still said running.
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
     pthread_sigmask(SIG_BLOCK, &set, &old_mask_);
     fd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     // A closed console must not kill the runner; slots get SIGPIPE's default back.
