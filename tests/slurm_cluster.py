@@ -157,6 +157,58 @@ class SlurmCluster:
                 return word.split("=", 1)[1]
         return None
 
+    def _pids(self, holds):
+        """Processes for which holds(pid) is true (those that vanish meanwhile are skipped)."""
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if holds(pid):
+                    found.append(int(pid))
+            except OSError:
+                pass
+        return found
+
+    def _logs_open(self, pid, log="log"):
+        """Whether the process has a file of this cluster's `log` folder (a name in it) open:
+        slurmd and the slurmstepd it starts write their node's log."""
+        folder = self._path(log)
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(folder):
+                    return True
+            except OSError:
+                pass
+        return False
+
+    def _kill(self, pids):
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def kill_node(self, node):
+        """A node lost at once, as in a power cut: SIGKILL to its slurmd, its job steps'
+        slurmstepd and the tasks under them (which name the node in SLURMD_NODENAME)."""
+        def on_node(pid):
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            # Other clusters on this machine have a node of that name too.
+            if f"SLURMD_NODENAME={node}".encode() in env and \
+                    f"SLURM_CONF={self.conf}".encode() in env:
+                return True
+            return self._logs_open(pid, os.path.join("log", f"slurmd-{node}.log"))
+        self._kill(self._pids(on_node))
+        for name, proc in self.procs:
+            if name == "slurmd-" + node:
+                proc.wait(timeout=15)
+
+    def restart_node(self, node, timeout=120):
+        """Starts a killed node's slurmd again and waits until Slurm has every node idle."""
+        self.procs = [(n, p) for n, p in self.procs if n != "slurmd-" + node]
+        self._daemon("slurmd-" + node, ["slurmd", "-D", "-N", node, "-f", self.conf])
+        self._wait(self._all_idle, timeout, "every node idle in sinfo")
+
     def resume(self, node, timeout=60):
         """Brings a node that a test set down back into service (it may be back already)."""
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=self.env,
@@ -175,4 +227,7 @@ class SlurmCluster:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=15)
         self.procs = []
+        # A step whose node was set down or lost can leave its slurmstepd behind, holding its
+        # node's log: no process of this cluster outlives it.
+        self._kill(self._pids(self._logs_open))
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import textwrap
+import time
 
 import pytest
 
@@ -208,3 +209,37 @@ def test_fashion_mnist_horovod_example_trains_through_slurm(slurm, tmp_path):
     with open(os.path.join(job.job_dir, "accuracy.txt")) as f:
         accuracy = float(f.read())
     assert accuracy > 0.5, accuracy  # chance is 0.1
+
+
+def test_a_failed_learner_ends_the_job_when_a_lost_node_does_not_answer(slurm, tmp_path):
+    # Node 2 is lost at once (its slurmd, steps and tasks killed); learner 1 then fails, as a
+    # training script does when its peers are gone. srun waits for the lost node's tasks until
+    # Slurm declares the node down (SlurmdTimeout, 5 minutes here); cadre run cancels the job at
+    # once, and follows it at most 30 s more while it is COMPLETING on the node that is gone.
+    # (Last in this file, as it brings node 2 back.)
+    proc = subprocess.Popen([CADRE, "run", "--backend", "slurm", "--store-host", "127.0.0.1",
+                             "-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
+                             "--", "sh", "-c", 'echo up; [ "$LEARNER_ID" = 2 ] && exec sleep 300; '
+                             'while [ ! -e learner-2.lost ]; do sleep 0.2; done; echo peers lost; exit 3'],
+                            cwd=tmp_path, env=slurm.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    lost = []
+
+    def lose_node2():
+        slurm.kill_node("node2")
+        lost.append(time.monotonic())
+        (tmp_path / "learner-2.lost").write_text("gone\n")
+
+    try:
+        job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=90, while_up=lose_node2,
+                                interrupt=False)
+        took = time.monotonic() - lost[0]
+    finally:
+        slurm.restart_node("node2", timeout=600)
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "ending the job: learner-1 slot" in job.stderr, job.stderr
+    assert "exited with code 3" in job.stderr
+    assert took < 60, "cadre run followed the job %.0f s after its node was lost" % took
+    assert job.status()["state"] == "failed"
+

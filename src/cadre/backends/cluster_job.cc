@@ -182,16 +182,28 @@ Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
   int stop_signal = 0;
   std::string stop_reason;
   EngineState state;
+  bool stopping = false;  // a stop was asked of the engine
   for (;;) {
     state = engine.Poll();
     logs_.Poll();
     if (state.finished) break;
+    // A failed slot ends the job (cadre run's rule). The engine usually sees to that itself
+    // (srun --kill-on-bad-exit, mpirun), but not when a node does not answer: srun then waits
+    // for that node's tasks until Slurm declares it down, minutes later.
+    if (!stopping && stop_signal == 0) {
+      if (std::string failure = RecordedFailure(); !failure.empty()) {
+        Message("ending the job: " + failure);
+        engine.Stop(false);
+        stopping = true;
+      }
+    }
     if (state.pending && backend_.queue_timeout.count() > 0 && stop_reason.empty() &&
         Clock::now() - started > backend_.queue_timeout) {
       stop_reason = "still pending after " + Seconds(backend_.queue_timeout) +
                     " (--queue-timeout): " + state.description + "; cancelled";
       Message(stop_reason);
       engine.Stop(false);
+      stopping = true;
     }
     timespec tick{static_cast<time_t>(poll.count() / 1000000000),
                   static_cast<long>(poll.count() % 1000000000)};
@@ -202,6 +214,7 @@ Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
                                 : "cancelling job " + layout_.training_id + " (") +
               launch::SignalName(sig) + ")" + (stop_signal != 0 ? "" : "; again to kill now"));
       engine.Stop(stop_signal != 0);
+      stopping = true;
       if (stop_signal == 0) stop_signal = sig;
     }
   }
@@ -209,6 +222,21 @@ Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
   outcome->exit_code = Finish(state, stop_signal, stop_reason);
   outcome->state = status_.state;
   return Status::Ok();
+}
+
+bool ClusterJob::FailedByItself(const SlotExit& e) const {
+  const bool ok = e.succeeded() || (spec_.is_server(e.learner_id) && e.stop_requested);
+  return !ok && !e.stop_requested;
+}
+
+std::string ClusterJob::RecordedFailure() const {
+  for (const auto& e : ReadSlotExits(layout_.job_dir, spec_.nodes, spec_.slots_per_learner)) {
+    if (FailedByItself(e)) {
+      return "learner-" + std::to_string(e.learner_id) + " slot " + std::to_string(e.local_rank) +
+             " " + e.Describe();
+    }
+  }
+  return "";
 }
 
 int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::string& stop_reason) {
@@ -231,9 +259,8 @@ int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::strin
       s.exit_code = e.exit_code;
       s.signal = e.signal;
       s.stop_requested = e.stop_requested;
-      bool ok = e.succeeded() || (spec_.is_server(e.learner_id) && e.stop_requested);
-      succeeded += ok ? 1 : 0;
-      if (!ok && !e.stop_requested) {
+      succeeded += e.succeeded() || (spec_.is_server(e.learner_id) && e.stop_requested) ? 1 : 0;
+      if (FailedByItself(e)) {
         failed(index,
                "learner-" + std::to_string(e.learner_id) + " slot " + std::to_string(e.local_rank) +
                    " " + e.Describe(),

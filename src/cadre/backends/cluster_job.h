@@ -15,6 +15,7 @@
 
 #include "cadre/backends/backend.h"
 #include "cadre/backends/log_follow.h"
+#include "cadre/backends/task.h"
 #include "cadre/base/deadline.h"
 #include "cadre/launch/job_status.h"
 #include "cadre/launch/learner_env.h"
@@ -101,6 +102,11 @@ class ClusterJob {
 
  private:
   Status StartStoreAndWritePlan();
+  // Whether a slot's exit record says it failed (rather than was stopped, or served until the
+  // workers were done).
+  bool FailedByItself(const SlotExit& e) const;
+  // The first slot in the job directory's records that failed by itself, described; "" if none.
+  std::string RecordedFailure() const;
   // Ends the job's record: the state, the failure (naming the learner) and the exit code.
   int Finish(const EngineState& end, int stop_signal, const std::string& stop_reason);
   size_t SlotIndex(int learner_id, int local_rank) const {

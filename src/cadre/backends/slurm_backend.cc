@@ -116,6 +116,17 @@ class SlurmEngine : public Engine {
     s.finished = !s.pending && state != "RUNNING" && state != "CONFIGURING" &&
                  state != "COMPLETING" && state != "RESIZING" && state != "SIGNALING" &&
                  state != "STAGE_OUT";
+    // A job Slurm was asked to end whose node does not answer stays COMPLETING until Slurm
+    // declares that node down (SlurmdTimeout, minutes): its tasks elsewhere have ended, and what
+    // is left of it is Slurm's to clean up, so it is followed no longer.
+    if (state == "COMPLETING" && stopped_at_ &&
+        std::chrono::steady_clock::now() - *stopped_at_ > kCompletingAfterStop) {
+      s.finished = true;
+      s.description += " " + std::to_string(kCompletingAfterStop.count()) +
+                       " s after scancel: a node of it does not answer (Slurm ends the job once "
+                       "it declares that node down)";
+      job_.Message("warning: " + s.description);
+    }
     s.succeeded = state == "COMPLETED";
     if (s.finished) s.description += " ExitCode=" + ScontrolField(r.output, "ExitCode");
     if (state == "NODE_FAIL") {
@@ -141,6 +152,7 @@ class SlurmEngine : public Engine {
   }
 
   void Stop(bool now) override {
+    if (!stopped_at_) stopped_at_ = std::chrono::steady_clock::now();
     launch::CaptureResult r;
     std::vector<std::string> cmd = {"scancel"};
     if (now) cmd.insert(cmd.end(), {"--signal=KILL", "--full"});
@@ -186,6 +198,8 @@ class SlurmEngine : public Engine {
   int misses_ = 0;
   bool unreachable_ = false;
   std::string shown_pending_;
+  std::optional<std::chrono::steady_clock::time_point> stopped_at_;  // the first scancel
+  static constexpr std::chrono::seconds kCompletingAfterStop{30};
 };
 
 class SlurmBackend : public Backend {
