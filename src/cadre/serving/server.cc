@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -133,6 +134,15 @@ bool SameToken(const std::string& a, const std::string& b) {
 class WideServer final : public httplib::Server {
  public:
   bool WidenBacklog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
+  // cpp-httplib's stop() does nothing until listen_after_bind() has marked the server running:
+  // a stop that came first (a SIGTERM right at start) was lost, and the server listened on.
+  // Closing the bound socket stops it whenever it comes: listening ends at its next look.
+  void Close() {
+    socket_t sock = svr_sock_.exchange(INVALID_SOCKET);
+    if (sock == INVALID_SOCKET) return;
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+  }
 };
 
 }  // namespace
@@ -149,6 +159,12 @@ ScoringServer::ScoringServer(ServerOptions options, const ModelSignature& signat
   http_->set_payload_max_length(options_.max_request_bytes);
   http_->set_keep_alive_max_count(1000000);
   http_->set_tcp_nodelay(true);
+  // Not cpp-httplib's default, which adds SO_REUSEPORT: a second scorer on a port in use would
+  // bind too, and the kernel would share the connections between the two models.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   Register();
 }
 
@@ -174,7 +190,7 @@ bool ScoringServer::Listen() { return http_->listen_after_bind(); }
 
 void ScoringServer::Stop() {
   stopping_ = true;
-  http_->stop();
+  static_cast<WideServer*>(http_)->Close();
 }
 
 void ScoringServer::Register() {
@@ -219,6 +235,8 @@ void ScoringServer::Register() {
       [max_bytes](const httplib::Request& req, httplib::Response& res) {
         if (AnnouncedLength(req) <= max_bytes) return 100;
         SetError(req, res, 413, kTooLarge);
+        // On this path cpp-httplib writes no Content-Length of its own.
+        res.set_header("Content-Length", std::to_string(res.body.size()));
         res.set_header("Connection", "close");  // the client does not send the body
         return 413;
       });

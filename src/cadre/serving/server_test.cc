@@ -74,6 +74,28 @@ TEST_F(ServerTest, ScoresThroughBothProtocols) {
   EXPECT_EQ(doc["predictions"][0]["values"][0], json({"neg", {3.0, -9.0}}));
 }
 
+TEST_F(ServerTest, APortInUseIsRefused) {
+  Start({});
+  ScoringServer second(ServerOptions{}, signature_, *batcher_, metrics_);
+  std::string error;
+  EXPECT_EQ(second.Bind("127.0.0.1", port_, &error), -1);
+  EXPECT_NE(error.find("in use"), std::string::npos) << error;
+}
+
+TEST_F(ServerTest, AStopRightAfterTheStartIsNotLost) {
+  // Stop() before Listen() has begun (a SIGTERM right at start): Listen() returns at once.
+  // Without it this test hangs (ctest's timeout ends it).
+  Batcher batcher(model_, BatcherOptions{}, &metrics_);
+  for (int i = 0; i < 20; ++i) {
+    ScoringServer server(ServerOptions{}, signature_, batcher, metrics_);
+    std::string error;
+    ASSERT_GT(server.Bind("127.0.0.1", 0, &error), 0) << error;
+    std::thread listener([&] { server.Listen(); });
+    server.Stop();
+    listener.join();
+  }
+}
+
 TEST_F(ServerTest, HealthAndMetadata) {
   ServerOptions options;
   options.device = "cpu";
@@ -157,6 +179,7 @@ TEST_F(ServerTest, OversizedBodiesAre413HoweverTheyAreSent) {
                                  "Expect: 100-continue\r\n\r\n");
   EXPECT_EQ(answer.rfind("HTTP/1.1 413 ", 0), 0u) << answer;
   EXPECT_NE(answer.find("larger than this server takes"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("Content-Length: "), std::string::npos) << answer;
   // No length at all (curl -X POST without data): 411 at once, not after the read timeout.
   answer = RawAnswer(port_, "POST /v2/models/fake/infer HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(answer.rfind("HTTP/1.1 411 ", 0), 0u) << answer;
