@@ -209,6 +209,7 @@ def test_cuda_without_a_gpu_is_a_clear_error(classifier):
     (["--port", "-5"], "--port"),
     (["--max-request-bytes", "-1"], "--max-request-bytes"),  # was taken as 2^64 - 1
     (["--port", "0", "--port-file", "/nonexistent-folder/port"], "--port-file"),  # was a crash
+    (["--port", "0", "--name", "a/b"], "--name: 'a/b'"),  # was served, and no route reached it
 ])
 def test_bad_options_are_refused_naming_the_option(classifier, args, message):
     proc = subprocess.run([CADRE, "serve", classifier[1], *args], timeout=120,

@@ -92,6 +92,12 @@ int main(int argc, char** argv) {
   fs::path dir = fs::absolute(f.model_dir).lexically_normal();
   if (dir.filename().empty()) dir = dir.parent_path();
   if (f.name.empty()) f.name = dir.filename().string();
+  if (f.name.empty() || f.name.find('/') != std::string::npos) {
+    // The routes take the name as one path segment: /v2/models/NAME/infer.
+    return Fail("--name: '" + f.name + "' cannot be a model's name in a route (one path " +
+                    "segment, without '/')",
+                2);
+  }
   cadre::serving::ModelSignature signature;
   if (auto s = cadre::serving::LoadSignature(dir, &signature); !s.ok()) return Fail(s.message(), 2);
 
