@@ -193,6 +193,11 @@ TEST(CodecWmlTest, AnswersWithLabels) {
   EXPECT_EQ(doc["predictions"][0]["values"][0][0], "dog");
   EXPECT_EQ(doc["predictions"][0]["values"][1][0], "cat");
   EXPECT_EQ(doc["predictions"][0]["values"][1][1], json({5.0, 1.0, 2.0}));
+  // As torch.argmax: a NaN score is the highest, the first of equal ones wins.
+  doc = json::parse(EncodeWmlResponse(sig, {{Rows({{1, NAN, 3}, {NAN, 9, NAN}, {2, 7, 7}})}}));
+  EXPECT_EQ(doc["predictions"][0]["values"][0][0], "dog");
+  EXPECT_EQ(doc["predictions"][0]["values"][1][0], "cat");
+  EXPECT_EQ(doc["predictions"][0]["values"][2][0], "dog");
 }
 
 TEST(CodecWmlTest, BadPayloadsNameTheField) {

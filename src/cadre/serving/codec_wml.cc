@@ -1,5 +1,6 @@
 // WML v4 prediction bodies (codec.h).
 #include <algorithm>
+#include <cmath>
 
 #include "cadre/serving/codec.h"
 #include "cadre/serving/json_values.h"
@@ -183,11 +184,12 @@ std::string EncodeWmlResponse(const ModelSignature& signature,
           values.push_back(std::move(row));
           continue;
         }
+        // As torch.argmax: the first highest score, a NaN being higher than any number.
         int64_t best = 0;
-        for (int64_t c = 1; c < width; ++c) {
-          if (ElementAsDouble(scores, r * width + c) > ElementAsDouble(scores, r * width + best)) {
-            best = c;
-          }
+        for (int64_t c = 1; c < width && !std::isnan(ElementAsDouble(scores, r * width + best));
+             ++c) {
+          double v = ElementAsDouble(scores, r * width + c);
+          if (std::isnan(v) || v > ElementAsDouble(scores, r * width + best)) best = c;
         }
         row.push_back(signature.labels[static_cast<size_t>(best)]);
       }
