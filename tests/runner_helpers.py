@@ -42,17 +42,17 @@ def wait_until_up(proc, slots, timeout):
     assert seen == slots, "the slots never started"
 
 
-def interrupt_once_up(proc, cwd, slots, timeout, while_up=None, interrupt=True):
+def interrupt_once_up(proc, cwd, slots, timeout, while_up=None, interrupt=signal.SIGINT):
     """Waits (up to `timeout` s) until `slots` lines of the running `cadre run` end in "] up",
-    calls `while_up()` if given (checks on the running job, or a fault), then sends SIGINT
-    (Ctrl-C) unless told not to and returns the finished Job; the process is killed if anything
-    goes wrong meanwhile."""
+    calls `while_up()` if given (checks on the running job, or a fault), then sends `interrupt`
+    (Ctrl-C; None: nothing) and returns the finished Job; the process is killed if anything goes
+    wrong meanwhile."""
     try:
         wait_until_up(proc, slots, timeout)
         if while_up:
             while_up()
         if interrupt:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(interrupt)
         out, err = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:

@@ -3,6 +3,7 @@ the learner contract from Slurm's facts, a failed learner, a cancel, a pending j
 --queue-timeout, a job Slurm refuses, and no Slurm at all."""
 import json
 import os
+import signal
 import subprocess
 import textwrap
 import time
@@ -119,11 +120,13 @@ def test_a_failed_learner_fails_the_job_by_name(slurm, tmp_path):
     assert slurm.job_state(slurm_job_id(job)) in ("FAILED", "CANCELLED")
 
 
-def test_ctrl_c_cancels_the_slurm_job(slurm, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGQUIT])
+def test_ctrl_c_cancels_the_slurm_job(slurm, tmp_path, stop):
     proc = start_2x2_sleeping(slurm, tmp_path)
-    # Every slot has said it is up (the job runs on the cluster), then Ctrl-C.
-    job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60)
-    assert job.returncode == 130, job.stderr
+    # Every slot has said it is up (the job runs on the cluster), then Ctrl-C (or Ctrl-\, which
+    # once dumped the runner's core and left the job running).
+    job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60, interrupt=stop)
+    assert job.returncode == 128 + stop, job.stderr
     assert "cancelling job" in job.stderr
     assert job.status()["state"] == "stopped"
     assert slurm.job_state(slurm_job_id(job)) == "CANCELLED"
@@ -138,7 +141,7 @@ def test_a_node_that_goes_down_fails_the_job_naming_its_learner(slurm, tmp_path)
 
     try:
         job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60, while_up=node2_down,
-                                interrupt=False)
+                                interrupt=None)
     finally:
         slurm.resume("node2")
     assert job.returncode == 1, job.stdout + job.stderr
@@ -233,7 +236,7 @@ def test_a_failed_learner_ends_the_job_when_a_lost_node_does_not_answer(slurm, t
 
     try:
         job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=90, while_up=lose_node2,
-                                interrupt=False)
+                                interrupt=None)
         took = time.monotonic() - lost[0]
     finally:
         slurm.restart_node("node2", timeout=600)

@@ -53,10 +53,21 @@ std::string Seconds(Clock::duration d) {
 
 }  // namespace
 
-BlockStopSignals::BlockStopSignals() {
+namespace {
+
+// The signals that stop a job: Ctrl-C, Ctrl-\ (left to its default, SIGQUIT dumped the
+// runner's core and left the job running on the cluster), kill, a closed terminal.
+sigset_t StopSignals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  for (int sig : {SIGINT, SIGQUIT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  return set;
+}
+
+}  // namespace
+
+BlockStopSignals::BlockStopSignals() {
+  sigset_t set = StopSignals();
   pthread_sigmask(SIG_BLOCK, &set, &old_);
 }
 
@@ -162,9 +173,7 @@ Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
   outcome->job_dir = layout_.job_dir;
   // Stop signals are read here, between polls; the store's threads were started with them
   // blocked by the caller (BlockStopSignals).
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  sigset_t set = StopSignals();
   if (Status st = engine.Start(); !st.ok()) {
     // Never started: the job's record says so, rather than "running" for ever.
     for (auto& s : status_.slots) s.running = false;

@@ -69,8 +69,8 @@ class Engine {
   virtual void Stop(bool now) = 0;
 };
 
-// Blocks SIGINT, SIGTERM and SIGHUP in this thread for its lifetime, so that threads started
-// meanwhile (the store's) leave them to ClusterJob::Run; restores the mask at the end.
+// Blocks SIGINT, SIGQUIT, SIGTERM and SIGHUP in this thread for its lifetime, so that threads
+// started meanwhile (the store's) leave them to ClusterJob::Run; restores the mask at the end.
 class BlockStopSignals {
  public:
   BlockStopSignals();
