@@ -6,7 +6,7 @@ alone in every round: the before/after check for a change to the core.
         --before /path/to/old/build --after build [--ranks 2] [--steps 25] [--rounds 3] [--fp16]
 
 Both builds run bench/train_worker.py of this checkout (the heavy CNN of bench/train.py, batch 16,
-momentum 0.9); each prints its median samples/s with every round's value and rank 0's engine CPU
+momentum 0.9), each with the Python layer (python/) of the checkout it was built from; each prints its median samples/s with every round's value and rank 0's engine CPU
 per step.
 """
 import argparse
@@ -20,6 +20,19 @@ sys.path.insert(0, HERE)
 import train  # noqa: E402
 
 
+def python_source(build):
+    """The python/ folder of the checkout `build` was configured from (its CMakeCache.txt), so
+    that each build runs its own Python layer; this checkout's when that cannot be read."""
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("CMAKE_HOME_DIRECTORY:"):
+                    return os.path.join(line.split("=", 1)[1].strip(), "python")
+    except OSError:
+        pass
+    return os.path.join(os.path.dirname(HERE), "python")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", required=True, help="build directory of the old cadre")
@@ -31,7 +44,6 @@ def main():
     args = ap.parse_args()
     extra = ["--model", "heavy", "--batch-size", "16", "--momentum", "0.9"]
     extra += ["--fp16"] if args.fp16 else []
-    python_dir = os.path.join(os.path.dirname(HERE), "python")
     builds = {"before": os.path.abspath(args.before), "after": os.path.abspath(args.after)}
     for name, build in builds.items():
         if not os.path.isdir(os.path.join(build, "python")):
@@ -39,7 +51,7 @@ def main():
     results = {}
     for r in range(args.rounds):
         for name, build in builds.items():
-            env = {"PYTHONPATH": os.path.join(build, "python") + ":" + python_dir,
+            env = {"PYTHONPATH": os.path.join(build, "python") + ":" + python_source(build),
                    "CADRE_BUILD_DIR": build}
             results.setdefault(name, []).append(
                 train.run("cadre", args.ranks, args.steps, env=env, extra=extra))
