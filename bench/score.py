@@ -89,9 +89,13 @@ def main():
         proc.terminate()
         proc.communicate(timeout=60)
     port_file = os.path.join(work, "python.port")
+    # The example's model module imports cadre: give the server the paths this script found.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(args.build, "python"), os.path.join(ROOT, "python")]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "score_python_server.py"),
                              os.path.join(work, "state.pt"), port_file],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     http_rows("python http.server + eager torch", wait_port(proc, port_file), [1, 16])
     proc.terminate()
     proc.communicate(timeout=60)
