@@ -109,13 +109,15 @@ std::string EscapedText(std::string_view text, size_t max_bytes) {
   return EscapeText(text, max_bytes, /*quoted=*/false);
 }
 
-bool IsUtf8(std::string_view text) {
+bool IsUtf8(std::string_view text) { return !FirstNonUtf8Byte(text).has_value(); }
+
+std::optional<size_t> FirstNonUtf8Byte(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
     const size_t length = Utf8Length(text, i);
-    if (length == 0) return false;
+    if (length == 0) return i;
     i += length;
   }
-  return true;
+  return std::nullopt;
 }
 
 }  // namespace cadre

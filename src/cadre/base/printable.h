@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -36,5 +37,9 @@ std::string EscapedText(std::string_view text, size_t max_bytes = kMaxQuotedByte
 // Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
 // U+10FFFF).
 bool IsUtf8(std::string_view text);
+
+// The offset of the first byte of `text` that does not start a well-formed UTF-8 sequence (as
+// IsUtf8 judges it), or nullopt when it is all UTF-8.
+std::optional<size_t> FirstNonUtf8Byte(std::string_view text);
 
 }  // namespace cadre

@@ -63,5 +63,11 @@ TEST(IsUtf8Test, WellFormedOnly) {
   EXPECT_FALSE(IsUtf8("\xf4\x90\x80\x80"));  // past U+10FFFF
 }
 
+TEST(IsUtf8Test, FirstNonUtf8ByteIsWhereTheTextStopsBeingUtf8) {
+  EXPECT_EQ(FirstNonUtf8Byte("caf\xc3\xa9"), std::nullopt);
+  EXPECT_EQ(FirstNonUtf8Byte("caf\xc3\xa9\xff!"), 5u);
+  EXPECT_EQ(FirstNonUtf8Byte("ab\xe2\x82"), 2u);  // a sequence cut short starts at its lead
+}
+
 }  // namespace
 }  // namespace cadre

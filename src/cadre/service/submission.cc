@@ -30,28 +30,6 @@ const std::pair<const char*, const char*> kFieldMap[] = {
     {"training_data_reference", "training_data_references[0]"},
 };
 
-// The offset of the first byte of `text` that is not part of a well-formed UTF-8 sequence, or
-// nullopt when it is all UTF-8. A manifest's text ends up in JSON answers, which must be UTF-8.
-std::optional<size_t> FirstNonUtf8Byte(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + n > text.size()) return i;
-    uint32_t code = n == 1 ? c : c & (0x7f >> n);
-    for (size_t k = 1; k < n; ++k) {
-      const auto cont = static_cast<unsigned char>(text[i + k]);
-      if ((cont & 0xc0) != 0x80) return i;
-      code = (code << 6) | (cont & 0x3f);
-    }
-    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8 either.
-    static constexpr uint32_t kMinOfLength[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (code < kMinOfLength[n] || (code >= 0xd800 && code <= 0xdfff) || code > 0x10ffff) return i;
-    i += n;
-  }
-  return std::nullopt;
-}
-
 bool BodyToManifest(const json& body, json* manifest, std::vector<ApiError>* errors) {
   auto object_field = [&](const char* name) -> const json* {
     if (!body.contains(name)) return nullptr;
@@ -155,6 +133,7 @@ bool ReadSubmission(const httplib::Request& req, httplib::Response& res, Submiss
       return false;
     }
     out->manifest_text = req.get_file_value("manifest").content;
+    // A manifest's text ends up in JSON answers, which must be UTF-8.
     if (std::optional<size_t> at = FirstNonUtf8Byte(out->manifest_text)) {
       SendError(res, 400, "invalid_parameter",
                 "manifest: not UTF-8 text (byte " + std::to_string(*at) + " is not)", "manifest");
