@@ -274,7 +274,7 @@ void CommunicatorImpl::Fail(const Status& status) {
       bool named = m.rfind(n, 0) == 0 && (m.size() == n.size() || !std::isdigit(m[n.size()]));
       if (r != topology_.rank && named) culprit = r;
     }
-    shm_->Abort(culprit);  // the first abort's reason stays; later ones only wake the waiters
+    shm_->Abort(culprit, status.code());
   }
   throw Error(s);
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cadre/comm/collectives.h"
@@ -41,10 +42,83 @@ int64_t NowNs() {
       .count();
 }
 
+// The collective the ranks loop on when the fault strikes. Over TCP each allreduce algorithm is
+// forced; over shared memory the group has one algorithm, taken with a small (one step) and a
+// large (chunked) message.
+enum class Op {
+  kAllreduceRing,
+  kAllreduceHalvingDoubling,
+  kAllreduceRecursiveDoubling,
+  kAllreduceSmall,
+  kBroadcast,
+  kAllgather,
+  kBarrier,
+};
+
+std::string OpName(Op op) {
+  switch (op) {
+    case Op::kAllreduceRing:
+      return "AllreduceRing";
+    case Op::kAllreduceHalvingDoubling:
+      return "AllreduceHalvingDoubling";
+    case Op::kAllreduceRecursiveDoubling:
+      return "AllreduceRecursiveDoubling";
+    case Op::kAllreduceSmall:
+      return "AllreduceSmall";
+    case Op::kBroadcast:
+      return "Broadcast";
+    case Op::kAllgather:
+      return "Allgather";
+    case Op::kBarrier:
+      return "Barrier";
+  }
+  return "?";
+}
+
+// One call of `op` on `comm` over `buf` (every rank's contribution to allgather is a quarter).
+void RunOp(Communicator& comm, Op op, std::vector<float>& buf) {
+  switch (op) {
+    case Op::kAllreduceRing:
+    case Op::kAllreduceHalvingDoubling:
+    case Op::kAllreduceRecursiveDoubling:
+    case Op::kAllreduceSmall: {
+      AllreduceOptions ar;
+      ar.input = ar.output = buf.data();
+      ar.count = op == Op::kAllreduceSmall ? 7 : buf.size();
+      ar.algorithm = op == Op::kAllreduceRing              ? AllreduceAlgorithm::kRing
+                     : op == Op::kAllreduceHalvingDoubling ? AllreduceAlgorithm::kHalvingDoubling
+                     : op == Op::kAllreduceRecursiveDoubling
+                         ? AllreduceAlgorithm::kRecursiveDoubling
+                         : AllreduceAlgorithm::kAuto;
+      Allreduce(comm, ar);
+      return;
+    }
+    case Op::kBroadcast: {
+      BroadcastOptions b;
+      b.buffer = buf.data();
+      b.count = buf.size();
+      Broadcast(comm, b);
+      return;
+    }
+    case Op::kAllgather: {
+      AllgatherOptions g;
+      const size_t each = buf.size() / static_cast<size_t>(comm.size());
+      g.input = buf.data() + each * static_cast<size_t>(comm.rank());
+      g.output = buf.data();
+      g.counts.assign(static_cast<size_t>(comm.size()), each);
+      Allgather(comm, g);
+      return;
+    }
+    case Op::kBarrier:
+      Barrier(comm);
+      return;
+  }
+}
+
 // Child body: returns the exit code. 0 = a survivor threw an Error saying the victim died (or,
 // stopped, is the one that stalled), soon after. The victim runs collectives with the others
 // until the fault.
-int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault) {
+int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault, Op op) {
   store::TcpStoreOptions so;
   so.port = port;
   so.token = testing::kToken;
@@ -58,13 +132,10 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault) {
   o.timeout = fault == Fault::kKill ? kTimeout : kStallTimeout;
   auto comm = Communicator::Create(o);
   std::vector<float> buf(1 << 16, 1.0f);
-  AllreduceOptions ar;
-  ar.input = ar.output = buf.data();
-  ar.count = buf.size();
-  for (int i = 0; i < 20; ++i) Allreduce(*comm, ar);
+  for (int i = 0; i < 20; ++i) RunOp(*comm, op, buf);
   st->add("warm", 1);
   try {
-    for (;;) Allreduce(*comm, ar);  // the victim too: it is killed inside one of these
+    for (;;) RunOp(*comm, op, buf);  // the victim too: it is killed inside one of these
   } catch (const Error& e) {
     const int64_t failed_at = NowNs();
     if (rank == kVictim) {
@@ -75,12 +146,14 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault) {
     const double s = static_cast<double>(failed_at - std::stoll(st->get_string("killed-at"))) / 1e9;
     const std::string what = e.what();
     const std::string victim = "rank " + std::to_string(kVictim);
-    // Over a ring each survivor may time out waiting on its own neighbour, so the stalled rank
-    // must be named as such, not merely mentioned.
+    // Each survivor may time out waiting on its own neighbour, so the stalled rank must be
+    // named as such, not merely mentioned.
+    // Over shared memory the one that timed out says so, and wakes the others with its reason.
     const bool named =
-        fault == Fault::kKill
-            ? what.find(victim) != std::string::npos
-            : what.find(victim + " has not failed with the others") != std::string::npos;
+        fault == Fault::kKill ? what.find(victim) != std::string::npos
+        : shm                 ? what.find(victim + " did not reach step") != std::string::npos ||
+                    what.find("timed out waiting for " + victim + " (stalled") != std::string::npos
+              : what.find(victim + " has not failed with the others") != std::string::npos;
     const bool died = fault == Fault::kStop || what.find("died") != std::string::npos;
     if (!named || !died)
       std::fprintf(stderr, "rank %d: the error does not say rank %d %s: %s\n", rank, kVictim,
@@ -89,12 +162,12 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault) {
     const bool fast = s < std::chrono::duration<double>(within).count();
     if (!fast)
       std::fprintf(stderr, "rank %d: took %.1f s after the kill to fail (the timeout is %lld s)\n",
-                   rank, s, static_cast<long long>(kTimeout.count()));
+                   rank, s, static_cast<long long>(o.timeout.count() / 1000));
     return named && died && fast ? 0 : 5;
   }
 }
 
-void FaultOneRankMidAllreduce(bool shm, Fault fault) {
+void FaultOneRankMidCollective(bool shm, Fault fault, Op op) {
   const int size = 4;
   // The ranks are forked before the store server starts its threads: a child forked while a
   // server thread held a lock (OpenSSL's random generator, during another rank's handshake)
@@ -112,7 +185,7 @@ void FaultOneRankMidAllreduce(bool shm, Fault fault) {
       if (read(fds[0], &port, sizeof port) != sizeof port) _exit(7);  // the parent failed
       int code = 6;
       try {
-        code = SurvivorOrVictim(r, size, port, shm, fault);
+        code = SurvivorOrVictim(r, size, port, shm, fault, op);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
@@ -137,7 +210,7 @@ void FaultOneRankMidAllreduce(bool shm, Fault fault) {
   client.set_timeout(std::chrono::seconds(60));
   client.wait({"warm"});
   while (client.add("warm", 0) < size) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // every rank is in an allreduce
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // every rank is in a collective
   const int64_t killed_at = NowNs();
   kill(pids[kVictim], fault == Fault::kKill ? SIGKILL : SIGSTOP);
   client.set_string("killed-at", std::to_string(killed_at));
@@ -173,14 +246,39 @@ void FaultOneRankMidAllreduce(bool shm, Fault fault) {
   }
 }
 
-TEST(FailureTest, SigkillOneRankOverSharedMemory) { FaultOneRankMidAllreduce(true, Fault::kKill); }
-TEST(FailureTest, SigkillOneRankOverTcp) { FaultOneRankMidAllreduce(false, Fault::kKill); }
+// transport (shared memory or TCP) x fault x collective.
+using FaultCase = std::tuple<bool, Fault, Op>;
+
+class FaultMatrixTest : public ::testing::TestWithParam<FaultCase> {};
+
 // A stopped rank fails no connection: over the ring the survivors time out each waiting on its
 // neighbour, and the first to record its failure once blamed an innocent one ("rank 0: ...
 // waiting for rank 3") on every rank.
-TEST(FailureTest, SigstopOneRankOverTcpNamesTheStalledRank) {
-  FaultOneRankMidAllreduce(false, Fault::kStop);
+TEST_P(FaultMatrixTest, EverySurvivorNamesTheRank) {
+  const auto& [shm, fault, op] = GetParam();
+  FaultOneRankMidCollective(shm, fault, op);
 }
+
+std::string FaultCaseName(const ::testing::TestParamInfo<FaultCase>& info) {
+  const auto& [shm, fault, op] = info.param;
+  return std::string(shm ? "Shm" : "Tcp") + (fault == Fault::kKill ? "Sigkill" : "Sigstop") +
+         OpName(op);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tcp, FaultMatrixTest,
+    ::testing::Combine(::testing::Values(false), ::testing::Values(Fault::kKill, Fault::kStop),
+                       ::testing::Values(Op::kAllreduceRing, Op::kAllreduceHalvingDoubling,
+                                         Op::kAllreduceRecursiveDoubling, Op::kBroadcast,
+                                         Op::kAllgather, Op::kBarrier)),
+    FaultCaseName);
+INSTANTIATE_TEST_SUITE_P(Shm, FaultMatrixTest,
+                         ::testing::Combine(::testing::Values(true),
+                                            ::testing::Values(Fault::kKill, Fault::kStop),
+                                            ::testing::Values(Op::kAllreduceRing,
+                                                              Op::kAllreduceSmall, Op::kBroadcast,
+                                                              Op::kAllgather, Op::kBarrier)),
+                         FaultCaseName);
 
 TEST(FailureTest, WrongTokenIsRefused) {
   CommunicatorOptions base;

@@ -23,7 +23,7 @@ namespace cadre::transport::shm {
 namespace {
 
 constexpr uint32_t kMagic = 0x4d485343;  // "CSHM"
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kLayoutVersion = 3;
 constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 // After spinning, a wait yields for up to kYieldFor; a yield that takes longer than kBusyCoreYield
 // means another thread ran meanwhile, and the wait goes to sleep at once.
@@ -63,7 +63,7 @@ struct ShmGroup::Header {
   uint32_t pad;
   uint64_t slot_bytes;
   Line attached;
-  Line abort;     // 0, or (reporter + 1) << 16 | (culprit + 1)
+  Line abort;     // 0, or code << 28 | (reporter + 1) << 14 | (culprit + 1): AbortWord
   Line sleepers;  // ranks inside a futex wait; publishers wake only when non-zero
 };
 
@@ -76,6 +76,18 @@ struct ShmGroup::RankState {
 
 namespace {
 size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// The abort word: who reported (a local rank), whom it blamed (-1: unknown) and why (the code of
+// the reporter's failure), so the ranks it wakes can say what happened, not only that it did.
+constexpr int kRankBits = 14;
+constexpr uint32_t kRankMask = (uint32_t{1} << kRankBits) - 1;
+uint32_t AbortWord(Code why, int reporter, int culprit) {
+  return (static_cast<uint32_t>(why) & 0xf) << (2 * kRankBits) |
+         static_cast<uint32_t>(reporter + 1) << kRankBits | static_cast<uint32_t>(culprit + 1);
+}
+int AbortReporter(uint32_t a) { return static_cast<int>((a >> kRankBits) & kRankMask) - 1; }
+int AbortCulprit(uint32_t a) { return static_cast<int>(a & kRankMask) - 1; }
+Code AbortCode(uint32_t a) { return static_cast<Code>(a >> (2 * kRankBits)); }
 }  // namespace
 
 ShmGroup::Header* ShmGroup::header() const { return static_cast<Header*>(segment_.data()); }
@@ -93,6 +105,11 @@ uint8_t* ShmGroup::slot(int rank, uint32_t step) const {
 Status ShmGroup::Create(store::Store& store, int rank, int size, std::vector<std::string> names,
                         const ShmOptions& options, Deadline deadline,
                         std::unique_ptr<ShmGroup>* out) {
+  if (size < 1 || size > kMaxRanks || rank < 0 || rank >= size) {
+    return InvalidArgument("shared memory group: rank " + std::to_string(rank) + " of " +
+                           std::to_string(size) + " (at most " + std::to_string(kMaxRanks) +
+                           " ranks share memory on one host)");
+  }
   std::unique_ptr<ShmGroup> g(new ShmGroup());
   g->rank_ = rank;
   g->size_ = size;
@@ -171,16 +188,32 @@ void ShmGroup::Publish(Flag flag, uint32_t step) {
 }
 
 Status ShmGroup::AbortedStatus() const {
-  uint32_t a = header()->abort.value.load(std::memory_order_acquire);
-  int reporter = static_cast<int>(a >> 16) - 1;
-  int culprit = static_cast<int>(a & 0xffff) - 1;
-  std::string who = culprit >= 0 && culprit < size_ ? names_[culprit] : "a peer";
-  std::string by = reporter >= 0 && reporter < size_ ? names_[reporter] : "a peer";
-  return AbortedError("the shared-memory group failed: " + by + " reported a failure of " + who);
+  const uint32_t a = header()->abort.value.load(std::memory_order_acquire);
+  const int reporter = AbortReporter(a);
+  const int culprit = AbortCulprit(a);
+  const std::string who = culprit >= 0 && culprit < size_ ? names_[culprit] : "a peer";
+  const std::string by = reporter >= 0 && reporter < size_ ? names_[reporter] : "a peer";
+  std::string what;
+  switch (AbortCode(a)) {
+    case Code::kTimeout:
+      what = by + " timed out waiting for " + who +
+             " (stalled: stopped, stuck outside the collective, or out of step)";
+      break;
+    case Code::kMismatch:
+      what = by + " found that " + who + " called another collective";
+      break;
+    case Code::kIo:
+      what = by + " lost " + who;
+      break;
+    default:
+      what =
+          by + " reported a failure of " + who + " (" + std::string(CodeName(AbortCode(a))) + ")";
+  }
+  return AbortedError("the shared-memory group failed: " + what);
 }
 
-void ShmGroup::Abort(int culprit) {
-  uint32_t value = (static_cast<uint32_t>(rank_ + 1) << 16) | static_cast<uint32_t>(culprit + 1);
+void ShmGroup::Abort(int culprit, Code why) {
+  const uint32_t value = AbortWord(why, rank_, culprit);
   uint32_t expected = 0;
   header()->abort.value.compare_exchange_strong(expected, value);
   for (int r = 0; r < size_; ++r) {
@@ -212,8 +245,8 @@ Status ShmGroup::PeerFailure(int peer) {
   if (a != 0) {
     // Another rank stopped the group. When it blamed a rank whose process is gone, say so: that
     // death is the cause, whoever saw it first.
-    const int culprit = static_cast<int>(a & 0xffff) - 1;
-    const int reporter = static_cast<int>(a >> 16) - 1;
+    const int culprit = AbortCulprit(a);
+    const int reporter = AbortReporter(a);
     if (culprit >= 0 && culprit < size_ && culprit != rank_ && Exited(culprit, &pid)) {
       return IoError(
           names_[culprit] + " (pid " + std::to_string(pid) + ") died during a collective" +

@@ -54,6 +54,8 @@ struct ShmOptions {
 class ShmGroup {
  public:
   enum Flag { kArrived = 0, kReduced = 1, kNumFlags = 2 };
+  // Most ranks one group holds (the abort word names ranks in 14 bits).
+  static constexpr int kMaxRanks = (1 << 14) - 2;
 
   // Collective over the `size` ranks of one host. Local rank 0 creates the segment and publishes
   // its name under "shm-segment" in `store` (already prefixed per communicator); the others map
@@ -82,8 +84,10 @@ class ShmGroup {
   Status WaitAll(Flag flag, uint32_t step, Deadline deadline);
 
   // Marks the group failed because of `culprit` (a local rank, or -1 when unknown) and wakes every
-  // waiter: they return kAborted naming the culprit instead of waiting for their timeout.
-  void Abort(int culprit);
+  // waiter: they return kAborted naming the culprit and saying what `why` (the code of this
+  // rank's failure) means of it (timed out waiting for it: stalled) instead of waiting for their
+  // timeout. The first abort's reason stays; later ones only wake the waiters.
+  void Abort(int culprit, Code why);
 
   const std::string& name(int rank) const { return names_[rank]; }
 
