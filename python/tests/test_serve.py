@@ -218,6 +218,17 @@ def test_bad_options_are_refused_naming_the_option(classifier, args, message):
     assert "listening on" not in proc.stdout and "terminate" not in proc.stdout, proc.stdout
 
 
+def test_serve_without_a_model_folder_is_a_usage_error():
+    """`cadre serve` alone printed its help and exited 0, as if it had done something."""
+    proc = subprocess.run([CADRE, "serve"], timeout=60, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "model_dir is required" in proc.stderr, proc.stderr
+    assert "Usage: cadre serve [OPTIONS] model_dir" in proc.stderr, proc.stderr
+    assert subprocess.run([CADRE, "serve", "--help"], timeout=60,
+                          stdout=subprocess.DEVNULL).returncode == 0
+
+
 @pytest.mark.parametrize("setup, message", [
     (lambda d: None, "model.json does not exist"),
     (lambda d: open(os.path.join(d, "model.json"), "w").write('{"inputs": 3}'), "inputs:"),

@@ -41,9 +41,11 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
     std::vector<std::string> args = cmd->remaining();
     std::string program = ServeProgram();
     std::vector<char*> argv;
-    argv.push_back(program.data());
+    // cadre-serve's usage then names the command the user typed.
+    std::string name = "cadre serve";
+    argv.push_back(name.data());
+    // With no arguments cadre-serve says that MODEL_DIR is missing, with its usage, and exits 2.
     for (std::string& a : args) argv.push_back(a.data());
-    if (args.empty()) argv.push_back(const_cast<char*>("--help"));
     argv.push_back(nullptr);
     std::cout.flush();
     if (program.find('/') != std::string::npos) {

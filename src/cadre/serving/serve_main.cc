@@ -77,6 +77,11 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", f.port_file, "Write the port listened on to this file");
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RequiredError& e) {
+    // `cadre serve` alone: what is missing, and the usage, as a mistake (exit 2), not as help.
+    std::cerr << "cadre-serve: " << e.what() << " (the model folder saved by cadre.save_model)\n\n"
+              << app.help();
+    return 2;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
