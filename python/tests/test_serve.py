@@ -229,8 +229,18 @@ def test_serve_without_a_model_folder_is_a_usage_error():
                           stdout=subprocess.DEVNULL).returncode == 0
 
 
+def signature_file(shape):
+    return lambda d: open(os.path.join(d, "model.json"), "w").write(json.dumps({
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": shape}],
+        "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 2]}]}))
+
+
 @pytest.mark.parametrize("setup, message", [
     (lambda d: None, "model.json does not exist"),
+    # Dimensions whose product overflows, or past int64: refused before any allocation.
+    (signature_file([-1, 2 ** 30, 2 ** 30, 2 ** 30]), "one row is over 1024 MiB of FP32"),
+    (signature_file([-1, 2 ** 64 - 1]), "inputs[0].shape[1]: 18446744073709551615"),
+    (signature_file([-1, -3]), "inputs[0].shape[1]: -3"),
     (lambda d: open(os.path.join(d, "model.json"), "w").write('{"inputs": 3}'), "inputs:"),
     (lambda d: (open(os.path.join(d, "model.json"), "w").write(json.dumps({
         "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 2]}],

@@ -1,5 +1,6 @@
 #include "cadre/serving/signature.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -9,6 +10,9 @@ namespace cadre::serving {
 namespace {
 
 using nlohmann::json;
+
+constexpr size_t kMaxDimensions = 64;
+constexpr int64_t kMaxRowBytes = int64_t{1} << 30;
 
 Status ParseSpecs(const json& doc, const char* field, std::vector<TensorSpec>* out) {
   if (!doc.contains(field) || !doc[field].is_array() || doc[field].empty()) {
@@ -35,11 +39,35 @@ Status ParseSpecs(const json& doc, const char* field, std::vector<TensorSpec>* o
     if (!t.contains("shape") || !t["shape"].is_array() || t["shape"].empty()) {
       return InvalidArgument(where + ".shape: expected a list starting with the batch (-1)");
     }
-    for (const json& d : t["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < -1) {
-        return InvalidArgument(where + ".shape: dimensions are integers >= -1");
+    if (t["shape"].size() > kMaxDimensions) {
+      return InvalidArgument(where + ".shape: " + std::to_string(t["shape"].size()) +
+                             " dimensions; a model takes at most " +
+                             std::to_string(kMaxDimensions));
+    }
+    for (size_t i = 0; i < t["shape"].size(); ++i) {
+      // A dimension past int64 (a uint64 in JSON) is refused, not wrapped around to -1.
+      const json& d = t["shape"][i];
+      if (!d.is_number_integer() ||
+          (d.is_number_unsigned() && d.get<uint64_t>() > static_cast<uint64_t>(kMaxRowBytes)) ||
+          (!d.is_number_unsigned() && (d.get<int64_t>() < -1 || d.get<int64_t>() > kMaxRowBytes))) {
+        return InvalidArgument(where + ".shape[" + std::to_string(i) + "]: " + d.dump() +
+                               "; dimensions are -1 (any size) or 0.." +
+                               std::to_string(kMaxRowBytes));
       }
       spec.shape.push_back(d.get<int64_t>());
+    }
+    // One row is allocated at load (the model is tried on a row of zeros, free dimensions as
+    // 1) and sizes every request: its bytes are bounded. Every factor is at most 2^30 and the
+    // product is checked after each one, so it never overflows.
+    uint64_t row_bytes = ElementSize(spec.dtype);
+    for (size_t i = 1; i < spec.shape.size(); ++i) {
+      row_bytes *= static_cast<uint64_t>(std::max<int64_t>(spec.shape[i], 1));
+      if (row_bytes > static_cast<uint64_t>(kMaxRowBytes)) {
+        return InvalidArgument(where + ".shape " + ShapeString(spec.shape) + ": one row is over " +
+                               std::to_string(kMaxRowBytes >> 20) + " MiB of " +
+                               std::string(DataTypeName(spec.dtype)) +
+                               ", more than the scorer takes");
+      }
     }
     out->push_back(std::move(spec));
   }

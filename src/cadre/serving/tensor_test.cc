@@ -105,5 +105,45 @@ TEST(SignatureTest, ErrorsNameTheField) {
             std::string::npos);
 }
 
+TEST(SignatureTest, HugeNegativeAndOverflowingShapesAreRefusedAtLoad) {
+  // Each would have been a crash, a wrapped dimension, or a giant allocation when the model is
+  // tried on one row at load.
+  auto error = [](const std::string& shape, const std::string& field = "inputs") {
+    const std::string x = R"({"name": "x", "datatype": "FP64", "shape": )" + shape + "}";
+    const std::string y = R"({"name": "y", "datatype": "FP32", "shape": [-1, 2]})";
+    ModelSignature sig;
+    Status s = ParseSignature(R"({"inputs": [)" + (field == "inputs" ? x : y) +
+                                  R"(], "outputs": [)" + (field == "inputs" ? y : x) + "]}",
+                              &sig);
+    EXPECT_FALSE(s.ok()) << shape;
+    return s.message();
+  };
+  auto has = [](const std::string& message, const std::string& part) {
+    return message.find(part) != std::string::npos;
+  };
+  // 2^64 - 1 was read as -1 (any size), 2^63 - 1 as itself.
+  EXPECT_PRED2(has, error("[-1, 18446744073709551615]"),
+               "inputs[0].shape[1]: 18446744073709551615");
+  EXPECT_PRED2(has, error("[-1, 9223372036854775807]"), "inputs[0].shape[1]");
+  EXPECT_PRED2(has, error("[-1, -7]"), "inputs[0].shape[1]: -7; dimensions are -1");
+  EXPECT_PRED2(has, error("[-1, 1e3]"), "inputs[0].shape[1]: 1000.0");
+  EXPECT_PRED2(has, error("[-1, \"4\"]"), "inputs[0].shape[1]: \"4\"");
+  // Each dimension allowed, their product not (it overflowed int64 before).
+  EXPECT_PRED2(has, error("[-1, 1073741824, 1073741824, 1073741824]"),
+               "inputs[0].shape [-1, 1073741824, 1073741824, 1073741824]: one row is over 1024 "
+               "MiB of FP64");
+  EXPECT_PRED2(has, error("[-1, 65536, 65536]", "outputs"), "outputs[0].shape");
+  std::string many = "[-1";
+  for (int i = 1; i < 100; ++i) many += ", 1";
+  EXPECT_PRED2(has, error(many + "]"), "inputs[0].shape: 100 dimensions");
+  // The largest row allowed, and free dimensions, parse.
+  ModelSignature sig;
+  EXPECT_TRUE(ParseSignature(R"({"inputs": [{"name": "x", "datatype": "UINT8",
+      "shape": [-1, 1024, -1, 1048576]}], "outputs": [{"name": "y", "datatype": "FP32",
+      "shape": [-1, 0]}]})",
+                             &sig)
+                  .ok());
+}
+
 }  // namespace
 }  // namespace cadre::serving
