@@ -1,6 +1,13 @@
 """Python objects across ranks: broadcast_object and allgather_object (pickled with torch.save,
-sent as uint8 tensors after their lengths). On submission.py alone, below mpi_ops and functions,
-so that init() (startup.py) can agree with the other ranks on the GPU path through them."""
+sent as uint8 tensors after a header). On submission.py alone, below mpi_ops and functions,
+so that init() (startup.py) can agree with the other ranks on the GPU path through them.
+
+Objects are pickled with cloudpickle, as Horovod's are, so that lambdas, closures and classes
+defined inside functions or in the script travel too; without cloudpickle (Debian's
+python3-cloudpickle) the standard pickle is used and such objects fail with a hint to install it.
+An object that cannot be pickled fails on every rank, naming the rank that had it: the header
+says whether the data that follows is the pickle or the error, so no rank waits for data that
+will never come."""
 import io
 import pickle
 
@@ -8,6 +15,42 @@ import torch
 
 from cadre.torch import submission
 from cadre.torch.basics import global_process_set, rank
+
+try:
+    import cloudpickle as _pickler
+except ImportError:  # pragma: no cover - depends on the machine
+    _pickler = None
+
+_OK, _FAILED = 0, 1
+
+
+def _dumps(obj):
+    """(header status, bytes): the pickle, or the error's text when obj cannot be pickled."""
+    buf = io.BytesIO()
+    try:
+        torch.save(obj, buf, pickle_module=_pickler or pickle)
+    except Exception as e:  # noqa: BLE001 - any pickling failure is sent to the other ranks
+        hint = ("" if _pickler is not None else
+                " (lambdas, closures and locally defined classes need cloudpickle: install "
+                "python3-cloudpickle)")
+        return _FAILED, ("%s: %s%s" % (type(e).__name__, e, hint)).encode()
+    return _OK, buf.getvalue()
+
+
+def _loads(data):
+    # cloudpickle's output is a standard pickle (that imports cloudpickle where it needs to).
+    return torch.load(io.BytesIO(data), pickle_module=pickle)
+
+
+def _failure(what, errors):
+    """The error every rank raises when some ranks' objects could not be pickled."""
+    return pickle.PicklingError("%s: %s" % (what, "; ".join(
+        "rank %d could not pickle its object (%s)" % (k, text) for k, text in errors)))
+
+
+def _as_tensor(data):
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else \
+        torch.empty(0, dtype=torch.uint8)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
@@ -17,38 +60,42 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     (not from obj's type: the other ranks often pass None, and the names must agree)."""
     name = name or submission._auto_name("broadcast_object", None, process_set)
     if rank() == root_rank:
-        buf = io.BytesIO()
-        torch.save(obj, buf, pickle_module=pickle)
-        data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-        length = torch.tensor([data.numel()], dtype=torch.int64)
+        status, payload = _dumps(obj)
+        data = _as_tensor(payload)
+        header = torch.tensor([status, data.numel()], dtype=torch.int64)
     else:
         data = None
-        length = torch.zeros(1, dtype=torch.int64)
+        header = torch.zeros(2, dtype=torch.int64)
     submission.synchronize(submission.broadcast_async_(
-        length, root_rank, "broadcast_object.len." + name, process_set))
+        header, root_rank, "broadcast_object.len." + name, process_set))
     if data is None:
-        data = torch.empty(int(length.item()), dtype=torch.uint8)
-    submission.synchronize(submission.broadcast_async_(
-        data, root_rank, "broadcast_object.data." + name, process_set))
+        data = torch.empty(int(header[1].item()), dtype=torch.uint8)
+    if data.numel():
+        submission.synchronize(submission.broadcast_async_(
+            data, root_rank, "broadcast_object.data." + name, process_set))
+    if int(header[0].item()) != _OK:
+        raise _failure("broadcast_object", [(root_rank, data.numpy().tobytes().decode())])
     if rank() == root_rank:
         return obj
-    return torch.load(io.BytesIO(data.numpy().tobytes()), pickle_module=pickle)
+    return _loads(data.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's obj, in rank order (objects may differ in type)."""
     name = name or submission._auto_name("allgather_object", None, process_set)
-    buf = io.BytesIO()
-    torch.save(obj, buf, pickle_module=pickle)
-    data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-    sizes = submission.synchronize(submission.allgather_async(
-        torch.tensor([data.numel()], dtype=torch.int64), "allgather_object.len." + name,
-        process_set))
+    status, payload = _dumps(obj)
+    data = _as_tensor(payload)
+    headers = submission.synchronize(submission.allgather_async(
+        torch.tensor([[status, data.numel()]], dtype=torch.int64),
+        "allgather_object.len." + name, process_set))
     gathered = submission.synchronize(submission.allgather_async(
         data, "allgather_object.data." + name, process_set)).numpy()
-    out, offset = [], 0
-    for n in sizes.tolist():
-        out.append(torch.load(io.BytesIO(gathered[offset:offset + n].tobytes()),
-                              pickle_module=pickle))
+    members = process_set.ranks if process_set is not None and process_set.ranks else None
+    chunks, offset = [], 0
+    for k, (state, n) in enumerate(headers.tolist()):
+        chunks.append((members[k] if members else k, state, gathered[offset:offset + n].tobytes()))
         offset += n
-    return out
+    errors = [(k, chunk.decode()) for k, state, chunk in chunks if state != _OK]
+    if errors:
+        raise _failure("allgather_object", errors)
+    return [_loads(chunk) for _, _, chunk in chunks]
