@@ -12,8 +12,11 @@ pytest.importorskip("torch")
 REQUIRED = [
     "capabilities_before_init", "ranks_match_the_runner", "horovod_module_paths",
     "mismatch.shape_fails_every_rank", "mismatch.dtype_op_root_kind",
+    "mismatch.grouped_sizes_fail_every_rank_at_once",
     "duplicate_pending_name_is_ValueError", "bad_arguments_raise_horovods_error_types",
-    "broadcast_object_and_allgather_object", "process_sets", "adasum", "sparse_allreduce_async",
+    "broadcast_object_and_allgather_object",
+    "objects.lambdas_local_classes_and_unpicklable_objects", "process_sets", "adasum",
+    "sparse_allreduce_async",
     "sync_batch_norm", "autograd.allreduce_allgather_broadcast", "autograd.alltoall_reducescatter",
     "timeline", "shutdown_then_init_again",
 ]

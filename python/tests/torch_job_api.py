@@ -146,6 +146,45 @@ def _():
     engine_still_works("kinds")
 
 
+@suite.check("mismatch.grouped_sizes_fail_every_rank_at_once")
+def _():
+    # Odd ranks group 2 tensors, even ranks 3: every member fails on every rank with the sizes
+    # of each rank, 'x.2' too (which the odd ranks never submit), instead of stalling until the
+    # stall shutdown (40 s here), which would also stop the engine for the checks after this.
+    if n < 2:
+        return
+    count = 2 if r % 2 else 3
+    for kind, call in [
+            ("allreduce", lambda nm: hvd.grouped_allreduce([torch.ones(2)] * count, op=hvd.Sum,
+                                                           name=nm)),
+            ("allgather", lambda nm: hvd.grouped_allgather([torch.ones(1, 2)] * count, name=nm)),
+            ("reducescatter", lambda nm: hvd.grouped_reducescatter([torch.ones(n, 2)] * count,
+                                                                   name=nm))]:
+        name = "mm.group." + kind
+        try:
+            call(name)
+            raise AssertionError("%s: no error on rank %d" % (name, r))
+        except hvd.HorovodInternalError as e:
+            text = str(e)
+        assert "stalled" not in text, text
+        assert "group '%s' of 3 tensors vs '%s' of 2" % (name, name) in text, text
+        for k in range(n):
+            assert "rank %d: %s" % (k, kind) in text, (k, text)
+            assert "of %d in group '%s')" % (2 if k % 2 else 3, name) in text, (k, text)
+        # Again: the failure left nothing pending (no duplicate name, no stall).
+        handle = hvd.grouped_allreduce_async([torch.ones(2)] * count, op=hvd.Sum, name=name)
+        try:
+            hvd.synchronize(handle)
+            raise AssertionError("%s again: no error on rank %d" % (name, r))
+        except hvd.HorovodInternalError as e:
+            assert "of 3 tensors vs" in str(e), str(e)
+    engine_still_works("grouped")
+    # The same names run once the ranks agree.
+    got = hvd.grouped_allreduce([torch.ones(2)] * 3, op=hvd.Sum, name="mm.group.allreduce")
+    for t in got:
+        close(t, torch.full((2,), float(n)))
+
+
 @suite.check("duplicate_pending_name_is_ValueError")
 def _():
     # The other ranks submit "dup" only after the barrier, so it is surely still pending on
@@ -241,6 +280,44 @@ def _():
     assert everyone == [("rank", k, "x" * (k * 37)) for k in range(n)], everyone
     mixed = hvd.allgather_object(None if r % 2 else {"rank": r})
     assert mixed == [None if k % 2 else {"rank": k} for k in range(n)], mixed
+
+
+def _local_class():
+    class Local:
+        def __init__(self, v):
+            self.v = v
+
+        def twice(self):
+            return 2 * self.v
+
+    return Local
+
+
+@suite.check("objects.lambdas_local_classes_and_unpicklable_objects")
+def _():
+    # What Horovod's cloudpickle carries: a lambda with a closure, a class defined in a function.
+    root, bias = n - 1, 10
+    Local = _local_class()
+    got = hvd.broadcast_object({"fn": lambda x: x + bias, "obj": Local(r)} if r == root else None,
+                               root_rank=root)
+    assert got["fn"](1) == 11 and got["obj"].twice() == 2 * root, got
+    everyone = hvd.allgather_object(Local(r))
+    assert [o.twice() for o in everyone] == [2 * k for k in range(n)]
+    # An object that cannot be pickled fails on every rank, naming its rank, without a stall.
+    import pickle
+    import threading
+    try:
+        hvd.broadcast_object(threading.Lock() if r == root else None, root_rank=root)
+        raise AssertionError("broadcast of a lock: no error on rank %d" % r)
+    except pickle.PicklingError as e:
+        assert "rank %d could not pickle its object (TypeError" % root in str(e), str(e)
+    try:
+        hvd.allgather_object(threading.Lock() if r == 1 else r)
+        raise AssertionError("allgather of a lock: no error on rank %d" % r)
+    except pickle.PicklingError as e:
+        assert "rank 1 could not pickle its object" in str(e), str(e)
+        assert "rank 0 could not" not in str(e), str(e)
+    engine_still_works("objects")
 
 
 # ---------------------------------------------------------------- process sets

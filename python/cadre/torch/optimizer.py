@@ -153,7 +153,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         pairs = [self._compression.compress(self._dense_grad(p)) for p in group]
         pre, post = self._scales()
         handles = [submission._allreduce_into(c, c, "%s.%d" % (name, i), self.op, pre, post,
-                                           self.process_set, batchable=True)
+                                              self.process_set, batchable=True,
+                                              group=(name, i, len(pairs)))
                    for i, (c, _) in enumerate(pairs)]
         return submission._group(handles), [ctx for _, ctx in pairs]
 

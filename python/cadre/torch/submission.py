@@ -131,10 +131,14 @@ def _set_rank(root_rank, process_set):
     return ps.ranks.index(root)
 
 
-def _enqueue(engine, op, name, buf, **kw):
+def _enqueue(engine, op, name, buf, group=None, **kw):
     """Submits `buf` (contiguous CPU) to the engine. A duplicate pending name raises ValueError
-    (from the binding); every other refusal HorovodInternalError."""
+    (from the binding); every other refusal HorovodInternalError. `group` is (group name, index,
+    number of tensors) for a member of a grouped operation: the engine fails the whole group on
+    every rank when the ranks' numbers differ, instead of waiting for the missing members."""
     code = _dtype_code(buf)
+    if group is not None:
+        kw.update(group=group[0], group_index=group[1], group_size=group[2])
     try:
         return engine.enqueue(op, name, buf.data_ptr(), list(buf.shape), code, **kw)
     except _core.CadreError as e:
@@ -192,9 +196,10 @@ def _scales(op, dtype, prescale_factor, postscale_factor, set_size):
 # ---------------------------------------------------------------- allreduce
 
 def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
-                    batchable=False):
+                    batchable=False, group=None):
     """Reduces `tensor` into `output` (may be the same tensor); returns a handle. `batchable`
-    lets the engine wait briefly for more such submissions (DistributedOptimizer's gradients)."""
+    lets the engine wait briefly for more such submissions (DistributedOptimizer's gradients);
+    `group` as _enqueue's."""
     _check_tensor(tensor)
     engine = _engine(process_set)
     name = _auto_name("allreduce", name, process_set)
@@ -204,7 +209,8 @@ def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor,
     pre, post = _scales(op, tensor.dtype, prescale_factor, postscale_factor, engine.size)
     device = devices.device_of(tensor)
     if device is not None:
-        kw = dict(reduce_op=_REDUCE[op], prescale=pre, postscale=post, batchable=batchable)
+        kw = dict(reduce_op=_REDUCE[op], prescale=pre, postscale=post, batchable=batchable,
+                  group=group)
         path = nccl_path.path_for(engine)
         if path is None or not path.accepts(tensor, _REDUCE[op]):
             return _staged(device, engine, _OP_ALLREDUCE, name, tensor, output, **kw)
@@ -215,7 +221,7 @@ def _allreduce_into(tensor, output, name, op, prescale_factor, postscale_factor,
     if buf.data_ptr() != tensor.data_ptr():
         buf.copy_(tensor)
     core = _enqueue(engine, _OP_ALLREDUCE, name, buf, reduce_op=_REDUCE[op], prescale=pre,
-                    postscale=post, batchable=batchable)
+                    postscale=post, batchable=batchable, group=group)
 
     def finish(_core_handle):
         if buf is not output:
@@ -286,9 +292,11 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     """Submits the tensors together so that the engine negotiates and fuses them as one group.
     Returns one handle whose result is the list of outputs."""
     op = _resolve_op(average, op)
+    _check_members(tensors)
     name = _auto_name("grouped_allreduce", name, process_set)
     hs = [_allreduce_into(t, t.clone(memory_format=torch.contiguous_format), "%s.%d" % (name, i),
-                          op, prescale_factor, postscale_factor, process_set)
+                          op, prescale_factor, postscale_factor, process_set,
+                          group=(name, i, len(tensors)))
           for i, t in enumerate(tensors)]
     return _group(hs)
 
@@ -296,11 +304,22 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(average, op)
+    _check_members(tensors)
     name = _auto_name("grouped_allreduce", name, process_set)
     hs = [_allreduce_into(t, t, "%s.%d" % (name, i), op, prescale_factor, postscale_factor,
-                          process_set)
+                          process_set, group=(name, i, len(tensors)))
           for i, t in enumerate(tensors)]
     return _group(hs)
+
+
+def _check_members(tensors, rank_zero_what=None):
+    """Refuses a group before any of its members is submitted: a refusal half-way would leave
+    the members before it pending on this rank while the other ranks wait for the rest."""
+    for t in tensors:
+        _check_tensor(t)
+        _dtype_code(t)
+        if rank_zero_what is not None:
+            _rank_zero_check(t, rank_zero_what)
 
 
 class _GroupCore:
@@ -349,16 +368,16 @@ def _rank_zero_check(tensor, what):
         raise _internal("Rank zero tried to %s a rank-zero tensor." % what)
 
 
-def _allgather_pending(tensor, name, process_set):
+def _allgather_pending(tensor, name, process_set, group=None):
     _check_tensor(tensor)
     engine = _engine(process_set)
     _rank_zero_check(tensor, "allgather")
     name = _auto_name("allgather", name, process_set)
     device = devices.device_of(tensor)
     if device is not None:
-        return _staged_pending(device, engine, _OP_ALLGATHER, name, tensor)
+        return _staged_pending(device, engine, _OP_ALLGATHER, name, tensor, group=group)
     buf = tensor.contiguous()
-    core = _enqueue(engine, _OP_ALLGATHER, name, buf)
+    core = _enqueue(engine, _OP_ALLGATHER, name, buf, group=group)
     return _Pending(core, (buf,), lambda c: _engine_output(c, tensor.dtype))
 
 
@@ -367,8 +386,10 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    _check_members(tensors, "allgather")
     name = _auto_name("grouped_allgather", name, process_set)
-    return _group([allgather_async(t, "%s.%d" % (name, i), process_set)
+    return _group([_register(_allgather_pending(t, "%s.%d" % (name, i), process_set,
+                                                (name, i, len(tensors))))
                    for i, t in enumerate(tensors)])
 
 
@@ -425,6 +446,11 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     """Reduces across ranks and returns this rank's block of rows (the first rows % size ranks
     get one more row). Sum and Average as in Horovod (scale factors with its arithmetic: the
     engine scales each rank's input and the reduced block); Min, Max and Product as well."""
+    return _reducescatter_into(tensor, name, op, process_set, prescale_factor, postscale_factor)
+
+
+def _reducescatter_into(tensor, name, op, process_set, prescale_factor, postscale_factor,
+                        group=None):
     _check_tensor(tensor)
     op = _resolve_op(None, op)
     if op == Adasum:
@@ -436,18 +462,20 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     device = devices.device_of(tensor)
     if device is not None:
         return _staged(device, engine, _OP_REDUCESCATTER, name, tensor, reduce_op=_REDUCE[op],
-                       prescale=pre, postscale=post)
+                       prescale=pre, postscale=post, group=group)
     buf = tensor.contiguous()
     core = _enqueue(engine, _OP_REDUCESCATTER, name, buf, reduce_op=_REDUCE[op], prescale=pre,
-                    postscale=post)
+                    postscale=post, group=group)
     return _register(_Pending(core, (buf,), lambda c: _engine_output(c, tensor.dtype)))
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
+    _check_members(tensors, "reducescatter")
     name = _auto_name("grouped_reducescatter", name, process_set)
-    return _group([reducescatter_async(t, "%s.%d" % (name, i), op, process_set, prescale_factor,
-                                       postscale_factor) for i, t in enumerate(tensors)])
+    return _group([_reducescatter_into(t, "%s.%d" % (name, i), op, process_set, prescale_factor,
+                                       postscale_factor, (name, i, len(tensors)))
+                   for i, t in enumerate(tensors)])
 
 
 def barrier(process_set=global_process_set):

@@ -201,17 +201,21 @@ std::vector<Response> Controller::Process(const std::vector<Message>& messages) 
     return responses;
   }
 
-  std::vector<std::pair<uint64_t, std::string>> ready;
-  for (const auto& [name, e] : table_) {
-    bool all = true;
-    for (int r = 0; r < size_ && all; ++r) all = e.per_rank[r] || joined_[r];
-    if (all) ready.emplace_back(e.sequence, name);
-  }
-  std::sort(ready.begin(), ready.end());
-  for (const auto& [seq, name] : ready) {
-    auto it = table_.find(name);
-    responses.push_back(Decide(name, it->second));
-    table_.erase(it);
+  // A second pass decides the orphan members that the first pass's group mismatches revealed.
+  for (size_t orphans = SIZE_MAX; orphans != orphans_.size();) {
+    orphans = orphans_.size();
+    std::vector<std::pair<uint64_t, std::string>> ready;
+    for (const auto& [name, e] : table_) {
+      bool all = true;
+      for (int r = 0; r < size_ && all; ++r) all = !Awaits(e, r);
+      if (all) ready.emplace_back(e.sequence, name);
+    }
+    std::sort(ready.begin(), ready.end());
+    for (const auto& [seq, name] : ready) {
+      auto it = table_.find(name);
+      responses.push_back(Decide(name, it->second));
+      table_.erase(it);
+    }
   }
   if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) {
     Response j;
@@ -226,10 +230,66 @@ std::vector<Response> Controller::Process(const std::vector<Message>& messages) 
   return responses;
 }
 
+const Controller::OrphanMember* Controller::OrphanOf(const Entry& entry) const {
+  if (orphans_.empty()) return nullptr;
+  for (const auto& q : entry.per_rank) {
+    if (!q) continue;
+    if (q->group_size == 0) return nullptr;
+    auto it = orphans_.find({q->group, q->group_index});
+    return it == orphans_.end() ? nullptr : &it->second;
+  }
+  return nullptr;
+}
+
+bool Controller::Awaits(const Entry& entry, int r) const {
+  if (entry.per_rank[r] || joined_[r]) return false;
+  const OrphanMember* orphan = OrphanOf(entry);
+  return !orphan || orphan->submitters[r];
+}
+
+void Controller::RecordOrphans(const std::vector<std::optional<Request>>& per_rank,
+                               const Status& error) {
+  uint32_t smallest = UINT32_MAX;
+  uint32_t largest = 0;
+  const Request* any = nullptr;
+  for (const auto& q : per_rank) {
+    if (!q || q->group_size == 0) continue;
+    smallest = std::min(smallest, q->group_size);
+    largest = std::max(largest, q->group_size);
+    any = &*q;
+  }
+  // Once per mismatched group, when its last member that every rank submitted is decided (a
+  // member is never decided before the ones of lower index): recorded again for a later member,
+  // an orphan that was already decided would wait for the next use of the group.
+  if (!any || any->group_index + 1 != smallest) return;
+  for (uint32_t index = smallest; index < largest; ++index) {
+    OrphanMember& orphan = orphans_[{any->group, index}];
+    orphan.submitters.assign(size_, false);
+    for (int r = 0; r < size_; ++r) {
+      orphan.submitters[r] = per_rank[r] && per_rank[r]->group_size > index;
+    }
+    orphan.error = error;
+  }
+}
+
 Response Controller::Decide(const std::string& name, Entry& entry) {
   Response resp;
   resp.names = {name};
   resp.per_rank = {entry.per_rank};
+  if (const OrphanMember* orphan = OrphanOf(entry)) {
+    const Request& member = **std::find_if(entry.per_rank.begin(), entry.per_rank.end(),
+                                           [](const auto& q) { return q.has_value(); });
+    std::string who;
+    for (int r = 0; r < size_; ++r) {
+      if (orphan->submitters[r]) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    }
+    resp.op = member.op;
+    resp.kind = Response::Kind::kError;
+    resp.error =
+        orphan->error.WithContext("tensor '" + name + "' (only rank(s) " + who + " submitted it)");
+    orphans_.erase({member.group, member.group_index});
+    return resp;
+  }
   const Request* first = nullptr;
   std::vector<int> absent;
   for (int r = 0; r < size_; ++r) {
@@ -254,6 +314,7 @@ Response Controller::Decide(const std::string& name, Entry& entry) {
     }
     resp.kind = Response::Kind::kError;
     resp.error = MismatchError(msg);
+    RecordOrphans(entry.per_rank, resp.error);
     return resp;
   }
   if (!absent.empty()) {
@@ -346,7 +407,7 @@ std::vector<PendingName> Controller::Pending() const {
     PendingName p;
     p.name = name;
     for (int r = 0; r < size_; ++r) {
-      if (!e.per_rank[r] && !joined_[r]) p.missing_ranks.push_back(r);
+      if (Awaits(e, r)) p.missing_ranks.push_back(r);
     }
     p.age = std::chrono::duration_cast<Duration>(now - e.first_seen);
     items.emplace_back(e.sequence, std::move(p));

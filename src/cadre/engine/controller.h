@@ -13,8 +13,10 @@
 //  4. Ready names become Responses in the order the table first saw them (rank order within a
 //     cycle). A name whose ranks disagree (op, dtype, shape, reduce op, root, scales) becomes an
 //     error Response carrying each rank's description; every rank fails it the same way and the
-//     engine carries on. Allreduces of one dtype, op and scale, in sequence, are fused up to the
-//     fusion threshold.
+//     engine carries on. Members of a group (Request::group) whose ranks disagree on the group's
+//     size fail alike, and so do, at once, the members that only the ranks with the larger
+//     groups submitted: each is ready when those ranks have submitted it. Allreduces of one dtype,
+//     op and scale, in sequence, are fused up to the fusion threshold.
 //  5. Names that were negotiated successfully enter the cache; the next time, a rank sends a bit.
 //  6. Rank 0 alone may announce a batching window (EngineOptions::batch_wait, measured by its
 //     BatchWindowTuner or fixed by its options): every rank, rank 0 included, uses it from this
@@ -130,6 +132,18 @@ class Controller {
     std::vector<std::optional<Request>> per_rank;
     std::vector<std::vector<uint8_t>> payloads;  // per rank; empty when not inline
   };
+  // A group member that only some ranks submit (their groups are larger than the others'):
+  // which ranks will submit it, and the error it fails with.
+  struct OrphanMember {
+    std::vector<bool> submitters;
+    Status error;
+  };
+  // Whether rank r's request for the entry is still to come (it has not joined, and the entry
+  // is not an orphan member that r will never submit).
+  bool Awaits(const Entry& entry, int r) const;
+  const OrphanMember* OrphanOf(const Entry& entry) const;
+  // Records the orphan members of a group whose ranks' sizes differ (per_rank: one member).
+  void RecordOrphans(const std::vector<std::optional<Request>>& per_rank, const Status& error);
   Response Decide(const std::string& name, Entry& entry);
   void Fuse(std::vector<Response>& responses) const;
 
@@ -139,6 +153,7 @@ class Controller {
   const size_t fusion_tensor_limit_;
   ResponseCache cache_;
   std::map<std::string, Entry> table_;
+  std::map<std::pair<std::string, uint32_t>, OrphanMember> orphans_;  // (group, index)
   std::vector<bool> joined_;
   int last_joined_ = -1;
   uint64_t next_sequence_ = 0;

@@ -200,6 +200,96 @@ TEST(ControllerTest, MismatchFailsOnEveryRankWithEachRanksDescription) {
   EXPECT_EQ(out[2][0].kind, Response::Kind::kRun);
 }
 
+Request Member(const std::string& group, uint32_t index, uint32_t group_size) {
+  Request r = Allreduce(group + "." + std::to_string(index), 4);
+  r.group = group;
+  r.group_index = index;
+  r.group_size = group_size;
+  return r;
+}
+
+// A group of 3 tensors on ranks 0 and 2 and of 2 on rank 1: rank 1 never submits 'g.2', which
+// fails nonetheless, on every rank, as soon as ranks 0 and 2 have submitted it.
+TEST(ControllerTest, GroupSizesThatDifferFailEveryMemberOnEveryRank) {
+  auto cs = Make(3);
+  std::vector<std::vector<Response>> out = Cycle(
+      cs, {{Member("g", 0, 3), Member("g", 1, 3), Member("g", 2, 3)}, {}, {Member("g", 0, 3)}});
+  for (auto& o : out) EXPECT_TRUE(o.empty());
+  // Rank 1's members reveal the mismatch; rank 2's 'g.2' is still to come.
+  out = Cycle(cs, {{}, {Member("g", 0, 2), Member("g", 1, 2)}, {Member("g", 1, 3)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(o[i].names, std::vector<std::string>{"g." + std::to_string(i)});
+      EXPECT_EQ(o[i].kind, Response::Kind::kError);
+      EXPECT_EQ(o[i].error.code(), Code::kMismatch);
+      const std::string& m = o[i].error.message();
+      EXPECT_NE(m.find("group 'g' of 3 tensors vs 'g' of 2"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 1: allreduce float32[4] op=sum (tensor " + std::to_string(i) +
+                       " of 2 in group 'g')"),
+                std::string::npos)
+          << m;
+    }
+  }
+  EXPECT_EQ(cs[0].Pending().size(), 1u);
+  EXPECT_EQ(cs[0].Pending()[0].missing_ranks, std::vector<int>{2});  // not rank 1
+  out = Cycle(cs, {{}, {}, {Member("g", 2, 3)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 1u);
+    EXPECT_EQ(o[0].names, std::vector<std::string>{"g.2"});
+    EXPECT_EQ(o[0].kind, Response::Kind::kError);
+    const std::string& m = o[0].error.message();
+    EXPECT_NE(m.find("tensor 'g.2' (only rank(s) 0, 2 submitted it)"), std::string::npos) << m;
+    EXPECT_NE(m.find("of 3 tensors vs 'g' of 2"), std::string::npos) << m;
+  }
+  for (auto& c : cs) EXPECT_FALSE(c.has_pending());
+  // The group is usable again once the ranks agree.
+  out = Cycle(cs, {{Member("g", 0, 1)}, {Member("g", 0, 1)}, {Member("g", 0, 1)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 1u);
+    EXPECT_EQ(o[0].kind, Response::Kind::kRun);
+  }
+}
+
+// The orphans are decided in the same cycle as the mismatch that reveals them.
+TEST(ControllerTest, GroupOrphansSubmittedEarlierFailInTheMismatchsCycle) {
+  auto cs = Make(2);
+  Cycle(cs, {{Member("g", 0, 3), Member("g", 1, 3), Member("g", 2, 3)}, {}});
+  auto out = Cycle(cs, {{}, {Member("g", 0, 1)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 3u);
+    for (auto& resp : o) EXPECT_EQ(resp.kind, Response::Kind::kError);
+    EXPECT_NE(o[2].error.message().find("'g.2' (only rank(s) 0 submitted it)"), std::string::npos)
+        << o[2].error.message();
+  }
+  for (auto& c : cs) EXPECT_FALSE(c.has_pending());
+}
+
+// Rank 1 submits its last member a cycle late: the orphan fails once, and the group's next use,
+// where the ranks agree, is not mistaken for it.
+TEST(ControllerTest, GroupOrphanFailsOnceAndTheGroupsNextUseRuns) {
+  auto cs = Make(2);
+  Cycle(cs, {{Member("g", 0, 3), Member("g", 1, 3), Member("g", 2, 3)}, {}});
+  auto out = Cycle(cs, {{}, {Member("g", 0, 2)}});
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(out[0][0].kind, Response::Kind::kError);
+  out = Cycle(cs, {{}, {Member("g", 1, 2)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 2u);
+    EXPECT_EQ(o[0].names, std::vector<std::string>{"g.1"});
+    EXPECT_EQ(o[1].names, std::vector<std::string>{"g.2"});
+    EXPECT_EQ(o[1].kind, Response::Kind::kError);
+  }
+  out = Cycle(cs, {{Member("g", 0, 3), Member("g", 1, 3), Member("g", 2, 3)}, {}});
+  for (auto& o : out) EXPECT_TRUE(o.empty());
+  out = Cycle(cs, {{}, {Member("g", 0, 3), Member("g", 1, 3), Member("g", 2, 3)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 1u);  // fused
+    EXPECT_EQ(o[0].kind, Response::Kind::kRun);
+    EXPECT_EQ(o[0].names.size(), 3u);
+  }
+}
+
 TEST(ControllerTest, SecondTimeSendsCacheBitsOnly) {
   auto cs = Make(2);
   Cycle(cs, {{Allreduce("a", 4), Allreduce("b", 2)}, {Allreduce("a", 4), Allreduce("b", 2)}});

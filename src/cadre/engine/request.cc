@@ -69,6 +69,9 @@ std::string Request::Describe() const {
   }
   if (op == OpType::kBroadcast) s << " root=" << root;
   if (external) s << " data=external";
+  if (group_size > 0) {
+    s << " (tensor " << group_index << " of " << group_size << " in group '" << group << "')";
+  }
   return s.str();
 }
 
@@ -79,6 +82,10 @@ std::optional<std::string> Incompatibility(const Request& a, const Request& b) {
   if (a.external != b.external) {
     return std::string("data path ") + (a.external ? "external" : "engine") + " vs " +
            (b.external ? "external" : "engine");
+  }
+  if (a.group_size != b.group_size || a.group != b.group) {
+    return "group '" + a.group + "' of " + std::to_string(a.group_size) + " tensors vs '" +
+           b.group + "' of " + std::to_string(b.group_size);
   }
   if (a.dtype != b.dtype) {
     return "dtype " + std::string(comm::DataTypeName(a.dtype)) + " vs " +
@@ -141,8 +148,12 @@ void PutDouble(double d, std::vector<uint8_t>& out) {
 }
 
 constexpr size_t kMaxDims = 64;
-// Request::external travels as the top bit of the operation byte.
+// Request::external travels as the top bit of the operation byte; the next bit says that the
+// group's fields follow the scale factors.
 constexpr uint8_t kExternalBit = 0x80;
+constexpr uint8_t kGroupBit = 0x40;
+// A group cannot hold more tensors than a message holds requests.
+constexpr uint64_t kMaxGroupSize = 1 << 20;
 constexpr size_t kMaxNameBytes = 1 << 16;
 
 }  // namespace
@@ -188,7 +199,8 @@ std::string Reader::String() {
 }
 
 void EncodeRequest(const Request& r, std::vector<uint8_t>& out) {
-  out.push_back(static_cast<uint8_t>(static_cast<uint8_t>(r.op) | (r.external ? kExternalBit : 0)));
+  out.push_back(static_cast<uint8_t>(static_cast<uint8_t>(r.op) | (r.external ? kExternalBit : 0) |
+                                     (r.group_size > 0 ? kGroupBit : 0)));
   PutVarint(r.name.size(), out);
   out.insert(out.end(), r.name.begin(), r.name.end());
   out.push_back(static_cast<uint8_t>(r.dtype));
@@ -200,13 +212,20 @@ void EncodeRequest(const Request& r, std::vector<uint8_t>& out) {
   for (int64_t s : r.splits) PutSigned(s, out);
   PutDouble(r.prescale, out);
   PutDouble(r.postscale, out);
+  if (r.group_size > 0) {
+    PutVarint(r.group.size(), out);
+    out.insert(out.end(), r.group.begin(), r.group.end());
+    PutVarint(r.group_index, out);
+    PutVarint(r.group_size, out);
+  }
 }
 
 Request DecodeRequest(Reader& in) {
   Request r;
   uint8_t op = in.Byte();
   r.external = (op & kExternalBit) != 0;
-  op = static_cast<uint8_t>(op & ~kExternalBit);
+  const bool grouped = (op & kGroupBit) != 0;
+  op = static_cast<uint8_t>(op & ~(kExternalBit | kGroupBit));
   if (op > static_cast<uint8_t>(OpType::kJoin)) {
     throw Error(ProtocolError("negotiation message: unknown operation " + std::to_string(op)));
   }
@@ -235,6 +254,17 @@ Request DecodeRequest(Reader& in) {
   for (uint64_t i = 0; i < nsplits; ++i) r.splits.push_back(GetSigned(in));
   r.prescale = in.Double();
   r.postscale = in.Double();
+  if (grouped) {
+    r.group = in.String();
+    const uint64_t index = in.Varint();
+    const uint64_t size = in.Varint();
+    if (size == 0 || size > kMaxGroupSize || index >= size) {
+      throw Error(ProtocolError("negotiation message: tensor " + std::to_string(index) + " of " +
+                                std::to_string(size) + " in a group"));
+    }
+    r.group_index = static_cast<uint32_t>(index);
+    r.group_size = static_cast<uint32_t>(size);
+  }
   return r;
 }
 

@@ -46,6 +46,13 @@ struct Request {
   // the engine's external operations (Handle::external_sequence), the same on every rank, and
   // the caller runs the data movement in that order. All ranks must agree on it.
   bool external = false;
+  // A member of a grouped operation (grouped_allreduce and its kin): the group's name, this
+  // tensor's place in it and how many tensors this rank put in the group (0: not grouped). Ranks
+  // must agree on the count; when they do not, every member fails on every rank, those that
+  // only some ranks submitted included (Controller), instead of waiting for the missing ones.
+  std::string group;
+  uint32_t group_index = 0;
+  uint32_t group_size = 0;
 
   int64_t num_elements() const;
   // Elements per row of the first dimension (1 for a 0-d or 1-d tensor).

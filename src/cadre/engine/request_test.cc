@@ -29,9 +29,42 @@ TEST(RequestTest, EncodeDecodeRoundTrip) {
   EXPECT_TRUE(in.done());
 }
 
+Request GroupMember() {
+  Request r = Sample();
+  r.group = "grads";
+  r.group_index = 2;
+  r.group_size = 3;
+  return r;
+}
+
+TEST(RequestTest, GroupFieldsRoundTrip) {
+  std::vector<uint8_t> bytes;
+  EncodeRequest(GroupMember(), bytes);
+  Reader in(bytes.data(), bytes.size());
+  EXPECT_EQ(DecodeRequest(in), GroupMember());
+  EXPECT_TRUE(in.done());
+}
+
+TEST(RequestTest, GroupIndexOutsideItsGroupIsAProtocolError) {
+  for (uint32_t index : {3u, 7u}) {
+    Request r = GroupMember();
+    r.group_index = index;
+    std::vector<uint8_t> bytes;
+    EncodeRequest(r, bytes);
+    Reader in(bytes.data(), bytes.size());
+    try {
+      DecodeRequest(in);
+      ADD_FAILURE() << "decoded tensor " << index << " of a group of 3";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::kProtocol);
+      EXPECT_NE(std::string(e.what()).find("of 3 in a group"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(RequestTest, EveryTruncationIsAProtocolErrorNotACrash) {
   std::vector<uint8_t> bytes;
-  EncodeRequest(Sample(), bytes);
+  EncodeRequest(GroupMember(), bytes);
   for (size_t n = 0; n < bytes.size(); ++n) {
     Reader in(bytes.data(), n);
     try {
@@ -76,6 +109,11 @@ TEST(RequestTest, IncompatibilityNamesWhatDiffers) {
   EXPECT_FALSE(Incompatibility(a, b));
   b.shape = {7, 4};
   EXPECT_TRUE(Incompatibility(a, b));
+  b = a;
+  a.group = b.group = "g";
+  a.group_size = 3;
+  b.group_size = 2;
+  EXPECT_EQ(*Incompatibility(a, b), "group 'g' of 3 tensors vs 'g' of 2");
 }
 
 }  // namespace
