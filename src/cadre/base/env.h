@@ -16,9 +16,12 @@ std::optional<std::string> GetEnv(const char* name);
 // the variable when it is set to something that is not an integer.
 int64_t EnvInt(const char* name, int64_t fallback);
 
-// Seconds as a decimal number ("60", "0.5").
+// Seconds as a decimal number ("60", "0.5"), 0 to kMaxEnvSeconds; anything else (negative, nan,
+// inf, more) throws Error(kInvalidArgument) naming the variable and the range.
+inline constexpr int64_t kMaxEnvSeconds = 365 * 86400;
 std::chrono::milliseconds EnvSeconds(const char* name, std::chrono::milliseconds fallback);
 
+// 1/true/yes/on/TRUE or 0/false/no/off/FALSE; anything else throws naming the variable and these.
 bool EnvBool(const char* name, bool fallback);
 
 }  // namespace cadre

@@ -61,6 +61,11 @@ std::unique_ptr<Communicator> Communicator::Create(CommunicatorOptions options) 
   if (options.timeout <= Duration::zero()) {
     throw Error(Code::kInvalidArgument, "communicator timeout must be positive");
   }
+  if (options.shm_slot_bytes > kMaxShmSlotBytes) {
+    throw Error(Code::kInvalidArgument,
+                "shared-memory slot of " + std::to_string(options.shm_slot_bytes) +
+                    " bytes exceeds the limit of " + std::to_string(kMaxShmSlotBytes));
+  }
   return std::make_unique<CommunicatorImpl>(std::move(options));
 }
 

@@ -44,6 +44,8 @@ struct Topology {
 // Bytes of each half of a rank's shared-memory slot unless CommunicatorOptions says otherwise:
 // large enough that per-step synchronisation is amortised, small enough to stay near the caches.
 inline constexpr size_t kDefaultShmSlotBytes = size_t{1} << 20;
+// The largest slot half Create() accepts (each rank maps two per rank of its host).
+inline constexpr size_t kMaxShmSlotBytes = size_t{1} << 30;
 
 // Everything a communicator is configured with arrives here as values; nothing in comm/ (or
 // below) reads the environment. config/from_env.h fills these from a learner's environment.
@@ -64,7 +66,7 @@ struct CommunicatorOptions {
   // Use shared memory between ranks on one host (TCP otherwise). Every rank must pass the same.
   bool use_shm = true;
   // Bytes of each half of a rank's shared-memory slot (the largest piece one step moves); 0 means
-  // the default. Every rank must use the same.
+  // the default, above kMaxShmSlotBytes is refused. Every rank must use the same.
   size_t shm_slot_bytes = kDefaultShmSlotBytes;
   // The longest busy-wait of a shared-memory wait before it yields (transport::shm::ShmOptions).
   std::chrono::microseconds shm_spin_max{50};

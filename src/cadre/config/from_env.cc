@@ -14,12 +14,32 @@ namespace cadre::config {
 
 namespace {
 
-int64_t EnvIntEither(const char* cadre_name, const char* horovod_name, int64_t fallback) {
-  return EnvInt(cadre_name, EnvInt(horovod_name, fallback));
+// "CADRE_ wins": the Horovod name is read (and checked) only when the cadre one is unset.
+const char* EitherName(const char* cadre_name, const char* horovod_name) {
+  return GetEnv(cadre_name) ? cadre_name : horovod_name;
 }
 
 Duration EnvSecondsEither(const char* cadre_name, const char* horovod_name, Duration fallback) {
-  return EnvSeconds(cadre_name, EnvSeconds(horovod_name, fallback));
+  return EnvSeconds(EitherName(cadre_name, horovod_name), fallback);
+}
+
+// An integer variable (the cadre name, else the Horovod one when given) within [low, high];
+// otherwise kInvalidArgument naming the variable that was read and the range.
+int64_t EnvIntIn(const char* cadre_name, const char* horovod_name, int64_t fallback, int64_t low,
+                 int64_t high) {
+  const char* name = horovod_name ? EitherName(cadre_name, horovod_name) : cadre_name;
+  const std::string range = std::to_string(low) + " to " + std::to_string(high);
+  int64_t v = fallback;
+  try {
+    v = EnvInt(name, fallback);
+  } catch (const Error& e) {
+    throw Error(InvalidArgument(e.status().message() + " (" + range + ")"));
+  }
+  if (v < low || v > high) {
+    throw Error(
+        InvalidArgument(std::string(name) + "=" + std::to_string(v) + " is outside " + range));
+  }
+  return v;
 }
 
 }  // namespace
@@ -43,23 +63,18 @@ engine::EngineOptions EngineOptionsFromEnv() {
                                   " is not a number of milliseconds (0 to 1000000)"));
     }
   }
-  const int64_t fusion = EnvIntEither("CADRE_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD",
-                                      static_cast<int64_t>(o.fusion_threshold_bytes));
-  if (fusion < 0) throw Error(InvalidArgument("fusion threshold must be >= 0"));
-  o.fusion_threshold_bytes = static_cast<size_t>(fusion);
-  const int64_t limit =
-      EnvInt("CADRE_FUSION_TENSOR_LIMIT", static_cast<int64_t>(o.fusion_tensor_limit_bytes));
-  if (limit < 0) throw Error(InvalidArgument("CADRE_FUSION_TENSOR_LIMIT must be >= 0"));
-  o.fusion_tensor_limit_bytes = static_cast<size_t>(limit);
-  const int64_t cache = EnvIntEither("CADRE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY",
-                                     static_cast<int64_t>(o.cache_capacity));
-  if (cache < 0) throw Error(InvalidArgument("cache capacity must be >= 0"));
-  o.cache_capacity = static_cast<size_t>(cache);
-  const int64_t inline_bytes = EnvInt("CADRE_INLINE_BYTES", static_cast<int64_t>(o.inline_bytes));
-  if (inline_bytes < 0 || inline_bytes > 4096) {
-    throw Error(InvalidArgument("CADRE_INLINE_BYTES must be between 0 and 4096"));
-  }
-  o.inline_bytes = static_cast<size_t>(inline_bytes);
+  constexpr int64_t kMaxBytes = int64_t{1} << 40;
+  o.fusion_threshold_bytes =
+      static_cast<size_t>(EnvIntIn("CADRE_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD",
+                                   static_cast<int64_t>(o.fusion_threshold_bytes), 0, kMaxBytes));
+  o.fusion_tensor_limit_bytes = static_cast<size_t>(
+      EnvIntIn("CADRE_FUSION_TENSOR_LIMIT", nullptr,
+               static_cast<int64_t>(o.fusion_tensor_limit_bytes), 0, kMaxBytes));
+  o.cache_capacity =
+      static_cast<size_t>(EnvIntIn("CADRE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY",
+                                   static_cast<int64_t>(o.cache_capacity), 0, int64_t{1} << 31));
+  o.inline_bytes = static_cast<size_t>(
+      EnvIntIn("CADRE_INLINE_BYTES", nullptr, static_cast<int64_t>(o.inline_bytes), 0, 4096));
   o.inline_message_bytes = std::max(o.inline_message_bytes, o.inline_bytes);
   // CADRE_BATCH_WAIT_MS: unset, empty or `auto` measures the window (rank 0's tuner); a number
   // of milliseconds (fractional, as HOROVOD_CYCLE_TIME) fixes it, 0 disabling the wait.
@@ -79,11 +94,8 @@ engine::EngineOptions EngineOptionsFromEnv() {
   } else if (auto h = GetEnv("HOROVOD_AUTOTUNE_LOG")) {
     o.batch_window_log = *h;
   }
-  const int64_t spin = EnvInt("CADRE_SPIN_US", o.spin.count());
-  if (spin < 0 || spin > 1'000'000) {
-    throw Error(InvalidArgument("CADRE_SPIN_US must be between 0 and 1000000"));
-  }
-  o.spin = std::chrono::microseconds(spin);
+  o.spin =
+      std::chrono::microseconds(EnvIntIn("CADRE_SPIN_US", nullptr, o.spin.count(), 0, 1'000'000));
   o.stall_warning = EnvSecondsEither("CADRE_STALL_CHECK_TIME_SECONDS",
                                      "HOROVOD_STALL_CHECK_TIME_SECONDS", o.stall_warning);
   o.stall_shutdown = EnvSecondsEither("CADRE_STALL_SHUTDOWN_TIME_SECONDS",
@@ -94,7 +106,7 @@ engine::EngineOptions EngineOptionsFromEnv() {
     o.timeline_path = *h;
   }
   o.timeline_mark_cycles =
-      EnvIntEither("CADRE_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", 0) != 0;
+      EnvBool(EitherName("CADRE_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES"), false);
   // CADRE_ALLREDUCE_ALGORITHM, else Horovod's --hierarchical-allreduce: 1 hierarchical, 0 the
   // flat ring.
   if (auto v = GetEnv("CADRE_ALLREDUCE_ALGORITHM"); v && !v->empty()) {
@@ -109,15 +121,11 @@ engine::EngineOptions EngineOptionsFromEnv() {
 }
 
 void ReadCommunicatorTunables(comm::CommunicatorOptions* options) {
-  const int64_t slot =
-      EnvInt("CADRE_SHM_SLOT_BYTES", static_cast<int64_t>(options->shm_slot_bytes));
-  if (slot < 0) throw Error(InvalidArgument("CADRE_SHM_SLOT_BYTES must be >= 0"));
-  options->shm_slot_bytes = static_cast<size_t>(slot);
-  const int64_t spin = EnvInt("CADRE_SHM_SPIN_US", options->shm_spin_max.count());
-  if (spin < 0 || spin > 1'000'000) {
-    throw Error(InvalidArgument("CADRE_SHM_SPIN_US must be between 0 and 1000000"));
-  }
-  options->shm_spin_max = std::chrono::microseconds(spin);
+  options->shm_slot_bytes = static_cast<size_t>(
+      EnvIntIn("CADRE_SHM_SLOT_BYTES", nullptr, static_cast<int64_t>(options->shm_slot_bytes), 0,
+               static_cast<int64_t>(comm::kMaxShmSlotBytes)));
+  options->shm_spin_max = std::chrono::microseconds(
+      EnvIntIn("CADRE_SHM_SPIN_US", nullptr, options->shm_spin_max.count(), 0, 1'000'000));
   options->hosts_file = HostsFileFromEnv();
 }
 
@@ -148,7 +156,7 @@ std::shared_ptr<store::Store> ConnectStoreFromEnv(std::string identity, Duration
 engine::EngineGroupOptions EngineGroupOptionsFromEnv(const std::string& backend, int rank, int size,
                                                      Duration timeout, const std::string& prefix) {
   engine::EngineGroupOptions g;
-  ThrowIfError(engine::ParseEngineBackend(backend, &g.backend));
+  ThrowIfError(engine::ParseEngineBackend(backend, &g.backend).WithContext("CADRE_ENGINE_BACKEND"));
   comm::CommunicatorOptions& o = g.comm;
   o.rank = rank;
   o.size = size;

@@ -124,6 +124,50 @@ TEST(EngineOptionsFromEnvTest, CadreWinsAndTheAlgorithmHasTwoNames) {
             std::string::npos);
 }
 
+// Every refusal names the variable that was read (the Horovod one when only it is set) and what
+// it accepts; a Horovod name is not even read when the cadre one is set.
+TEST(EngineOptionsFromEnvTest, EveryRefusalNamesTheVariableAndWhatItTakes) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"CADRE_FUSION_THRESHOLD", "-1"},
+      {"HOROVOD_FUSION_THRESHOLD", "-5"},
+      {"CADRE_FUSION_TENSOR_LIMIT", "-1"},
+      {"CADRE_CACHE_CAPACITY", "-1"},
+      {"HOROVOD_CACHE_CAPACITY", "many"},
+      {"CADRE_INLINE_BYTES", "4097"},
+      {"CADRE_SPIN_US", "1000001"},
+      {"CADRE_STALL_CHECK_TIME_SECONDS", "inf"},
+      {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "1e300"},
+      {"CADRE_STALL_SHUTDOWN_TIME_SECONDS", "-3"},
+      {"CADRE_TIMELINE_MARK_CYCLES", "2"},
+      {"HOROVOD_TIMELINE_MARK_CYCLES", "maybe"},
+      {"HOROVOD_HIERARCHICAL_ALLREDUCE", "sometimes"},
+  };
+  for (const auto& [name, value] : cases) {
+    ScopedEnv bad(name, value);
+    const std::string what = WhatOf([] { EngineOptionsFromEnv(); });
+    EXPECT_NE(what.find(std::string(name) + "=" + value), std::string::npos)
+        << name << "=" << value << " gave: '" << what << "'";
+    const bool says_what_it_takes =
+        what.find(" to ") != std::string::npos || what.find("(1, true") != std::string::npos;
+    EXPECT_TRUE(says_what_it_takes) << what;
+  }
+  {
+    ScopedEnv horovod("HOROVOD_CACHE_CAPACITY", "garbage");
+    ScopedEnv cadre("CADRE_CACHE_CAPACITY", "16");
+    ScopedEnv h_stall("HOROVOD_STALL_CHECK_TIME_SECONDS", "garbage");
+    ScopedEnv c_stall("CADRE_STALL_CHECK_TIME_SECONDS", "2.5");
+    const EngineOptions o = EngineOptionsFromEnv();
+    EXPECT_EQ(o.cache_capacity, 16u);
+    EXPECT_EQ(o.stall_warning, 2500ms);
+  }
+  {
+    ScopedEnv marks("HOROVOD_TIMELINE_MARK_CYCLES", "1");
+    EXPECT_TRUE(EngineOptionsFromEnv().timeline_mark_cycles);
+    ScopedEnv off("CADRE_TIMELINE_MARK_CYCLES", "0");
+    EXPECT_FALSE(EngineOptionsFromEnv().timeline_mark_cycles);
+  }
+}
+
 TEST(CommunicatorTunablesTest, ReadsTheSharedMemoryAndHostsVariables) {
   comm::CommunicatorOptions defaults;
   comm::CommunicatorOptions o;
@@ -144,6 +188,13 @@ TEST(CommunicatorTunablesTest, ReadsTheSharedMemoryAndHostsVariables) {
     ScopedEnv bad(name, "lots");
     EXPECT_NE(WhatOf([&] { ReadCommunicatorTunables(&o); }).find(name), std::string::npos);
   }
+  // A slot so large that the segment's size would overflow is refused, not mapped.
+  for (const char* huge : {"1099511627776", "9223372036854775807"}) {
+    ScopedEnv bad("CADRE_SHM_SLOT_BYTES", huge);
+    const std::string what = WhatOf([&] { ReadCommunicatorTunables(&o); });
+    EXPECT_NE(what.find(std::string("CADRE_SHM_SLOT_BYTES=") + huge), std::string::npos) << what;
+    EXPECT_NE(what.find("0 to 1073741824"), std::string::npos) << what;
+  }
 }
 
 TEST(EngineGroupOptionsFromEnvTest, LocalNeedsNoStoreAndBadValuesAreNamed) {
@@ -153,8 +204,10 @@ TEST(EngineGroupOptionsFromEnvTest, LocalNeedsNoStoreAndBadValuesAreNamed) {
   EXPECT_EQ(g.comm.size, 1);
   EXPECT_EQ(g.comm.timeout, Duration(5s));
   EXPECT_EQ(g.comm.store, nullptr);
-  EXPECT_NE(WhatOf([] { EngineGroupOptionsFromEnv("fastest", 0, 1, 5s, "p/"); }).find("fastest"),
-            std::string::npos);
+  const std::string backend = WhatOf([] { EngineGroupOptionsFromEnv("fastest", 0, 1, 5s, "p/"); });
+  EXPECT_NE(backend.find("CADRE_ENGINE_BACKEND"), std::string::npos) << backend;
+  EXPECT_NE(backend.find("fastest"), std::string::npos) << backend;
+  EXPECT_NE(backend.find("auto, comm, store, local"), std::string::npos) << backend;
   // Without a launcher's store the other backends say which variable is missing.
   EXPECT_NE(WhatOf([] { EngineGroupOptionsFromEnv("auto", 0, 2, 5s, "p/"); }).find("CADRE_STORE"),
             std::string::npos);
