@@ -17,7 +17,11 @@ def cadre_run(tmp_path):
     def run(*args, env=None, timeout=60, cwd=None):
         full_env = dict(os.environ)
         full_env.pop("CADRE_HOSTS_METHOD", None)
-        full_env.update(env or {})
+        for key, value in (env or {}).items():  # None: the variable is unset
+            if value is None:
+                full_env.pop(key, None)
+            else:
+                full_env[key] = value
         where = str(cwd or tmp_path)
         proc = subprocess.run([CADRE, "run", *args], cwd=where, env=full_env, timeout=timeout,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

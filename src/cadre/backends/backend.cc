@@ -15,6 +15,11 @@ class LocalBackend : public Backend {
  public:
   std::string_view name() const override { return "local"; }
   Status CheckEngine() const override { return Status::Ok(); }
+  // GPUs: a job that asks for more than this machine has is refused before anything starts.
+  Status CheckJob(const launch::JobSpec& spec) const override {
+    launch::MachineGpus gpus;
+    return launch::CheckLocalGpus(spec, &gpus);
+  }
   Status Run(const launch::JobSpec& spec, const launch::RunOptions& options,
              launch::JobOutcome* outcome) override {
     return launch::RunLocalJob(spec, options, outcome);

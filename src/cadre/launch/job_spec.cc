@@ -118,6 +118,11 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
     }
   }
   if (compute) spec.compute = *compute;
+  if (request.compute.has_value()) {
+    spec.compute_origin = request.compute.origin;
+  } else if (request.gpus.has_value()) {
+    spec.compute_origin = request.gpus.origin;
+  }
 
   // Learners.
   int64_t nodes = request.nodes.has_value() ? *request.nodes : 1;

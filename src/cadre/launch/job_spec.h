@@ -29,6 +29,8 @@ struct JobSpec {
   std::string command;  // run with /bin/sh -c in every slot (unless command_argv is given)
   std::vector<std::string> command_argv;  // when given: exec'd directly, PATH searched
   ComputeConfig compute;
+  // The field or flag that chose it ("--compute", "gpus", ...), for messages about the GPUs.
+  std::string compute_origin = "execution.compute_configuration.name";
   int nodes = 1;              // learners
   int parameter_servers = 0;  // PS mode: learners 1..parameter_servers serve
   int slots_per_learner = 1;  // 1 in PS mode, compute.slots in the allreduce modes

@@ -1,6 +1,7 @@
 #include "cadre/launch/learner_env.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cadre/launch/process.h"
 
@@ -61,11 +62,15 @@ std::map<std::string, std::string> ContractEnv(const JobSpec& spec, const JobLay
   SlotFacts slot;
   slot.learner_id = learner_id;
   slot.local_rank = local_rank;
-  slot.node_gpus = layout.machine_gpus;
+  slot.node_gpus = layout.gpus.count;
+  slot.node_gpu_ids = layout.gpus.ids;
   slot.learner_on_node = learner_id;
   LearnerContract contract;
   ThrowIfError(MakeLearnerContract(JobContractOf(spec, layout), slot, &contract));
-  return ContractToEnv(contract);
+  auto env = ContractToEnv(contract);
+  // The runner's own CUDA_VISIBLE_DEVICES hides every GPU: so it does for the slots.
+  if (layout.gpus.hidden_by) env["CUDA_VISIBLE_DEVICES"] = *layout.gpus.hidden_by;
+  return env;
 }
 
 std::vector<std::string> SlotEnvironment(const JobSpec& spec, const JobLayout& layout,
@@ -109,22 +114,28 @@ std::vector<std::string> MergeSlotEnvironment(const std::map<std::string, std::s
   return out;
 }
 
-int CountMachineGpus() {
+Status DetectMachineGpus(MachineGpus* out) {
+  int physical = 0;
+  std::string source = "nvidia-smi -L";
   CaptureResult result;
   if (RunAndCapture({"nvidia-smi", "-L"}, std::chrono::seconds(10), &result).ok() &&
       result.exit_code == 0) {
-    return static_cast<int>(std::count(result.output.begin(), result.output.end(), '\n'));
-  }
-  int n = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/dev", ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.size() > 6 && name.starts_with("nvidia") &&
-        std::all_of(name.begin() + 6, name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      ++n;
+    physical = CountNvidiaSmiGpus(result.output);
+  } else {
+    source = "/dev/nvidia<N>";
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator("/dev", ec)) {
+      std::string name = entry.path().filename().string();
+      if (name.size() > 6 && name.starts_with("nvidia") &&
+          std::all_of(name.begin() + 6, name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        ++physical;
+      }
     }
   }
-  return n;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return UsableGpus(physical, source,
+                    visible != nullptr ? std::optional<std::string_view>(visible) : std::nullopt,
+                    out);
 }
 
 }  // namespace cadre::launch

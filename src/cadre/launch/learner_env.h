@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cadre/launch/contract.h"
+#include "cadre/launch/gpu_plan.h"
 #include "cadre/launch/hosts.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/process.h"
@@ -27,7 +28,7 @@ struct JobLayout {
   std::string job_token;      // CADRE_JOB_TOKEN
   HostsMethod hosts_method = HostsMethod::kCadreHosts;
   std::filesystem::path hosts_file;
-  int machine_gpus = 0;  // GPUs on this machine; 0: no CUDA_VISIBLE_DEVICES, GPU_COUNT 0
+  MachineGpus gpus;  // the usable GPUs here; none: no CUDA_VISIBLE_DEVICES, GPU_COUNT 0
   int machine_cores = 1;
   // The CPUs of each slot, learner-major (cpu_binding.h); empty: slots are not bound.
   std::vector<std::vector<int>> slot_cpus;
@@ -68,7 +69,9 @@ std::vector<std::string> MergeSlotEnvironment(const std::map<std::string, std::s
                                               const std::string& python_path,
                                               const std::vector<std::string>& base);
 
-// The machine's GPU count: `nvidia-smi -L` lines, else /dev/nvidia<N> devices.
-int CountMachineGpus();
+// The GPUs this runner may use (gpu_plan.h): the machine's (`nvidia-smi -L`, else /dev/nvidia<N>
+// devices), narrowed by the runner's own CUDA_VISIBLE_DEVICES when it is set. InvalidArgument
+// naming CUDA_VISIBLE_DEVICES when that names GPUs the machine does not have.
+Status DetectMachineGpus(MachineGpus* out);
 
 }  // namespace cadre::launch

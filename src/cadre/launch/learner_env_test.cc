@@ -104,7 +104,7 @@ TEST(LearnerEnv, GpusArePartitionedPerLearner) {
   // Every slot sees its learner's GPUs; local rank k's own is device k (gpu_plan.h).
   JobSpec spec = Spec("pytorch-ddl", "k80x2", 2);
   JobLayout layout = Layout(2);
-  layout.machine_gpus = 4;
+  layout.gpus.count = 4;
   EXPECT_EQ(ContractEnv(spec, layout, 1, 0)["CUDA_VISIBLE_DEVICES"], "0,1");
   EXPECT_EQ(ContractEnv(spec, layout, 2, 1)["CUDA_VISIBLE_DEVICES"], "2,3");
   EXPECT_EQ(ContractEnv(spec, layout, 2, 1)["GPU_COUNT"], "2");

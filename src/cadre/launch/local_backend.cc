@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cadre/base/printable.h"
 #include "cadre/launch/cpu_binding.h"
 #include "cadre/launch/gpu_plan.h"
 #include "cadre/launch/local_job.h"
@@ -79,6 +80,12 @@ class SignalScope {
 
 }  // namespace
 
+Status CheckLocalGpus(const JobSpec& spec, MachineGpus* gpus) {
+  CADRE_RETURN_IF_ERROR(DetectMachineGpus(gpus));
+  return CheckMachineGpus(*gpus, spec.compute.gpus, spec.nodes, spec.compute.name)
+      .WithContext(spec.compute_origin);
+}
+
 LocalJob::LocalJob(const JobSpec& spec, const RunOptions& options)
     : spec_(spec),
       requested_nodes_(spec.nodes),
@@ -97,9 +104,7 @@ Status LocalJob::Prepare() {
   layout_.machine_cores = UsableCores();
   CADRE_RETURN_IF_ERROR(
       PlanCpuBindingFromEnv(spec_.nodes * spec_.slots_per_learner, &layout_.slot_cpus));
-  layout_.machine_gpus = CountMachineGpus();
-  CADRE_RETURN_IF_ERROR(
-      CheckMachineGpus(layout_.machine_gpus, spec_.compute.gpus, spec_.nodes, spec_.compute.name));
+  CADRE_RETURN_IF_ERROR(CheckLocalGpus(spec_, &layout_.gpus));
   layout_.python_path = CadrePythonPath();
   if (options_.emulate_network) {
     CADRE_RETURN_IF_ERROR(StartNetwork());
@@ -131,10 +136,13 @@ Status LocalJob::PrepareJobDirectory() {
          ", ...) resolve only for cadre itself, through CADRE_HOSTS=" +
          layout_.hosts_file.string() + "; other programs must use the addresses in that file");
   }
-  if (spec_.compute.gpus > 0 && layout_.machine_gpus == 0) {
-    Warn("compute configuration '" + std::string(spec_.compute.name) + "' asks for " +
-         std::to_string(spec_.compute.gpus) +
-         " GPUs per learner but this machine has none; its slots run as CPU processes");
+  if (spec_.compute.gpus > 0 && layout_.gpus.count == 0) {
+    Warn(spec_.compute_origin + ": compute configuration '" + std::string(spec_.compute.name) +
+         "' asks for " + std::to_string(spec_.compute.gpus) + " GPU(s) per learner but " +
+         (layout_.gpus.hidden_by ? "the runner's CUDA_VISIBLE_DEVICES=" +
+                                       QuotedText(*layout_.gpus.hidden_by) + " leaves no GPU"
+                                 : "this machine has none") +
+         "; its slots run as CPU processes (GPU_COUNT=0)");
   }
   if (!options_.python.interpreter.empty()) {
     layout_.python_bin_dir = layout_.job_dir / "bin";

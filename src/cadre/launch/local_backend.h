@@ -20,6 +20,7 @@
 
 #include "cadre/base/deadline.h"
 #include "cadre/base/status.h"
+#include "cadre/launch/gpu_plan.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/job_status.h"
 #include "cadre/launch/python_env.h"
@@ -50,6 +51,11 @@ struct JobOutcome {
   std::string training_id;
   std::filesystem::path job_dir;
 };
+
+// The GPUs this machine gives the job (DetectMachineGpus), checked against what it asks for:
+// InvalidArgument naming the field that chose the compute configuration (or
+// CUDA_VISIBLE_DEVICES) when the machine does not have them.
+Status CheckLocalGpus(const JobSpec& spec, MachineGpus* gpus);
 
 // Runs the job to its end. A failed Status means the job could not be set up (nothing was
 // started, or what was started has been stopped); the job's own failure is in *outcome.
