@@ -34,7 +34,9 @@ constexpr auto kStallTimeout = std::chrono::seconds(3);
 
 // What happens to the victim in the middle of the allreduces: SIGKILL (it dies) or SIGSTOP (it
 // stalls: alive, connections open, answering no one).
-enum class Fault { kKill, kStop };
+// kKillWithoutStore: SIGKILL after the rendezvous store has gone (its process died): the
+// survivors cannot share the first failure, but must still fail at once.
+enum class Fault { kKill, kStop, kKillWithoutStore };
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -129,7 +131,7 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault, O
   o.store = st;
   o.token = testing::kToken;
   o.use_shm = shm;
-  o.timeout = fault == Fault::kKill ? kTimeout : kStallTimeout;
+  o.timeout = fault == Fault::kStop ? kStallTimeout : kTimeout;
   auto comm = Communicator::Create(o);
   std::vector<float> buf(1 << 16, 1.0f);
   for (int i = 0; i < 20; ++i) RunOp(*comm, op, buf);
@@ -141,6 +143,14 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault, O
     if (rank == kVictim) {
       std::fprintf(stderr, "victim: failed before it was killed: %s\n", e.what());
       return 3;
+    }
+    if (fault == Fault::kKillWithoutStore) {
+      // The parent times the exit. Each survivor names a peer whose connection broke, or the
+      // victim's process over shared memory.
+      const std::string what = e.what();
+      const bool says = e.code() == Code::kIo && what.find("died") != std::string::npos;
+      if (!says) std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return says ? 0 : 5;
     }
     st->wait({"killed-at"}, std::chrono::seconds(30));
     const double s = static_cast<double>(failed_at - std::stoll(st->get_string("killed-at"))) / 1e9;
@@ -197,7 +207,8 @@ void FaultOneRankMidCollective(bool shm, Fault fault, Op op) {
   }
   store::TcpStoreServerOptions so;
   so.token = testing::kToken;
-  store::TcpStoreServer server(so);
+  auto owned_server = std::make_unique<store::TcpStoreServer>(so);
+  store::TcpStoreServer& server = *owned_server;
   for (int fd : port_pipes) {
     const uint16_t port = server.port();
     ASSERT_EQ(write(fd, &port, sizeof port), static_cast<ssize_t>(sizeof port));
@@ -210,12 +221,16 @@ void FaultOneRankMidCollective(bool shm, Fault fault, Op op) {
   client.set_timeout(std::chrono::seconds(60));
   client.wait({"warm"});
   while (client.add("warm", 0) < size) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // every rank is in a collective
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));   // every rank is in a collective
+  if (fault == Fault::kKillWithoutStore) owned_server.reset();  // closes every connection
   const int64_t killed_at = NowNs();
-  kill(pids[kVictim], fault == Fault::kKill ? SIGKILL : SIGSTOP);
-  client.set_string("killed-at", std::to_string(killed_at));
+  kill(pids[kVictim], fault == Fault::kStop ? SIGSTOP : SIGKILL);
+  if (fault != Fault::kKillWithoutStore) client.set_string("killed-at", std::to_string(killed_at));
   // Past the survivors' timeout, so that one that only times out reports it (exit code 5).
-  auto deadline = std::chrono::steady_clock::now() + kTimeout + std::chrono::seconds(30);
+  // Without the store the survivors cannot report their time: they must end within kDetectWithin.
+  auto deadline = std::chrono::steady_clock::now() + (fault == Fault::kKillWithoutStore
+                                                          ? Duration(kDetectWithin)
+                                                          : kTimeout + std::chrono::seconds(30));
   // The survivors first: a stopped victim is killed once they have ended.
   std::vector<int> order;
   for (int r = 0; r < size; ++r) {
@@ -261,24 +276,27 @@ TEST_P(FaultMatrixTest, EverySurvivorNamesTheRank) {
 
 std::string FaultCaseName(const ::testing::TestParamInfo<FaultCase>& info) {
   const auto& [shm, fault, op] = info.param;
-  return std::string(shm ? "Shm" : "Tcp") + (fault == Fault::kKill ? "Sigkill" : "Sigstop") +
-         OpName(op);
+  const char* what = fault == Fault::kKill   ? "Sigkill"
+                     : fault == Fault::kStop ? "Sigstop"
+                                             : "SigkillWithoutStore";
+  return std::string(shm ? "Shm" : "Tcp") + what + OpName(op);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Tcp, FaultMatrixTest,
-    ::testing::Combine(::testing::Values(false), ::testing::Values(Fault::kKill, Fault::kStop),
+    ::testing::Combine(::testing::Values(false),
+                       ::testing::Values(Fault::kKill, Fault::kStop, Fault::kKillWithoutStore),
                        ::testing::Values(Op::kAllreduceRing, Op::kAllreduceHalvingDoubling,
                                          Op::kAllreduceRecursiveDoubling, Op::kBroadcast,
                                          Op::kAllgather, Op::kBarrier)),
     FaultCaseName);
-INSTANTIATE_TEST_SUITE_P(Shm, FaultMatrixTest,
-                         ::testing::Combine(::testing::Values(true),
-                                            ::testing::Values(Fault::kKill, Fault::kStop),
-                                            ::testing::Values(Op::kAllreduceRing,
-                                                              Op::kAllreduceSmall, Op::kBroadcast,
-                                                              Op::kAllgather, Op::kBarrier)),
-                         FaultCaseName);
+INSTANTIATE_TEST_SUITE_P(
+    Shm, FaultMatrixTest,
+    ::testing::Combine(::testing::Values(true),
+                       ::testing::Values(Fault::kKill, Fault::kStop, Fault::kKillWithoutStore),
+                       ::testing::Values(Op::kAllreduceRing, Op::kAllreduceSmall, Op::kBroadcast,
+                                         Op::kAllgather, Op::kBarrier)),
+    FaultCaseName);
 
 TEST(FailureTest, WrongTokenIsRefused) {
   CommunicatorOptions base;

@@ -20,7 +20,11 @@ uint64_t Tag(uint32_t digest, uint64_t seq) { return (uint64_t{digest} << 32) | 
 }  // namespace
 
 Status TcpPair::Broken(const std::string& what) const {
-  return IoError(what + " (" + name_ + "'s process exited or died, or the link to it broke)");
+  // A rank that fails closes its connections on purpose too (comm's Fail): the group's first
+  // failure, when the store can share it, then says which of these it was.
+  return IoError(what + " (" + name_ +
+                 "'s process exited or died, the link to it broke, or it failed and closed its "
+                 "connections)");
 }
 
 void TcpPair::SetCollective(uint32_t digest, const std::string* description) {

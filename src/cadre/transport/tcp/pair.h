@@ -53,7 +53,7 @@ class TcpPair final : public Pair {
   void Clear();
   void Shutdown() { socket_.Shutdown(); }
   // The kIo error for a connection that broke mid-transfer, saying what that means: the peer's
-  // process exited or died, or the link to it broke.
+  // process exited or died, the link to it broke, or it failed and closed its connections.
   Status Broken(const std::string& what) const;
 
  private:
