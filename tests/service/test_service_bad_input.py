@@ -110,6 +110,39 @@ def test_a_client_that_asks_first_is_refused_a_huge_body_at_once(ada):
     assert ada.api("GET", "").status == 200
 
 
+def ask_first(client, path, length):
+    """What the server answers to headers with `Expect: 100-continue`, the body unsent."""
+    host, port = urllib.parse.urlsplit(client.url).netloc.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall((f"POST {path} HTTP/1.1\r\nHost: {host}\r\n"
+                   f"Authorization: Bearer {client.token}\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {length}\r\nExpect: 100-continue\r\n\r\n").encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer or (answer.startswith(b"HTTP/1.1 4")
+                                             and not answer.endswith(b"}")):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+        return answer.decode()
+
+
+@pytest.mark.parametrize("path", [
+    "/ml/v4/deployments/deployment-any/predictions?version=2020-09-01",
+    "/v2/models/deployment-any/infer",
+])
+def test_a_prediction_over_the_deployments_limit_is_refused_before_it_is_sent(ada, path):
+    # Between --max-prediction-mib (16) and the server's own limit (256 MiB) the client was told
+    # 100 Continue, uploaded it all, and only then got the 413. Now the Content-Length decides:
+    # the 413 comes while the body is still unsent.
+    answer = ask_first(ada, path, 100 << 20)
+    assert answer.startswith("HTTP/1.1 413"), answer
+    assert "larger than a deployment takes (16777216 bytes)" in answer, answer
+    # Under the limit the client is told to send it.
+    assert ask_first(ada, path, 1000).startswith("HTTP/1.1 100 Continue")
+    assert ada.api("GET", "").status == 200
+
+
 def test_a_post_without_a_body_is_answered_at_once(ada):
     # `curl -X POST` with no data sends no Content-Length; cpp-httplib read until the connection
     # ended, so the client waited out the 30 s read timeout for a 400 that named nothing.

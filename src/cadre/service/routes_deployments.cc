@@ -13,6 +13,7 @@
 // The deployment's answer (predictions, or its own 400/500 naming the field at fault) is passed
 // on as it is; a process that ends while scoring gives 503, and the supervisor restarts it.
 #include <cstdlib>
+#include <regex>
 
 #include "cadre/base/printable.h"
 #include "cadre/service/api.h"
@@ -186,6 +187,23 @@ void Fail(bool v2, httplib::Response& res, int status, const std::string& code,
   }
 }
 
+// Whether the request's Content-Length is over the deployments' limit.
+bool AnnouncesTooMuch(const ApiContext& ctx, const httplib::Request& req) {
+  const std::string length = req.get_header_value("Content-Length");
+  return !length.empty() &&
+         std::strtoull(length.c_str(), nullptr, 10) > ctx.options.max_prediction_bytes;
+}
+
+void SendPredictionTooLarge(const ApiContext& ctx, const httplib::Request& req, bool v2,
+                            httplib::Response& res) {
+  const std::string length = req.get_header_value("Content-Length");
+  Fail(v2, res, 413, "payload_too_large",
+       "the request body" + (length.empty() ? "" : " (" + length + " bytes)") +
+           " is larger than a deployment takes (" +
+           std::to_string(ctx.options.max_prediction_bytes) +
+           " bytes); send fewer rows per request");
+}
+
 // The caller, from the service's bearer token; otherwise 401 in the route's protocol.
 std::optional<User> Caller(ApiContext& ctx, const httplib::Request& req, httplib::Response& res,
                            bool v2) {
@@ -227,15 +245,9 @@ void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& re
   if (v2 || CheckVersion(req, res)) user = Caller(ctx, req, res, v2);
   if (!user) return Drain(req, reader);
   const uint64_t limit = ctx.options.max_prediction_bytes;
-  auto too_large = [&](const std::string& size) {
+  if (AnnouncesTooMuch(ctx, req)) {
     Drain(req, reader);
-    Fail(v2, res, 413, "payload_too_large",
-         "the request body" + size + " is larger than a deployment takes (" +
-             std::to_string(limit) + " bytes); send fewer rows per request");
-  };
-  const std::string length = req.get_header_value("Content-Length");
-  if (!length.empty() && std::strtoull(length.c_str(), nullptr, 10) > limit) {
-    return too_large(" (" + length + " bytes)");
+    return SendPredictionTooLarge(ctx, req, v2, res);
   }
   std::string id = req.matches[1];
   std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
@@ -261,7 +273,7 @@ void Predict(ApiContext& ctx, const httplib::Request& req, httplib::Response& re
     }
     return true;
   });
-  if (over) return too_large("");
+  if (over) return SendPredictionTooLarge(ctx, req, v2, res);
   std::optional<ScoringTarget> target = ctx.deployments.Target(id);
   if (!target) return Fail(v2, res, 503, "deployment_not_ready", NotReadyReason(*d));
   std::string path =
@@ -283,6 +295,17 @@ void V2Get(ApiContext& ctx, const httplib::Request& req, httplib::Response& res,
 }
 
 }  // namespace
+
+bool RefuseLargePrediction(const ApiContext& ctx, const httplib::Request& req,
+                           httplib::Response& res) {
+  static const std::regex wml(R"(/ml/v4/deployments/[^/]+/predictions)");
+  static const std::regex v2(R"(/v2/models/[^/]+/infer)");
+  if (req.method != "POST" || !AnnouncesTooMuch(ctx, req)) return false;
+  const bool is_v2 = std::regex_match(req.path, v2);
+  if (!is_v2 && !std::regex_match(req.path, wml)) return false;
+  SendPredictionTooLarge(ctx, req, is_v2, res);
+  return true;
+}
 
 void AddDeploymentRoutes(httplib::Server& server, ApiContext& ctx) {
   server.Post("/ml/v4/deployments", [&ctx](const httplib::Request& req, httplib::Response& res) {

@@ -134,10 +134,13 @@ Status Service::Start() {
     *listen_fd = sock;
   });
   // A client that asks before it sends (Expect: 100-continue, as curl does for a large upload)
-  // learns from the Content-Length alone that the body is too large, and never sends it.
+  // learns from the Content-Length alone that the body is too large, and never sends it: over
+  // the server's limit, or over the deployments' for a prediction.
   const uint64_t max_body = options_.max_body;
-  server.set_expect_100_continue_handler([max_body](const httplib::Request& req,
-                                                    httplib::Response& res) {
+  const ApiContext* ctx = parts->ctx.get();
+  server.set_expect_100_continue_handler([max_body, ctx](const httplib::Request& req,
+                                                         httplib::Response& res) {
+    if (RefuseLargePrediction(*ctx, req, res)) return 413;
     if (std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) <= max_body) {
       return 100;
     }
