@@ -29,6 +29,28 @@ def test_options_defaults_and_flags():
         ("hierarchical", [2, 2, 3], [2, 3], 1024)
 
 
+def test_ddlrun_mode_p_is_the_hierarchical_allreduce():
+    # IBM's ddlrun puts its topology-aware default into DDL_OPTIONS: -mode p:GPUSxHOSTSx1x1.
+    o = options.from_environment(None, environ={"DDL_OPTIONS": "-mode p:4x1x1x1"})
+    assert (o.algorithm, o.dims, o.host_grid()) == ("hierarchical", [4, 1, 1, 1], [])
+    options.check_topology(o, 4, 1)
+    o = options.parse("-mode p:2x2x1x3")
+    assert (o.algorithm, o.host_grid()) == ("hierarchical", [2, 3])
+    options.check_topology(o, 2, 6)
+    with pytest.raises(ValueError, match="4 slot\\(s\\) x 1 learner\\(s\\), but the job has 4 "
+                                         "slot\\(s\\) per learner x 2"):
+        options.check_topology(options.parse("-mode p:4x1x1x1"), 4, 2)
+
+
+def test_unsupported_mode_lists_the_supported_ones():
+    with pytest.raises(ValueError) as info:
+        options.parse("-mode b:4x2")
+    text = str(info.value)
+    assert "-mode 'b:4x2': algorithm 'b' is not supported" in text, text
+    for letter in ("h (hierarchical)", "p (hierarchical", "r (one flat ring)"):
+        assert letter in text, text
+
+
 def test_argument_overrides_ddl_options():
     o = options.from_environment("-mode r", environ={"DDL_OPTIONS": "-mode h:4x2 -dump_iter 3"})
     assert (o.algorithm, o.dims, o.dump_iter) == ("ring", [], 3)
@@ -76,7 +98,8 @@ def test_api_under_cadre_run(tmp_path):
     cadre = os.path.join(build, "cadre")
     if not os.path.exists(cadre):
         pytest.skip("no cadre binary in %s" % build)
-    env = dict(os.environ, **JOB_ENV)
+    # IBM's ddlrun writes -mode p:<slots>x<hosts>x1x1 into DDL_OPTIONS: the same job under it.
+    env = dict(os.environ, **dict(JOB_ENV, TEST_DDL_OPTIONS="-mode p:2x2x1x1"))
     proc = subprocess.run(
         [cadre, "run", "-n", "2", "--compute", "cpux2", "--framework", "pytorch-ddl",
          "--results-dir", str(tmp_path), "--", "/usr/bin/python3", JOB],

@@ -4,11 +4,14 @@ Understood flags (anything else is an error naming the flag):
 
 ``-mode ALGO[:DIMS]``
     ``h`` (the default): hierarchical allreduce — reduce-scatter among a learner's slots over shared
-    memory, allreduce across learners, allgather inside. ``r``: one flat ring over every rank.
+    memory, allreduce across learners, allgather inside. ``p``: the same (IBM's ``ddlrun`` writes
+    ``-mode p:4x1x1x1``, its topology-aware default, into ``DDL_OPTIONS``). ``r``: one flat ring
+    over every rank. Any other letter is refused, naming these.
     ``DIMS`` is DDL's topology, innermost first: slots per learner, then the learners as a grid,
     e.g. ``h:2x4`` (2 slots, 4 learners in one ring) or ``h:2x2x2`` (2 slots, learners as a 2x2 grid:
     DDL's multi-ring). The first dimension must equal the slots per learner and the rest must
-    multiply to the number of learners.
+    multiply to the number of learners; a dimension of 1 adds no level (``p:4x1x1x1`` is 4 slots
+    on one learner).
 ``-dump_iter N``
     every N calls of ``grads_reduce``, rank 0 prints how long gradient reduction took.
 
@@ -19,7 +22,10 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-MODES = {"h": "hierarchical", "r": "ring"}
+MODES = {"h": "hierarchical", "p": "hierarchical", "r": "ring"}
+# What the refusal of an unknown -mode letter lists.
+_MODE_HELP = ("h (hierarchical), p (hierarchical, as ddlrun's default -mode p:...) and r (one flat "
+              "ring)")
 DEFAULT_GROUP_SIZE = 64 << 20
 
 
@@ -31,8 +37,9 @@ class Options:
     group_size: int = DEFAULT_GROUP_SIZE
 
     def host_grid(self):
-        """The learners' grid (dims after the first), or [] when chosen automatically."""
-        return list(self.dims[1:])
+        """The learners' grid (dims after the first, without those of 1, which add no level), or
+        [] when chosen automatically."""
+        return [d for d in self.dims[1:] if d != 1]
 
 
 def _parse_dims(text, flag):
@@ -72,8 +79,8 @@ def parse(text, opts=None):
         if flag == "-mode":
             algo, _, dims = value.partition(":")
             if algo not in MODES:
-                raise ValueError("DDL option -mode %r: algorithm %r is not one of %s"
-                                 % (value, algo, ", ".join(sorted(MODES))))
+                raise ValueError("DDL option -mode %r: algorithm %r is not supported; cadre "
+                                 "supports %s" % (value, algo, _MODE_HELP))
             opts.algorithm = MODES[algo]
             opts.dims = _parse_dims(dims, "-mode") if dims else []
         else:
