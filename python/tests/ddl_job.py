@@ -88,8 +88,52 @@ def main():
     for q in range(n):
         assert torch.equal(everyone[q], flat), "rank %d's weights differ from rank %d's" % (q, r)
 
+    check_wrap_matches_one_process(r, n)
+
     ddl.shutdown()
     print("OK %d" % r)
+
+
+def shard(step, micro, k):
+    """Rank k's batch of micro-batch `micro` of `step` (the same on every rank for every k)."""
+    g = torch.Generator().manual_seed(1000 * step + 10 * micro + k)
+    return torch.randn(3, 5, generator=g), torch.randn(3, 2, generator=g)
+
+
+def check_wrap_matches_one_process(r, n):
+    """wrap() reduces at the end of backward, as DDP: clipping the gradient norm between
+    backward() and step() clips the averaged (or summed) gradients. Each rank also trains a
+    one-process reference on every rank's batches: the gradient of the mean of the ranks' mean
+    losses is the average gradient (of their sum, the summed one); the two must agree, the
+    clipped norms too. Clipping the local gradients before reducing them gives other weights
+    (max_norm is well below the gradients' norms, so every step clips)."""
+    for average, micros in [(True, 1), (True, 2), (False, 2)]:
+        torch.manual_seed(7)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+        reference = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(),
+                                        torch.nn.Linear(4, 2))
+        reference.load_state_dict(model.state_dict())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+        model, opt = ddl.wrap(model, opt, average=average)
+        for step in range(3):
+            opt.zero_grad()
+            ref_opt.zero_grad()
+            for micro in range(micros):  # gradient accumulation: backward twice per step
+                x, y = shard(step, micro, r)
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                losses = [torch.nn.functional.mse_loss(reference(xk), yk)
+                          for xk, yk in (shard(step, micro, k) for k in range(n))]
+                (sum(losses) / (n if average else 1)).backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.05)
+            ref_norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm=0.05)
+            assert ref_norm > 0.1, ref_norm  # clipping is active
+            assert torch.allclose(norm, ref_norm, rtol=1e-5), (average, micros, step, norm,
+                                                               ref_norm)
+            opt.step()
+            ref_opt.step()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            assert torch.allclose(p, q, rtol=1e-5, atol=1e-6), (average, micros, p, q)
 
 
 if __name__ == "__main__":

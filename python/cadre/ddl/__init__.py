@@ -256,27 +256,102 @@ def _account(seconds, nbytes, groups):
         _S.reduce_s, _S.reduce_bytes = 0.0, 0
 
 
+class _BackwardReducer:
+    """Reduces a wrapped model's gradients when each backward pass through it ends, as
+    DistributedDataParallel does: what a script does between ``backward()`` and ``step()``
+    (clipping the gradient norm, reading or scaling the gradients) sees the averaged gradients,
+    and ``step()`` finds them ready.
+
+    Several backward passes before a step (gradient accumulation) reduce each pass's part once:
+    an average is linear, so the gradients already averaged pass through unchanged; a sum
+    subtracts them first and adds them back (``_base``). ``step()`` reduces the gradients itself
+    when no backward pass reached the model on this rank (the other ranks' passes wait for it
+    there), so every rank reduces the same groups once per step either way."""
+
+    def __init__(self, model, average):
+        self.model = model
+        self.average = average
+        self.queued = False   # a callback waits for the end of the current backward pass
+        self.reduced = False  # the gradients were reduced since the last step
+        self._base = None     # sum: the gradients as last reduced, while accumulating
+        for p in model.parameters():
+            if p.requires_grad:
+                p.register_hook(self._on_gradient)
+
+    def _on_gradient(self, grad):
+        if not self.queued:
+            self.queued = True
+            # Runs once the whole backward pass is over, the gradients accumulated in p.grad.
+            torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+        return None
+
+    def _on_backward_end(self):
+        self.queued = False
+        self.reduce()
+
+    def reduce(self):
+        grads = _gradients(self.model)
+        base = self._base if self.reduced and not self.average else None
+        if base is not None:
+            if len(base) != len(grads):
+                raise RuntimeError("cadre.ddl.wrap: the model's parameters that take gradients "
+                                   "changed between two backward passes of one step")
+            with torch.no_grad():
+                for g, b in zip(grads, base):
+                    g.sub_(b)
+        grads_reduce(self.model, average=self.average)
+        if base is not None:
+            with torch.no_grad():
+                for g, b in zip(grads, base):
+                    g.add_(b)
+        if not self.average:
+            self._base = [g.detach().clone() for g in grads]
+        self.reduced = True
+
+    def start_step(self):
+        """Forgets the reductions of the step that ends (step() or zero_grad())."""
+        self.reduced = False
+        self._base = None
+
+
 def wrap(model, optimizer, average=True):
     """The one-line integration: moves `model` to device(), gives every rank rank 0's parameters,
-    buffers and optimizer state, and makes ``optimizer.step()`` reduce the gradients first.
-    Returns (model, optimizer)."""
+    buffers and optimizer state, and reduces (averages, or sums with average=False) the
+    gradients at the end of every backward pass through the model, as DistributedDataParallel
+    does, so that gradient clipping and anything else between ``backward()`` and ``step()``
+    acts on the reduced gradients. Returns (model, optimizer)."""
     _require()
     model = model.to(_S.device)
     for t in model.state_dict().values():
         bcast(t, 0)
     _hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    reducer = _BackwardReducer(model, average)
     step = optimizer.step
+    zero_grad = optimizer.zero_grad
+    model_zero_grad = model.zero_grad
 
     def reducing_step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        grads_reduce(model, average=average)
+        if not reducer.reduced:
+            reducer.reduce()
+        reducer.start_step()
         step()
         return loss
 
-    # A bound method, as the one it replaces: torch's LR schedulers made afterwards wrap
+    def resetting_zero_grad(self, *args, **kwargs):
+        reducer.start_step()
+        return zero_grad(*args, **kwargs)
+
+    def resetting_model_zero_grad(self, *args, **kwargs):
+        reducer.start_step()
+        return model_zero_grad(*args, **kwargs)
+
+    # Bound methods, as the ones they replace: torch's LR schedulers made afterwards wrap
     # optimizer.step through its __self__ and __func__.
     optimizer.step = types.MethodType(reducing_step, optimizer)
+    optimizer.zero_grad = types.MethodType(resetting_zero_grad, optimizer)
+    model.zero_grad = types.MethodType(resetting_model_zero_grad, model)
     return model, optimizer
