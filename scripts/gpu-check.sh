@@ -23,6 +23,10 @@ BUILD=${BUILD:-build-gpu}
 DATA=${1:-data/fashion-mnist}
 OUT=${OUT:-$BUILD/gpu-check}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
+case "$DEVICE" in
+  cuda|sim) ;;
+  *) echo "gpu-check: GPU_CHECK_DEVICE=$DEVICE: use cuda (the default) or sim" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte \
@@ -31,9 +35,24 @@ for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte 
 done
 
 echo "== machine"
-nvidia-smi -L || echo "(no nvidia-smi)"
-"$PYTHON" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
-  "GPUs", torch.cuda.device_count(), "NCCL", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")'
+if command -v nvidia-smi > /dev/null; then nvidia-smi -L || true; else echo "(no nvidia-smi)"; fi
+# Before the build (minutes): a PyTorch that cannot run the checks is said at once, plainly.
+"$PYTHON" - "$DEVICE" <<'PY' || exit 2
+import sys
+try:
+    import torch
+except ImportError as e:
+    sys.exit("gpu-check: %s has no PyTorch (%s); set PYTHON to the interpreter with a CUDA "
+             "PyTorch" % (sys.executable, e))
+cuda = torch.cuda.is_available()
+print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPUs",
+      torch.cuda.device_count() if cuda else 0,
+      "NCCL", torch.cuda.nccl.version() if cuda else "-")
+if sys.argv[1] == "cuda" and not cuda:
+    sys.exit("gpu-check: this PyTorch (%s, CUDA %s) sees no GPU, so nothing can be checked on "
+             "one; GPU_CHECK_DEVICE=sim runs the same script on CPUs with the simulated device"
+             % (torch.__version__, torch.version.cuda))
+PY
 command -v cmake ninja nvcc c++ || true
 
 echo "== build (core and Python extension only)"
