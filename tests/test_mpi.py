@@ -105,3 +105,24 @@ def test_a_hostfile_that_cannot_serve_the_job_is_bad_usage(tmp_path, hosts, expe
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "nothing was started" in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_arguments_that_are_not_utf8_reach_every_slot_byte_for_byte(mpi):
+    # The plan the nodes read is JSON (UTF-8); the words after -- may be any bytes.
+    word = b"d\xe9j\xe0-\xff"
+    proc_args = ["--", "python3", "-c",
+                 "import os, sys; print('arg', os.fsencode(sys.argv[1]).hex(), flush=True)",
+                 os.fsdecode(word)]
+    job = mpi(*proc_args)
+    assert job.returncode == 0, job.stdout + job.stderr
+    said = [l.split("] ", 1)[1] for l in job.stdout.splitlines() if "] arg" in l]
+    assert said == ["arg " + word.hex()] * 4, job.stdout
+
+
+def test_a_path_that_is_not_utf8_is_refused_before_anything_starts(mpi, tmp_path):
+    job_dir = os.fsdecode(os.fsencode(str(tmp_path)) + b"/job-\xff")
+    job = mpi("-o", job_dir, "--", "true")
+    assert job.returncode == 2, job.stderr
+    assert "--output-dir: '" in job.stderr and "\\xff' is not UTF-8 text" in job.stderr
+    assert "nothing was started" in job.stderr
+    assert not os.path.exists(job_dir)

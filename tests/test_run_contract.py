@@ -274,9 +274,15 @@ def test_slots_are_bound_to_their_share_of_the_cpus(cadre_run, tmp_path, bind):
         assert plan is not None  # the two slots do not share a CPU
 
 
-def test_a_bad_cpu_binding_is_refused_by_name(cadre_run, tmp_path):
-    (tmp_path / "affinity.py").write_text(AFFINITY)
-    job = cadre_run("-n", "2", "--compute", "k80", "--framework", "pytorch-horovod",
-                    "--", "python3", "affinity.py", env={"CADRE_CPU_BIND": "socket"})
-    assert job.returncode != 0
-    assert 'CADRE_CPU_BIND="socket": use auto or none' in job.stderr + job.stdout
+@pytest.mark.parametrize("variable,value,allowed", [
+    ("CADRE_CPU_BIND", "cores", "auto (the default) or none"),
+    ("CADRE_HOSTS_METHOD", "etc-hosts",
+     "auto (the default), mount-namespace, user-namespace or cadre-hosts"),
+])
+def test_a_bad_runner_variable_is_bad_usage(cadre_run, tmp_path, variable, value, allowed):
+    # Like a bad flag: exit code 2, the variable and its values named, nothing started.
+    job = cadre_run("-n", "1", "--", "true", env={variable: value})
+    assert job.returncode == 2, job.stderr
+    assert f"{variable}: '{value}' is not one of {allowed}" in job.stderr, job.stderr
+    assert "nothing was started" in job.stderr
+    assert not (tmp_path / "runs").exists()

@@ -34,6 +34,26 @@ TaskPlan Plan(int learners, int slots) {
   return plan;
 }
 
+TEST(TaskPlan, ArgumentsThatAreNotUtf8TravelByteForByte) {
+  // JSON is UTF-8; a command's words after `--` may be any bytes (a Latin-1 file name).
+  TaskPlan plan = Plan(2, 1);
+  plan.command_argv = {"python3", "d\xe9j\xe0.py", "\xff\xfe", "plain", "caf\xc3\xa9", ""};
+  plan.command = "python3 'd\xe9j\xe0.py'";
+  const std::string text = TaskPlanJson(plan);
+  TaskPlan back;
+  ASSERT_TRUE(ParseTaskPlanJson(text, &back).ok()) << text;
+  EXPECT_EQ(back.command_argv, plan.command_argv);
+  EXPECT_EQ(back.command, plan.command);
+  // UTF-8 words stay readable strings.
+  EXPECT_NE(text.find("\"caf\xc3\xa9\""), std::string::npos) << text;
+  // A record that is not ours is refused by name, never read as other bytes.
+  for (const char* bad : {"\"zz\"", "\"abc\"", "7"}) {
+    std::string broken = text;
+    broken.replace(broken.find("\"hex\": \"") + 8, 0, std::string(bad) + ", \"x\": ");
+    EXPECT_EQ(ParseTaskPlanJson(broken, &back).code(), Code::kInvalidArgument) << broken;
+  }
+}
+
 TEST(EngineFacts, SlurmTaskBecomesLearnerAndSlot) {
   EngineSlot slot;
   ASSERT_TRUE(SlurmSlotFromEnv(SlurmEnv(1, 1), &slot).ok());

@@ -15,7 +15,9 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
+#include "cadre/base/printable.h"
 #include "cadre/launch/gpu_plan.h"
 #include "cadre/launch/hosts.h"
 #include "cadre/launch/job_status.h"
@@ -236,10 +238,47 @@ fs::path SlotExitPath(const fs::path& job_dir, int learner_id, int local_rank) {
          ("slot-" + std::to_string(local_rank) + ".exit");
 }
 
+namespace {
+
+// JSON text is UTF-8, a command's arguments any bytes but NUL (a Latin-1 file name): a string
+// that is not UTF-8 is written as {"hex": "<its bytes>"} and read back byte for byte.
+nlohmann::json BytesJson(const std::string& bytes) {
+  if (IsUtf8(bytes)) return bytes;
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : bytes) {
+    hex += kDigits[c >> 4];
+    hex += kDigits[c & 15];
+  }
+  return {{"hex", hex}};
+}
+
+std::string BytesFromJson(const nlohmann::json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  const std::string hex = j.at("hex").get<std::string>();
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw std::invalid_argument("a \"hex\" string has a digit that is not 0-9a-f");
+  };
+  if (hex.size() % 2 != 0) {
+    throw std::invalid_argument("a \"hex\" string of an odd length");
+  }
+  std::string bytes;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    bytes += static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1]));
+  }
+  return bytes;
+}
+
+}  // namespace
+
 std::string TaskPlanJson(const TaskPlan& plan) {
+  nlohmann::json argv = nlohmann::json::array();
+  for (const auto& a : plan.command_argv) argv.push_back(BytesJson(a));
   nlohmann::json j = {{"contract", nlohmann::json::parse(launch::JobContractJson(plan.job))},
-                      {"command", plan.command},
-                      {"command_argv", plan.command_argv},
+                      {"command", BytesJson(plan.command)},
+                      {"command_argv", argv},
                       {"python_bin_dir", plan.python_bin_dir.string()},
                       {"python_path", plan.python_path}};
   return j.dump(2) + "\n";
@@ -250,11 +289,13 @@ Status ParseTaskPlanJson(const std::string& text, TaskPlan* plan) {
   try {
     auto j = nlohmann::json::parse(text);
     CADRE_RETURN_IF_ERROR(launch::ParseJobContractJson(j.at("contract").dump(), &out.job));
-    out.command = j.at("command").get<std::string>();
-    out.command_argv = j.at("command_argv").get<std::vector<std::string>>();
+    out.command = BytesFromJson(j.at("command"));
+    for (const auto& a : j.at("command_argv")) out.command_argv.push_back(BytesFromJson(a));
     out.python_bin_dir = j.at("python_bin_dir").get<std::string>();
     out.python_path = j.at("python_path").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(std::string("task.json is malformed: ") + e.what());
+  } catch (const std::invalid_argument& e) {
     return InvalidArgument(std::string("task.json is malformed: ") + e.what());
   }
   *plan = std::move(out);

@@ -19,8 +19,11 @@
 #include "cadre/backends/backend.h"
 #include "cadre/backends/k8s_render.h"
 #include "cadre/backends/slurm_backend.h"
+#include "cadre/base/env.h"
 #include "cadre/base/printable.h"
 #include "cadre/cli/commands.h"
+#include "cadre/launch/cpu_binding.h"
+#include "cadre/launch/hosts.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/local_backend.h"
 #include "cadre/launch/manifest.h"
@@ -207,6 +210,19 @@ int Run(const RunFlags& flags) {
     problems.Add("--require-delay", "only means something with --emulate-network");
   }
 
+  // The runner's own variables: a bad value is the job's problem like a bad flag's (exit 2),
+  // not a failure found once the job is under way.
+  if (launch::CpuBind bind;
+      !launch::ParseCpuBind(GetEnv("CADRE_CPU_BIND").value_or(""), &bind).ok()) {
+    problems.Add("CADRE_CPU_BIND", QuotedText(GetEnv("CADRE_CPU_BIND").value_or("")) +
+                                       " is not one of auto (the default) or none");
+  }
+  if (std::optional<launch::HostsMethod> forced; !launch::HostsMethodFromEnv(&forced).ok()) {
+    problems.Add("CADRE_HOSTS_METHOD",
+                 QuotedText(GetEnv("CADRE_HOSTS_METHOD").value_or("")) +
+                     " is not one of auto (the default), mount-namespace, user-namespace or "
+                     "cadre-hosts");
+  }
   launch::PythonInfo python = launch::FindPython();
   if (std::getenv("CADRE_PYTHON") != nullptr && access(python.interpreter.c_str(), X_OK) != 0) {
     problems.Add("CADRE_PYTHON",
@@ -230,6 +246,24 @@ int Run(const RunFlags& flags) {
       problems.Add(request.min_nodes.origin,
                    "the " + std::string(backends::BackendName(backend.kind)) + once);
     }
+  }
+  // A cluster engine's nodes get the job's plan as JSON, which is UTF-8: the command's arguments
+  // travel in it losslessly (backends/task.h), paths would not.
+  if (spec && backend_known && backend.kind != backends::BackendKind::kLocal) {
+    auto utf8 = [&](const std::string& field, const std::string& value) {
+      if (!IsUtf8(value)) {
+        problems.Add(field, QuotedText(value) + " is not UTF-8 text, which the " +
+                                std::string(backends::BackendName(backend.kind)) +
+                                " backend needs to pass it to the nodes; choose another");
+      }
+    };
+    if (flags.output_dir) utf8("--output-dir", *flags.output_dir);
+    utf8(request.results_path.origin.empty() ? "--results-dir" : request.results_path.origin,
+         spec->results_dir.string());
+    utf8(request.data_path.origin.empty() ? "--data-dir" : request.data_path.origin,
+         spec->data_dir.string());
+    utf8("the working directory (MODEL_DIR)", spec->work_dir.string());
+    utf8("--store-host", flags.store_host);
   }
   if (!problems.empty()) {
     std::cerr << "cadre run: the job has " << problems.size()

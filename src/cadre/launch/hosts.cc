@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cadre/base/env.h"
+#include "cadre/base/printable.h"
 
 namespace cadre::launch {
 namespace {
@@ -59,21 +60,33 @@ std::string HostsFileText(const std::vector<LearnerHost>& hosts, const std::stri
   return text;
 }
 
+Status HostsMethodFromEnv(std::optional<HostsMethod>* forced) {
+  forced->reset();
+  auto value = GetEnv("CADRE_HOSTS_METHOD");
+  if (!value || value->empty() || *value == "auto") return Status::Ok();
+  for (HostsMethod m :
+       {HostsMethod::kMountNamespace, HostsMethod::kUserNamespace, HostsMethod::kCadreHosts}) {
+    if (*value == HostsMethodName(m)) {
+      *forced = m;
+      return Status::Ok();
+    }
+  }
+  return InvalidArgument("CADRE_HOSTS_METHOD=" + QuotedText(*value) +
+                         " is not one of auto, mount-namespace, user-namespace, cadre-hosts");
+}
+
 Status ChooseHostsMethod(const std::filesystem::path& hosts_file, HostsMethod* method) {
   const HostsMethod all[] = {HostsMethod::kMountNamespace, HostsMethod::kUserNamespace,
                              HostsMethod::kCadreHosts};
-  if (auto forced = GetEnv("CADRE_HOSTS_METHOD"); forced && *forced != "auto") {
-    for (HostsMethod m : all) {
-      if (*forced != HostsMethodName(m)) continue;
-      if (!HostsMethodWorks(m, hosts_file)) {
-        return {Code::kUnavailable,
-                "CADRE_HOSTS_METHOD=" + *forced + " does not work on this machine"};
-      }
-      *method = m;
-      return Status::Ok();
+  std::optional<HostsMethod> forced;
+  CADRE_RETURN_IF_ERROR(HostsMethodFromEnv(&forced));
+  if (forced) {
+    if (!HostsMethodWorks(*forced, hosts_file)) {
+      return {Code::kUnavailable, "CADRE_HOSTS_METHOD=" + std::string(HostsMethodName(*forced)) +
+                                      " does not work on this machine"};
     }
-    return InvalidArgument("CADRE_HOSTS_METHOD=" + *forced +
-                           " is not one of auto, mount-namespace, user-namespace, cadre-hosts");
+    *method = *forced;
+    return Status::Ok();
   }
   for (HostsMethod m : all) {
     if (HostsMethodWorks(m, hosts_file)) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ Status PickLearnerHosts(const std::string& prefix, int nodes, std::vector<Learne
 
 // The job's hosts file: `system_hosts` (the machine's /etc/hosts) and a line per learner.
 std::string HostsFileText(const std::vector<LearnerHost>& hosts, const std::string& system_hosts);
+
+// CADRE_HOSTS_METHOD's choice: nullopt when unset, empty or "auto"; kInvalidArgument naming the
+// variable and its values when it is none of them (cadre run refuses the job with it, exit 2).
+Status HostsMethodFromEnv(std::optional<HostsMethod>* forced);
 
 // The method to use: CADRE_HOSTS_METHOD (mount-namespace, user-namespace, cadre-hosts) when set,
 // otherwise the first that works here, probed with `hosts_file`. kInvalidArgument for an unknown
