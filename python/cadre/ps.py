@@ -177,11 +177,18 @@ class DistributedOptimizer:
         self._params = []  # (name, parameter) in the optimizer's order
         configs = []
         self._served = []  # per param group: the hyper-parameters the servers apply
+        from cadre.torch import devices
         for gi, group in enumerate(optimizer.param_groups):
             config = _optimizer_config(optimizer, group)
             self._served.append(config)
             for pi, p in enumerate(group["params"]):
                 name = names.get(id(p), "group%d.param%d" % (gi, pi))
+                # The client reads host memory; CUDA parameters get host copies. Any other
+                # device's memory (meta, mps, ...) must never be read as the host's.
+                if p.device.type != "cpu" and devices.device_of(p) is None:
+                    raise ValueError("cadre.ps: parameter %r is on device '%s'; parameter-server "
+                                     "mode trains parameters on the CPU or on CUDA GPUs"
+                                     % (name, p.device))
                 if p.dtype != torch.float32:
                     raise ValueError("cadre.ps: parameter %r is %s on %s; only float32 "
                                      "tensors are served" % (name, p.dtype, p.device))

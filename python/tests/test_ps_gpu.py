@@ -40,3 +40,14 @@ def test_model_on_a_device_trains_as_torch_optim_does():
     assert len(sim.ran("copy", "side")) >= 2 * params * 6
     assert {e[2] for e in sim.ran("copy", "side")} == {"device->host", "host->device"}
     assert sim.host_buffers == 2 * params
+
+
+def test_a_model_on_another_device_is_refused_naming_the_parameter():
+    """A model on a device that is neither the CPU nor CUDA (meta here; mps, xpu, ...): refused
+    before anything is declared, naming the parameter and its device."""
+    model = torch.nn.Linear(3, 2, device="meta")
+    with pytest.raises(ValueError, match=r"cadre.ps: parameter 'weight' is on device 'meta'; "
+                                         r"parameter-server mode trains parameters on the CPU or "
+                                         r"on CUDA GPUs"):
+        ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                servers=["127.0.0.1:9"], worker_id=0, token="tok")

@@ -261,6 +261,44 @@ def _():
     engine_still_works("bad_arguments")
 
 
+@suite.check("tensors_on_other_devices_are_refused_naming_the_device")
+def _():
+    # The engine reads host memory: a tensor on a device that is neither the CPU nor CUDA (meta
+    # here; mps, xpu, ...) is refused before anything is submitted, by every entry point, with
+    # Horovod's ValueError naming the device -- never handed to the engine as a host pointer.
+    t = torch.ones(4, device="meta")
+    model = torch.nn.Linear(3, 2, device="meta")
+    calls = [
+        ("allreduce_", lambda: hvd.allreduce_(t, name="meta1")),
+        ("allreduce", lambda: hvd.allreduce(t, name="meta2")),
+        ("allreduce_async_", lambda: hvd.allreduce_async_(t, name="meta3")),
+        ("grouped_allreduce", lambda: hvd.grouped_allreduce([torch.ones(2), t], name="meta4")),
+        ("broadcast_", lambda: hvd.broadcast_(t, 0, name="meta5")),
+        ("allgather", lambda: hvd.allgather(t, name="meta6")),
+        ("alltoall", lambda: hvd.alltoall(t, name="meta7")),
+        ("reducescatter", lambda: hvd.reducescatter(t, name="meta8")),
+        ("Adasum", lambda: hvd.allreduce(t, op=hvd.Adasum, name="meta9")),
+        ("broadcast_parameters", lambda: hvd.broadcast_parameters(model.state_dict(), 0)),
+    ]
+    for what, call in calls:
+        try:
+            call()
+        except ValueError as e:
+            assert "on device 'meta' is not supported: cadre.torch works on CPU and CUDA " \
+                "tensors" in str(e), (what, str(e))
+            continue
+        raise AssertionError("%s: a meta tensor was accepted" % what)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    try:
+        model(torch.ones(1, 3, device="meta")).sum().backward()
+        opt.step()
+        raise AssertionError("DistributedOptimizer trained a meta model")
+    except ValueError as e:
+        assert "on device 'meta' is not supported" in str(e), str(e)
+    engine_still_works("other_devices")
+
+
 # ---------------------------------------------------------------- objects
 
 @suite.check("broadcast_object_and_allgather_object")

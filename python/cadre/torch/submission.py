@@ -84,23 +84,36 @@ def _auto_name(kind, name, process_set):
         return "%s.noname.%d" % (kind, next(counter))
 
 
+def _type_name(tensor):
+    """Horovod's name for the tensor's type (torch.cuda.HalfTensor); torch has none for some
+    devices (meta), which are then named by dtype and device."""
+    try:
+        return tensor.type()
+    except RuntimeError:
+        return "%s on device '%s'" % (tensor.dtype, tensor.device)
+
+
 def _dtype_code(tensor):
     try:
         return _DTYPES[tensor.dtype]
     except KeyError:
         # Horovod's own words and type for a tensor type it has no operation for.
-        raise ValueError("Tensor type %s is not supported." % tensor.type()) from None
+        raise ValueError("Tensor type %s is not supported." % _type_name(tensor)) from None
 
 
 def _check_tensor(tensor):
+    """Refuses, before anything is submitted, what no engine path can take: a tensor on a
+    device other than the CPU and CUDA (meta, mps, ...), a sparse one, a dtype without an
+    operation. (The engine reads CPU memory; CUDA tensors are staged or go through NCCL.)"""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("expected a torch.Tensor, got %s" % type(tensor).__name__)
     if tensor.device.type != "cpu" and devices.device_of(tensor) is None:
         raise ValueError("Tensor type %s is not supported: cadre.torch works on CPU and CUDA "
-                         "tensors" % tensor.type())
+                         "tensors" % _type_name(tensor))
     if tensor.is_sparse:
         raise ValueError("Tensor type %s is not supported: use sparse_allreduce_async or "
-                         "sparse_as_dense=True" % tensor.type())
+                         "sparse_as_dense=True" % _type_name(tensor))
+    _dtype_code(tensor)
 
 
 def _engine(process_set):
@@ -271,8 +284,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(average, op)
-    if (op is not Adasum and isinstance(tensor, torch.Tensor) and devices.device_of(tensor) is None
-            and not tensor.is_sparse and tensor.dtype in _DTYPES and tensor.is_contiguous()):
+    if (op is not Adasum and isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
+            and devices.device_of(tensor) is None and not tensor.is_sparse
+            and tensor.dtype in _DTYPES and tensor.is_contiguous()):
         # The common case (a small metric, a latency-bound step) in one call to the engine: no
         # handle to register and synchronize. Same results and errors as the general path.
         engine = _engine(process_set)
