@@ -1,5 +1,7 @@
 // Flat (cadre's own choice by size) vs hierarchical allreduce on emulated nodes (DDL mode's
 // benchmark): flags and the emulated host's environment, handed to cadre/bench/ddl_allreduce.h.
+// --flat picks the flat baselines: shm (default: same-host messages over shared memory), tcp
+// (over TCP inside the host, the baseline before shared-memory pairs existed), or both.
 //
 // Run once per emulated host by `cadre netem exec` (docs/netem.md), which sets CADRE_NETEM_HOST,
 // CADRE_NETEM_HOSTS, CADRE_NETEM_ADDRESS(ES) and CADRE_NETEM_LINK:
@@ -24,14 +26,14 @@ namespace {
 using namespace cadre;
 
 [[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(
-      stderr,
-      "ddl_allreduce_bench: %s\nusage: ddl_allreduce_bench [--slots N] [--port P] "
-      "[--min-bytes B] [--max-bytes B] [--seconds S] [--max-reps R] [--pipeline-bytes B] "
-      "[--pipeline-chunks K] [--streamed-bytes B] [--streamed-chunks K] [--host-grid AxB]\n"
-      "(run it under "
-      "`cadre netem exec`)\n",
-      why.c_str());
+  std::fprintf(stderr,
+               "ddl_allreduce_bench: %s\nusage: ddl_allreduce_bench [--slots N] [--port P] "
+               "[--min-bytes B] [--max-bytes B] [--seconds S] [--max-reps R] [--pipeline-bytes B] "
+               "[--pipeline-chunks K] [--streamed-bytes B] [--streamed-chunks K] [--host-grid AxB] "
+               "[--flat shm|tcp|both]\n"
+               "(run it under "
+               "`cadre netem exec`)\n",
+               why.c_str());
   std::exit(2);
 }
 
@@ -42,6 +44,13 @@ bench::DdlAllreduceOptions ParseArgs(int argc, char** argv) {
     std::string flag = argv[i];
     if (i + 1 >= argc) Usage(flag + " needs a value");
     const char* v = argv[++i];
+    if (flag == "--flat") {
+      const std::string f = v;
+      if (f != "shm" && f != "tcp" && f != "both") Usage("--flat " + f + ": use shm, tcp or both");
+      a.flat_shm = f != "tcp";
+      a.flat_tcp = f != "shm";
+      continue;
+    }
     if (flag == "--host-grid") {
       if (Status st = comm::ParseGrid(v, &h.host_grid); !st.ok()) Usage(st.message());
       continue;

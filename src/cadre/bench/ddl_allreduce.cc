@@ -129,7 +129,13 @@ void RunRank(const DdlAllreduceOptions& args, const DdlHost& h, int slot, double
   co.bind_address = h.address;
   co.timeout = std::chrono::seconds(120);
   const comm::HierarchyOptions& hier = co.hierarchy;
-  auto c = comm::Communicator::Create(co);
+  auto c = comm::Communicator::Create(co);    // the hierarchical allreduce's, and flat-tcp's
+  std::unique_ptr<comm::Communicator> pairs;  // flat's: shared memory inside the host
+  if (args.flat_shm) {
+    comm::CommunicatorOptions po = co;
+    po.shm_pairs = true;
+    pairs = comm::Communicator::Create(po);
+  }
   // The hierarchy's levels, innermost first: the slots of a host, then the grid of hosts.
   std::vector<int> levels = {c->topology().local_size};
   for (int d :
@@ -145,20 +151,21 @@ void RunRank(const DdlAllreduceOptions& args, const DdlHost& h, int slot, double
     shape.hierarchical_possible = false;
     return comm::ChooseAllreduceAlgorithm(comm::AllreduceAlgorithm::kAuto, shape);
   };
-  std::vector<Algo> algos = {
-      {"flat",
-       [&](const comm::AllreduceOptions& o) {
-         comm::AllreduceOptions x = o;
-         x.algorithm = flat_choice(o.count * sizeof(float));
-         comm::Allreduce(*c, x);
-       }},
-      {"hierarchical",
-       [&](const comm::AllreduceOptions& o) {
-         comm::AllreduceOptions x = o;
-         x.algorithm = comm::AllreduceAlgorithm::kHierarchical;
-         comm::Allreduce(*c, x);
-       }},
+  auto flat_on = [&flat_choice](comm::Communicator* on) {
+    return [&flat_choice, on](const comm::AllreduceOptions& o) {
+      comm::AllreduceOptions x = o;
+      x.algorithm = flat_choice(o.count * sizeof(float));
+      comm::Allreduce(*on, x);
+    };
   };
+  std::vector<Algo> algos;
+  if (pairs) algos.push_back({"flat", flat_on(pairs.get())});
+  if (args.flat_tcp) algos.push_back({"flat-tcp", flat_on(c.get())});
+  algos.push_back({"hierarchical", [&](const comm::AllreduceOptions& o) {
+                     comm::AllreduceOptions x = o;
+                     x.algorithm = comm::AllreduceAlgorithm::kHierarchical;
+                     comm::Allreduce(*c, x);
+                   }});
   const bool lead = rank == 0;
   if (lead) {
     std::lock_guard lock(*print_mu);
@@ -169,9 +176,10 @@ void RunRank(const DdlAllreduceOptions& args, const DdlHost& h, int slot, double
         hier.pipeline_chunks, hier.streamed_pipeline_bytes, hier.streamed_pipeline_chunks);
     std::printf("# bound = 2(N-1)/N x S / rate, N = hosts; busbw = 2(N-1)/N x S / time\n");
     std::printf(
-        "# flat = what cadre chooses without hierarchy: rd recursive doubling, hd "
-        "halving-doubling, ring\n");
-    std::printf("%10s  %-13s %10s %12s %10s %9s\n", "bytes", "algorithm", "time ms", "busbw Mbit/s",
+        "# flat = what cadre chooses without hierarchy (rd recursive doubling, hd "
+        "halving-doubling, ring), same-host messages over shared memory; flat-tcp = the same "
+        "over TCP inside the host\n");
+    std::printf("%10s  %-17s %10s %12s %10s %9s\n", "bytes", "algorithm", "time ms", "busbw Mbit/s",
                 "bound ms", "of bound");
   }
   for (size_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 4) {
@@ -182,10 +190,11 @@ void RunRank(const DdlAllreduceOptions& args, const DdlHost& h, int slot, double
       const double bound = cross * 8 / rate_bps;
       if (lead) {
         std::lock_guard lock(*print_mu);
-        const std::string name = a.name == std::string("flat")
-                                     ? "flat " + std::string(AlgorithmName(flat_choice(bytes)))
-                                     : a.name;
-        std::printf("%10zu  %-13s %10.3f %12.1f %10.3f %8.0f%%\n", bytes, name.c_str(), t * 1e3,
+        const std::string name =
+            a.name == std::string("hierarchical")
+                ? a.name
+                : std::string(a.name) + " " + AlgorithmName(flat_choice(bytes));
+        std::printf("%10zu  %-17s %10.3f %12.1f %10.3f %8.0f%%\n", bytes, name.c_str(), t * 1e3,
                     cross * 8 / t / 1e6, bound * 1e3, t > 0 ? 100.0 * bound / t : 0.0);
         std::fflush(stdout);
       }

@@ -1,6 +1,10 @@
 // DDL mode's benchmark: flat (the algorithm cadre chooses by size without hierarchy) vs
 // hierarchical allreduce, one emulated host's part (the program bench/ddl_allreduce_bench runs it
-// once per host under `cadre netem exec`).
+// once per host under `cadre netem exec`). The flat baseline carries its same-host messages over
+// shared memory (CommunicatorOptions::shm_pairs), as the hierarchical allreduce does inside a
+// host; the old flat baseline, whose same-host messages went over TCP inside the host, can be
+// shown beside it (`flat_tcp`). The hierarchical allreduce runs on a communicator without
+// shm_pairs, as before (its levels are the same either way).
 //
 // The host holds `slots` ranks as threads (one learner with several slots: the ranks of one
 // host share memory, hosts talk TCP over the shaped links). Host 0 serves the rendezvous store
@@ -29,6 +33,10 @@ struct DdlAllreduceOptions {
   size_t max_bytes = 64 << 20;
   double seconds_per_size = 1.0;  // repeat each measurement until this much time has passed
   int max_reps = 20;
+  // Which flat baselines to run: same-host messages over shared memory ("flat" rows), over TCP
+  // inside the host ("flat-tcp" rows). At least one.
+  bool flat_shm = true;
+  bool flat_tcp = false;
   // Every rank's communicator starts from this one: its tunables and `hierarchy` (host grid,
   // pipelining); rank, size, store, token, host, bind_address and timeout are set by the run.
   comm::CommunicatorOptions communicator;

@@ -10,6 +10,7 @@
 #include "cadre/comm/communicator_impl.h"
 #include "cadre/comm/hierarchical_allreduce.h"
 #include "cadre/store/prefix_store.h"
+#include "cadre/transport/mixed/device.h"
 #include "cadre/transport/tcp/device.h"
 
 namespace cadre::comm {
@@ -147,6 +148,17 @@ void CommunicatorImpl::Rendezvous() {
     co.advertise_address = options_.bind_address.empty() || options_.bind_address == "0.0.0.0"
                                ? options_.host
                                : options_.bind_address;
+  }
+  if (options_.use_shm && options_.shm_pairs && topology_.local_size > 1) {
+    transport::mixed::ConnectOptions mo;
+    mo.tcp = co;
+    for (int r = 0; r < size; ++r) {
+      if (topology_.hosts[r] == options_.host) mo.local_ranks.push_back(r);
+    }
+    std::unique_ptr<transport::mixed::MixedDevice> dev;
+    ThrowIfError(transport::mixed::MixedDevice::Connect(*store_, mo, deadline, &dev));
+    tcp_ = std::move(dev);
+    return;
   }
   std::unique_ptr<transport::tcp::TcpDevice> dev;
   ThrowIfError(transport::tcp::TcpDevice::Connect(*store_, co, deadline, &dev));

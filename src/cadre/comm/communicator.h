@@ -65,6 +65,13 @@ struct CommunicatorOptions {
   Duration timeout = std::chrono::seconds(60);
   // Use shared memory between ranks on one host (TCP otherwise). Every rank must pass the same.
   bool use_shm = true;
+  // When the ranks span hosts: carry the point-to-point messages of the flat algorithms (and of
+  // every collective other than the hierarchical allreduce) between ranks of one host over
+  // shared memory (a ring per pair, transport/mixed/device.h) instead of TCP loopback. Needs
+  // use_shm; the ranks of one host must share a network namespace. Off by default: the
+  // hierarchical allreduce, which kAuto picks where it can, keeps shared memory inside the host
+  // either way. Every rank must pass the same.
+  bool shm_pairs = false;
   // Bytes of each half of a rank's shared-memory slot (the largest piece one step moves); 0 means
   // the default, above kMaxShmSlotBytes is refused. Every rank must use the same.
   size_t shm_slot_bytes = kDefaultShmSlotBytes;

@@ -2,8 +2,10 @@
 //
 // Transports, decided at creation from the topology:
 // - every rank on one host and use_shm: one ShmGroup over all ranks, no sockets at all;
-// - otherwise: a full TCP mesh (TcpDevice). Allreduce across hosts may go hierarchical through
-//   Local() (shared memory inside a host) and Cross() (TCP between hosts).
+// - otherwise: a full TCP mesh (TcpDevice), or with shm_pairs, where this host holds several
+//   ranks, TCP to the other hosts and shared-memory pairs inside this one (MixedDevice). Allreduce
+//   across hosts may go hierarchical through Local() (shared memory inside a host) and Cross()
+//   (TCP between hosts).
 // Rendezvous keys live under "cadre-comm/<generation>/" of the caller's store, where the
 // generation counts the communicators this rank created on that store, so creating several
 // communicators on one store in the same order on every rank never mixes their keys.
@@ -81,7 +83,7 @@ class CommunicatorImpl final : public Communicator {
   Topology topology_;
   std::vector<std::string> names_;
   std::unique_ptr<transport::shm::ShmGroup> shm_;
-  std::unique_ptr<transport::Device> tcp_;
+  std::unique_ptr<transport::Device> tcp_;  // point to point: TcpDevice or MixedDevice (above)
   std::unique_ptr<Communicator> local_;
   std::unique_ptr<Communicator> cross_;
   std::unique_ptr<Hierarchy> hierarchy_;  // for kHierarchical, made on first use

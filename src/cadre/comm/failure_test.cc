@@ -1,6 +1,7 @@
 // Crash semantics with real processes (Gloo keeps forking for exactly this): SIGKILL one rank in
 // the middle of allreduces it is taking part in; every survivor must throw an error saying that
 // rank died, well before the collective timeout would have ended the wait.
+// With shm_pairs, the victim's same-host peer sees it die through shared memory.
 // Also: a rank with the wrong job token is refused, and topology/subgroups over pretend hosts.
 #include <signal.h>
 #include <sys/wait.h>
@@ -37,6 +38,16 @@ constexpr auto kStallTimeout = std::chrono::seconds(3);
 // kKillWithoutStore: SIGKILL after the rendezvous store has gone (its process died): the
 // survivors cannot share the first failure, but must still fail at once.
 enum class Fault { kKill, kStop, kKillWithoutStore };
+
+// How the ranks talk: one host over shared memory, one host over TCP loopback, or two pretend
+// hosts of two ranks each with shm_pairs (shared-memory pairs inside a host, TCP between; the
+// victim's same-host peer learns of its death from its pidfd).
+enum class Route { kShm, kTcp, kShmPairs };
+
+// How the survivors name the victim.
+std::string VictimName(Route route) {
+  return "rank " + std::to_string(kVictim) + (route == Route::kShmPairs ? " (host host-1)" : "");
+}
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -120,7 +131,7 @@ void RunOp(Communicator& comm, Op op, std::vector<float>& buf) {
 // Child body: returns the exit code. 0 = a survivor threw an Error saying the victim died (or,
 // stopped, is the one that stalled), soon after. The victim runs collectives with the others
 // until the fault.
-int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault, Op op) {
+int SurvivorOrVictim(int rank, int size, uint16_t port, Route route, Fault fault, Op op) {
   store::TcpStoreOptions so;
   so.port = port;
   so.token = testing::kToken;
@@ -130,7 +141,12 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault, O
   o.size = size;
   o.store = st;
   o.token = testing::kToken;
-  o.use_shm = shm;
+  o.use_shm = route != Route::kTcp;
+  if (route == Route::kShmPairs) {
+    o.shm_pairs = true;
+    o.host = "host-" + std::to_string(rank / 2);
+    o.bind_address = "127.0.0.1";  // pretend hosts: names only
+  }
   o.timeout = fault == Fault::kStop ? kStallTimeout : kTimeout;
   auto comm = Communicator::Create(o);
   std::vector<float> buf(1 << 16, 1.0f);
@@ -155,7 +171,8 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault, O
     st->wait({"killed-at"}, std::chrono::seconds(30));
     const double s = static_cast<double>(failed_at - std::stoll(st->get_string("killed-at"))) / 1e9;
     const std::string what = e.what();
-    const std::string victim = "rank " + std::to_string(kVictim);
+    const std::string victim = VictimName(route);
+    const bool shm = route == Route::kShm;
     // Each survivor may time out waiting on its own neighbour, so the stalled rank must be
     // named as such, not merely mentioned.
     // Over shared memory the one that timed out says so, and wakes the others with its reason.
@@ -177,7 +194,7 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, bool shm, Fault fault, O
   }
 }
 
-void FaultOneRankMidCollective(bool shm, Fault fault, Op op) {
+void FaultOneRankMidCollective(Route route, Fault fault, Op op) {
   const int size = 4;
   // The ranks are forked before the store server starts its threads: a child forked while a
   // server thread held a lock (OpenSSL's random generator, during another rank's handshake)
@@ -195,7 +212,7 @@ void FaultOneRankMidCollective(bool shm, Fault fault, Op op) {
       if (read(fds[0], &port, sizeof port) != sizeof port) _exit(7);  // the parent failed
       int code = 6;
       try {
-        code = SurvivorOrVictim(r, size, port, shm, fault, op);
+        code = SurvivorOrVictim(r, size, port, route, fault, op);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
@@ -261,8 +278,8 @@ void FaultOneRankMidCollective(bool shm, Fault fault, Op op) {
   }
 }
 
-// transport (shared memory or TCP) x fault x collective.
-using FaultCase = std::tuple<bool, Fault, Op>;
+// route x fault x collective.
+using FaultCase = std::tuple<Route, Fault, Op>;
 
 class FaultMatrixTest : public ::testing::TestWithParam<FaultCase> {};
 
@@ -270,21 +287,22 @@ class FaultMatrixTest : public ::testing::TestWithParam<FaultCase> {};
 // neighbour, and the first to record its failure once blamed an innocent one ("rank 0: ...
 // waiting for rank 3") on every rank.
 TEST_P(FaultMatrixTest, EverySurvivorNamesTheRank) {
-  const auto& [shm, fault, op] = GetParam();
-  FaultOneRankMidCollective(shm, fault, op);
+  const auto& [route, fault, op] = GetParam();
+  FaultOneRankMidCollective(route, fault, op);
 }
 
 std::string FaultCaseName(const ::testing::TestParamInfo<FaultCase>& info) {
-  const auto& [shm, fault, op] = info.param;
+  const auto& [route, fault, op] = info.param;
   const char* what = fault == Fault::kKill   ? "Sigkill"
                      : fault == Fault::kStop ? "Sigstop"
                                              : "SigkillWithoutStore";
-  return std::string(shm ? "Shm" : "Tcp") + what + OpName(op);
+  const char* how = route == Route::kShm ? "Shm" : route == Route::kTcp ? "Tcp" : "ShmPairs";
+  return std::string(how) + what + OpName(op);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Tcp, FaultMatrixTest,
-    ::testing::Combine(::testing::Values(false),
+    ::testing::Combine(::testing::Values(Route::kTcp),
                        ::testing::Values(Fault::kKill, Fault::kStop, Fault::kKillWithoutStore),
                        ::testing::Values(Op::kAllreduceRing, Op::kAllreduceHalvingDoubling,
                                          Op::kAllreduceRecursiveDoubling, Op::kBroadcast,
@@ -292,11 +310,26 @@ INSTANTIATE_TEST_SUITE_P(
     FaultCaseName);
 INSTANTIATE_TEST_SUITE_P(
     Shm, FaultMatrixTest,
-    ::testing::Combine(::testing::Values(true),
+    ::testing::Combine(::testing::Values(Route::kShm),
                        ::testing::Values(Fault::kKill, Fault::kStop, Fault::kKillWithoutStore),
                        ::testing::Values(Op::kAllreduceRing, Op::kAllreduceSmall, Op::kBroadcast,
                                          Op::kAllgather, Op::kBarrier)),
     FaultCaseName);
+
+// Two hosts of two ranks, shared-memory pairs inside each: every flat algorithm (the hierarchical
+// one does not use the pairs) and the other collectives; a stall once (each takes the timeout).
+INSTANTIATE_TEST_SUITE_P(
+    ShmPairs, FaultMatrixTest,
+    ::testing::Combine(::testing::Values(Route::kShmPairs),
+                       ::testing::Values(Fault::kKill, Fault::kKillWithoutStore),
+                       ::testing::Values(Op::kAllreduceRing, Op::kAllreduceHalvingDoubling,
+                                         Op::kAllreduceRecursiveDoubling, Op::kBroadcast,
+                                         Op::kAllgather, Op::kBarrier)),
+    FaultCaseName);
+INSTANTIATE_TEST_SUITE_P(ShmPairsStall, FaultMatrixTest,
+                         ::testing::Values(FaultCase{Route::kShmPairs, Fault::kStop,
+                                                     Op::kAllreduceRing}),
+                         FaultCaseName);
 
 TEST(FailureTest, WrongTokenIsRefused) {
   CommunicatorOptions base;

@@ -7,11 +7,13 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "cadre/base/logging.h"
 #include "cadre/base/printable.h"
 #include "cadre/net/handshake.h"
+#include "cadre/transport/receive_order.h"
 #include "cadre/transport/tcp/acceptor.h"
 
 namespace cadre::transport::tcp {
@@ -39,9 +41,16 @@ int RankOfIdentity(const std::string& id, int size) {
 
 // Connects to every lower rank, one after the other (each accepts concurrently, so none waits
 // for us).
+// Whether `o` asks for a connection to `peer` (ConnectOptions::peers).
+bool Wanted(const ConnectOptions& o, int peer) {
+  return peer != o.rank &&
+         (o.peers.empty() || std::find(o.peers.begin(), o.peers.end(), peer) != o.peers.end());
+}
+
 Status ConnectLowerRanks(store::Store& store, const ConnectOptions& o, const std::string& my_id,
                          Deadline deadline, std::vector<std::unique_ptr<TcpPair>>& pairs) {
   for (int peer = 0; peer < o.rank; ++peer) {
+    if (!Wanted(o, peer)) continue;
     std::string key = "tcp-addr/" + std::to_string(peer);
     net::HostPort addr;
     try {
@@ -69,7 +78,8 @@ Status ConnectLowerRanks(store::Store& store, const ConnectOptions& o, const std
 Status AcceptHigherRanks(Acceptor& acceptor, const ConnectOptions& o, Deadline deadline,
                          const std::atomic<bool>& cancel,
                          std::vector<std::unique_ptr<TcpPair>>& pairs) {
-  int missing = o.size - 1 - o.rank;
+  int missing = 0;
+  for (int peer = o.rank + 1; peer < o.size; ++peer) missing += Wanted(o, peer) ? 1 : 0;
   while (missing > 0) {
     net::Socket sock;
     std::string peer_id;
@@ -77,7 +87,7 @@ Status AcceptHigherRanks(Acceptor& acceptor, const ConnectOptions& o, Deadline d
     if (!s.ok()) {
       std::string who;
       for (int peer = o.rank + 1; peer < o.size; ++peer) {
-        if (!pairs[peer]) who += (who.empty() ? "" : ", ") + o.names[peer];
+        if (Wanted(o, peer) && !pairs[peer]) who += (who.empty() ? "" : ", ") + o.names[peer];
       }
       std::string refused;
       if (acceptor.refused() > 0) {
@@ -88,7 +98,7 @@ Status AcceptHigherRanks(Acceptor& acceptor, const ConnectOptions& o, Deadline d
     }
     // Authenticated: a process of this job. Only an identity out of place is refused here.
     const int peer = RankOfIdentity(peer_id, o.size);
-    if (peer <= o.rank || pairs[peer]) {
+    if (peer <= o.rank || !Wanted(o, peer) || pairs[peer]) {
       CADRE_LOG(WARNING) << o.names[o.rank] << ": refused a connection from " << sock.peer_address()
                          << ": unexpected identity " << Quoted(peer_id);
       continue;
@@ -107,7 +117,9 @@ Status TcpDevice::Connect(store::Store& store, const ConnectOptions& o, Deadline
   dev->rank_ = o.rank;
   dev->size_ = o.size;
   dev->pairs_.resize(o.size);
-  if (o.size == 1) {
+  bool any = false;
+  for (int peer = 0; peer < o.size; ++peer) any = any || Wanted(o, peer);
+  if (!any) {
     *out = std::move(dev);
     return Status::Ok();
   }
@@ -127,7 +139,9 @@ Status TcpDevice::Connect(store::Store& store, const ConnectOptions& o, Deadline
   std::atomic<bool> cancel{false};
   Status accepted;
   std::thread accept_thread;
-  if (o.rank + 1 < o.size) {
+  bool higher = false;
+  for (int peer = o.rank + 1; peer < o.size; ++peer) higher = higher || Wanted(o, peer);
+  if (higher) {
     AcceptorOptions ao;
     ao.token = o.token;
     ao.identity = my_id;
@@ -181,32 +195,25 @@ Status TcpDevice::RunStreaming(std::span<const Transfer> transfers, Deadline dea
   if (!broken_.ok())
     return AbortedError("transport is broken by an earlier error: " + broken_.message());
   auto invalid = [&](const Transfer& t) {
-    return t.peer < 0 || t.peer >= size_ || t.peer == rank_
+    return t.peer < 0 || t.peer >= size_ || !pairs_[t.peer]
                ? InternalError("transfer to invalid peer " + std::to_string(t.peer))
                : Status::Ok();
   };
   for (const Transfer& t : transfers) CADRE_RETURN_IF_ERROR(invalid(t));
-  // With a callback, per peer: the batch numbers of its queued receives in order, how many of
-  // them have been reported, and the pair's completed-receive count when the batch started.
-  struct Track {
-    std::vector<size_t> recv_numbers;
-    size_t reported = 0;
-    uint64_t done_before = 0;
-  };
   std::vector<TcpPair*> active;
-  std::vector<Track> track(on_received ? static_cast<size_t>(size_) : 0);
-  size_t next_recv = 0;
+  std::optional<ReceiveOrder> order;  // with a callback only
+  if (on_received) order.emplace(size_);
   auto queue = [&](const Transfer& t) {
     TcpPair* p = pairs_[t.peer].get();
     if (std::find(active.begin(), active.end(), p) == active.end()) {
       active.push_back(p);
-      if (on_received) track[t.peer].done_before = p->recvs_done();
+      if (order) order->Joined(t.peer, p->recvs_done());
     }
     if (t.kind == Transfer::kSend) {
       p->QueueSend(t.data, t.bytes);
     } else {
       p->QueueRecv(t.data, t.bytes);
-      if (on_received) track[t.peer].recv_numbers.push_back(next_recv++);
+      if (order) order->Queued(t.peer);
     }
   };
   for (const Transfer& t : transfers) queue(t);
@@ -223,13 +230,10 @@ Status TcpDevice::RunStreaming(std::span<const Transfer> transfers, Deadline dea
       if (p->recv_pending()) {
         if (Status s = p->ProgressRecv(); !s.ok()) return Fail(s);
       }
-      if (!on_received) continue;
-      Track& tr = track[p->peer()];
-      while (p->recvs_done() - tr.done_before > tr.reported) {
+      if (!order) continue;
+      while (auto k = order->NextCompleted(p->peer(), p->recvs_done())) {
         more.clear();
-        if (Status s = on_received(tr.recv_numbers[tr.reported++], &more); !s.ok()) {
-          return Fail(s);
-        }
+        if (Status s = on_received(*k, &more); !s.ok()) return Fail(s);
         for (const Transfer& t : more) {
           if (Status s = invalid(t); !s.ok()) return Fail(s);
           queue(t);

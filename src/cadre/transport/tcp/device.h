@@ -33,6 +33,10 @@ struct ConnectOptions {
   // A hosts(5) file consulted for the addresses above and the peers' before getaddrinfo
   // (net/resolver.h; the learner contract's CADRE_HOSTS); empty: none.
   std::string hosts_file;
+  // The ranks to connect to; empty: every other rank (a full mesh). Every rank must list its
+  // peers consistently (r lists s exactly when s lists r). A transfer to a rank left out fails
+  // with kInternal.
+  std::vector<int> peers;
   // How long one accepted connection may take to finish the handshake (from its accept), and how
   // many may be mid-handshake at once (the oldest is dropped beyond that).
   Duration handshake_timeout = std::chrono::seconds(10);
@@ -47,6 +51,8 @@ class TcpDevice final : public Device {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Pair& pair(int peer) override { return *pairs_[peer]; }
+  // The connection to `peer`; null for this rank and ranks left out of ConnectOptions::peers.
+  TcpPair* tcp_pair(int peer) const { return pairs_[peer].get(); }
   Status Run(std::span<const Transfer> transfers, Deadline deadline) override;
   Status RunStreaming(std::span<const Transfer> transfers, Deadline deadline,
                       const OnReceived& on_received) override;

@@ -6,18 +6,12 @@
 #include <cerrno>
 #include <cstring>
 
+#include "cadre/transport/message.h"
+
 namespace cadre::transport::tcp {
 
 TcpPair::TcpPair(int peer, std::string name, net::Socket socket)
     : peer_(peer), name_(std::move(name)), socket_(std::move(socket)) {}
-
-namespace {
-
-constexpr uint64_t kSeqMask = 0xffffffffu;
-
-uint64_t Tag(uint32_t digest, uint64_t seq) { return (uint64_t{digest} << 32) | (seq & kSeqMask); }
-
-}  // namespace
 
 Status TcpPair::Broken(const std::string& what) const {
   // A rank that fails closes its connections on purpose too (comm's Fail): the group's first
@@ -38,7 +32,7 @@ void TcpPair::QueueSend(const void* data, size_t bytes) {
   op.bytes = bytes;
   net::FrameHeader h;
   h.type = frame_type::kData;
-  h.tag = Tag(digest_, ++send_seq_);
+  h.tag = MessageTag(digest_, ++send_seq_);
   h.length = bytes;
   net::EncodeFrameHeader(h, op.header);
   sends_.push_back(op);
@@ -101,23 +95,7 @@ Status TcpPair::HeaderReceived(Op& op) {
     return ProtocolError(name_ + " sent a frame of type " + std::to_string(h.type) +
                          ", expected transport data");
   }
-  if ((h.tag & kSeqMask) != ((recv_seq_ + 1) & kSeqMask)) {
-    return ProtocolError(name_ + " sent message #" + std::to_string(h.tag & kSeqMask) +
-                         ", expected #" + std::to_string((recv_seq_ + 1) & kSeqMask));
-  }
-  if (static_cast<uint32_t>(h.tag >> 32) != op.digest) {
-    const std::string mine = collective_ != nullptr ? *collective_ : "collective";
-    return MismatchError(name_ + " sent data of another collective than this rank's " + mine +
-                         " (every rank must call the same collectives in the same order, with "
-                         "the same counts, types, ops and roots)");
-  }
-  if (h.length != op.bytes) {
-    return MismatchError(name_ + " sent " + std::to_string(h.length) +
-                         " bytes where this rank expects " + std::to_string(op.bytes) +
-                         " (do all ranks call the same collective with the same sizes?)");
-  }
-  ++recv_seq_;
-  return Status::Ok();
+  return CheckMessage(name_, h.tag, h.length, op.digest, op.bytes, collective_, &recv_seq_);
 }
 
 Status TcpPair::ProgressRecv() {
