@@ -59,6 +59,11 @@ std::unique_ptr<Communicator> Communicator::Create(CommunicatorOptions options) 
                                             std::to_string(options.size));
   }
   if (!options.store) throw Error(Code::kInvalidArgument, "communicator options need a store");
+  if (!options.rank_names.empty() && options.rank_names.size() != size_t(options.size)) {
+    throw Error(Code::kInvalidArgument,
+                "communicator options name " + std::to_string(options.rank_names.size()) +
+                    " ranks for a group of " + std::to_string(options.size));
+  }
   if (options.timeout <= Duration::zero()) {
     throw Error(Code::kInvalidArgument, "communicator timeout must be positive");
   }
@@ -117,7 +122,8 @@ void CommunicatorImpl::Rendezvous() {
     hosts[r] = store_->get_string(key);
   }
   topology_ = ComputeTopology(rank, std::move(hosts));
-  for (int r = 0; r < size; ++r) {
+  names_ = options_.rank_names;
+  for (int r = 0; r < size && options_.rank_names.empty(); ++r) {
     names_.push_back(topology_.cross_size > 1
                          ? "rank " + std::to_string(r) + " (host " + topology_.hosts[r] + ")"
                          : "rank " + std::to_string(r));
@@ -209,8 +215,10 @@ std::vector<std::optional<std::string>> CommunicatorImpl::FailureRecords() {
   // first thing: wait briefly for all of them.
   std::vector<std::string> keys;
   for (int r = 0; r < topology_.size; ++r) keys.push_back("failure/called/" + std::to_string(r));
+  // Under the hierarchical allreduce a rank records here only after its level's own Fail, which
+  // may have waited kFailureRecordWait for that level's records first.
   try {
-    store_->wait(keys, kFailureRecordWait);
+    store_->wait(keys, hierarchy_ ? 2 * kFailureRecordWait : kFailureRecordWait);
   } catch (const Error&) {
     // Some rank did not get there in time: the others' records are still worth having.
   }
@@ -260,8 +268,13 @@ Status CommunicatorImpl::WithRanksThatDidNotFail(const Status& s) {
                               "collective) or cut off, and the likely cause");
 }
 
-void CommunicatorImpl::Fail(const Status& status) {
-  Status s = status.WithContext("rank " + std::to_string(topology_.rank));
+void CommunicatorImpl::Fail(const Status& status, bool in_subgroup) {
+  // A subgroup's failure already names this rank. It is shared again here: ranks that failed in
+  // other subgroups (another host's) meet only in this communicator's records.
+  Status s = in_subgroup ? status
+                         : status.WithContext(options_.rank_names.empty()
+                                                  ? "rank " + std::to_string(topology_.rank)
+                                                  : names_[topology_.rank]);
   bool shared = false;
   Code first = status.code();
   if (tcp_ && status.code() != Code::kInvalidArgument) {
@@ -304,6 +317,8 @@ std::unique_ptr<Communicator> CommunicatorImpl::Subgroup(const std::vector<int>&
   o.rank = index;
   o.size = static_cast<int>(ranks.size());
   o.store = std::make_shared<store::PrefixStore>("group/" + name, store_);
+  o.rank_names.clear();
+  for (int r : ranks) o.rank_names.push_back(names_[r]);
   return Communicator::Create(std::move(o));
 }
 

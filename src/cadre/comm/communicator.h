@@ -82,6 +82,11 @@ struct CommunicatorOptions {
   std::string hosts_file;
   // How AllreduceAlgorithm::kHierarchical runs (host grid, pipelining).
   HierarchyOptions hierarchy;
+  // How error messages name each rank (rank_names[r] for rank r, and this rank's own as the
+  // context of its errors). Empty: "rank R", with "(host H)" when the ranks are on several hosts.
+  // Subgroup() passes the names its ranks have in the group it is made from, so that a failure
+  // inside a subgroup (the hierarchical allreduce's levels) names the ranks the caller knows.
+  std::vector<std::string> rank_names;
 };
 
 class Communicator {

@@ -86,7 +86,7 @@ void CommunicatorImpl::RunAllreduce(const AllreduceOptions& o) {
         if (!hierarchy_) hierarchy_ = Hierarchy::Create(*this, options_.hierarchy);
         hierarchy_->Allreduce(o);
       } catch (const Error& e) {
-        Fail(e.status());
+        Fail(e.status(), /*in_subgroup=*/true);
       }
       return;
     case AllreduceAlgorithm::kHalvingDoubling:

@@ -55,8 +55,10 @@ class CommunicatorImpl final : public Communicator {
   bool use_shm() const { return options_.use_shm; }
 
   // Marks the communicator broken, makes peers fail fast (closes connections, aborts the shared
-  // group) and throws Error(status).
-  [[noreturn]] void Fail(const Status& status);
+  // group) and throws Error(status). `in_subgroup`: the failure came from one of this
+  // communicator's subgroups (the hierarchical allreduce's levels), whose message names this
+  // rank already.
+  [[noreturn]] void Fail(const Status& status, bool in_subgroup = false);
   Deadline MakeDeadline(std::optional<Duration> timeout) const {
     return Deadline(timeout.value_or(options_.timeout));
   }

@@ -41,12 +41,14 @@ enum class Fault { kKill, kStop, kKillWithoutStore };
 
 // How the ranks talk: one host over shared memory, one host over TCP loopback, or two pretend
 // hosts of two ranks each with shm_pairs (shared-memory pairs inside a host, TCP between; the
-// victim's same-host peer learns of its death from its pidfd).
-enum class Route { kShm, kTcp, kShmPairs };
+// victim's same-host peer learns of its death from its pidfd), or without them (kHosts: the
+// hierarchical allreduce's levels, a shared-memory group inside each host and TCP across).
+enum class Route { kShm, kTcp, kShmPairs, kHosts };
 
 // How the survivors name the victim.
 std::string VictimName(Route route) {
-  return "rank " + std::to_string(kVictim) + (route == Route::kShmPairs ? " (host host-1)" : "");
+  return "rank " + std::to_string(kVictim) +
+         (route == Route::kShm || route == Route::kTcp ? "" : " (host host-1)");
 }
 
 int64_t NowNs() {
@@ -62,6 +64,7 @@ enum class Op {
   kAllreduceRing,
   kAllreduceHalvingDoubling,
   kAllreduceRecursiveDoubling,
+  kAllreduceHierarchical,  // over Route::kHosts only
   kAllreduceSmall,
   kBroadcast,
   kAllgather,
@@ -76,6 +79,8 @@ std::string OpName(Op op) {
       return "AllreduceHalvingDoubling";
     case Op::kAllreduceRecursiveDoubling:
       return "AllreduceRecursiveDoubling";
+    case Op::kAllreduceHierarchical:
+      return "AllreduceHierarchical";
     case Op::kAllreduceSmall:
       return "AllreduceSmall";
     case Op::kBroadcast:
@@ -94,6 +99,7 @@ void RunOp(Communicator& comm, Op op, std::vector<float>& buf) {
     case Op::kAllreduceRing:
     case Op::kAllreduceHalvingDoubling:
     case Op::kAllreduceRecursiveDoubling:
+    case Op::kAllreduceHierarchical:
     case Op::kAllreduceSmall: {
       AllreduceOptions ar;
       ar.input = ar.output = buf.data();
@@ -102,7 +108,8 @@ void RunOp(Communicator& comm, Op op, std::vector<float>& buf) {
                      : op == Op::kAllreduceHalvingDoubling ? AllreduceAlgorithm::kHalvingDoubling
                      : op == Op::kAllreduceRecursiveDoubling
                          ? AllreduceAlgorithm::kRecursiveDoubling
-                         : AllreduceAlgorithm::kAuto;
+                     : op == Op::kAllreduceHierarchical ? AllreduceAlgorithm::kHierarchical
+                                                        : AllreduceAlgorithm::kAuto;
       Allreduce(comm, ar);
       return;
     }
@@ -142,8 +149,8 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, Route route, Fault fault
   o.store = st;
   o.token = testing::kToken;
   o.use_shm = route != Route::kTcp;
-  if (route == Route::kShmPairs) {
-    o.shm_pairs = true;
+  if (route == Route::kShmPairs || route == Route::kHosts) {
+    o.shm_pairs = route == Route::kShmPairs;
     o.host = "host-" + std::to_string(rank / 2);
     o.bind_address = "127.0.0.1";  // pretend hosts: names only
   }
@@ -175,17 +182,24 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, Route route, Fault fault
     const bool shm = route == Route::kShm;
     // Each survivor may time out waiting on its own neighbour, so the stalled rank must be
     // named as such, not merely mentioned.
-    // Over shared memory the one that timed out says so, and wakes the others with its reason.
-    const bool named =
-        fault == Fault::kKill ? what.find(victim) != std::string::npos
-        : shm                 ? what.find(victim + " did not reach step") != std::string::npos ||
-                    what.find("timed out waiting for " + victim + " (stalled") != std::string::npos
-              : what.find(victim + " has not failed with the others") != std::string::npos;
+    // Over shared memory the one that timed out says so, and wakes the others with its reason;
+    // over TCP (and across pretend hosts) the failure records name the rank that never failed.
+    const bool shm_says =
+        what.find(victim + " did not reach step") != std::string::npos ||
+        what.find("timed out waiting for " + victim + " (stalled") != std::string::npos;
+    const bool tcp_says =
+        what.find(victim + " has not failed with the others") != std::string::npos;
+    const bool named = fault == Fault::kKill    ? what.find(victim) != std::string::npos
+                       : route == Route::kHosts ? shm_says || tcp_says
+                       : shm                    ? shm_says
+                                                : tcp_says;
     const bool died = fault == Fault::kStop || what.find("died") != std::string::npos;
     if (!named || !died)
       std::fprintf(stderr, "rank %d: the error does not say rank %d %s: %s\n", rank, kVictim,
                    fault == Fault::kKill ? "died" : "stalled", e.what());
-    const auto within = fault == Fault::kKill ? kDetectWithin : kStallTimeout * 3;
+    // A stall is seen at the timeout, then each level of the hierarchical allreduce waits up to
+    // 2 s (4 s at the top) for the others' failure records.
+    const auto within = fault == Fault::kKill ? kDetectWithin : kStallTimeout * 5;
     const bool fast = s < std::chrono::duration<double>(within).count();
     if (!fast)
       std::fprintf(stderr, "rank %d: took %.1f s after the kill to fail (the timeout is %lld s)\n",
@@ -296,7 +310,10 @@ std::string FaultCaseName(const ::testing::TestParamInfo<FaultCase>& info) {
   const char* what = fault == Fault::kKill   ? "Sigkill"
                      : fault == Fault::kStop ? "Sigstop"
                                              : "SigkillWithoutStore";
-  const char* how = route == Route::kShm ? "Shm" : route == Route::kTcp ? "Tcp" : "ShmPairs";
+  const char* how = route == Route::kShm     ? "Shm"
+                    : route == Route::kTcp   ? "Tcp"
+                    : route == Route::kHosts ? "Hosts"
+                                             : "ShmPairs";
   return std::string(how) + what + OpName(op);
 }
 
@@ -329,6 +346,14 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(ShmPairsStall, FaultMatrixTest,
                          ::testing::Values(FaultCase{Route::kShmPairs, Fault::kStop,
                                                      Op::kAllreduceRing}),
+                         FaultCaseName);
+
+// The hierarchical allreduce over two pretend hosts: the victim is local rank 0 of the second.
+INSTANTIATE_TEST_SUITE_P(Hosts, FaultMatrixTest,
+                         ::testing::Combine(::testing::Values(Route::kHosts),
+                                            ::testing::Values(Fault::kKill, Fault::kStop,
+                                                              Fault::kKillWithoutStore),
+                                            ::testing::Values(Op::kAllreduceHierarchical)),
                          FaultCaseName);
 
 TEST(FailureTest, WrongTokenIsRefused) {

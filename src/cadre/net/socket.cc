@@ -238,7 +238,7 @@ Status Socket::Listen(const std::string& host, uint16_t port, int backlog, Socke
 }
 
 Status Socket::Connect(const std::string& host, uint16_t port, Deadline deadline, Socket* out,
-                       const std::string& hosts_file) {
+                       const std::string& hosts_file, bool retry_refused) {
   std::string where = HostPort{host, port}.ToString();
   auto backoff = std::chrono::milliseconds(5);
   std::string last_error = "no attempt made";
@@ -252,7 +252,7 @@ Status Socket::Connect(const std::string& host, uint16_t port, Deadline deadline
         Status s = ConnectOnce(ai, deadline, out, &err);
         if (s.ok()) return s;
         last_error = s.message();
-        if (err != 0 && !RetryableConnectError(err)) {
+        if (err != 0 && (!RetryableConnectError(err) || (err == ECONNREFUSED && !retry_refused))) {
           return IoError("cannot connect to " + where + ": " + s.message());
         }
       }

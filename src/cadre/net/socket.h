@@ -62,9 +62,11 @@ class Socket {
   // yet, is retried with a short back-off until the deadline, because peers start at different
   // times. The connected socket has TCP_NODELAY set. The timeout message names host:port and the
   // last error seen. A non-empty `hosts_file` (the learner contract's CADRE_HOSTS file,
-  // net/resolver.h) is consulted for `host` before getaddrinfo.
+  // net/resolver.h) is consulted for `host` before getaddrinfo. `retry_refused` false: a refused
+  // connection (nobody listens there any more) fails at once with kIo, for a reconnection to a
+  // server that was up.
   static Status Connect(const std::string& host, uint16_t port, Deadline deadline, Socket* out,
-                        const std::string& hosts_file = {});
+                        const std::string& hosts_file = {}, bool retry_refused = true);
 
   // Accepts one connection on a listening socket, waiting until the deadline. The accepted socket
   // is non-blocking with TCP_NODELAY set.

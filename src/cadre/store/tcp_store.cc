@@ -45,11 +45,16 @@ void TcpStore::EnsureConnectedLocked() {
   std::string where = net::HostPort{options_.host, options_.port}.ToString();
   Deadline deadline(options_.connect_timeout);
   net::Socket s;
-  Status st = net::Socket::Connect(options_.host, options_.port, deadline, &s, options_.hosts_file);
+  // The first connection waits for a server that is not up yet; a reconnection finds a server
+  // that was up, so a refusal means it is gone (its process ended) and fails at once: a rank
+  // reporting a failure through a store that died must not wait out connect_timeout per call.
+  Status st = net::Socket::Connect(options_.host, options_.port, deadline, &s, options_.hosts_file,
+                                   /*retry_refused=*/!connected_once_);
   std::string peer;
   if (st.ok()) st = net::ClientHandshake(s, options_.token, options_.identity, deadline, &peer);
   if (!st.ok()) throw Error(st.WithContext("cannot reach the store at " + where));
   socket_ = std::move(s);
+  connected_once_ = true;
 }
 
 TcpStore::Reply TcpStore::Call(uint8_t type, const std::vector<uint8_t>& payload,

@@ -79,7 +79,8 @@ struct TcpStoreOptions {
   std::string token;
   // How this client names itself to the server (it appears in the server's log lines).
   std::string identity = "store-client";
-  // How long to keep retrying the first connection (and each reconnection).
+  // How long to keep retrying the first connection (and each reconnection; but a reconnection
+  // that is refused, the server having gone, fails at once).
   Duration connect_timeout = std::chrono::seconds(60);
   // The store's timeout for get()/wait() (Store::timeout()).
   Duration timeout = Store::kDefaultTimeout;
@@ -109,8 +110,9 @@ class TcpStore final : public Store {
 
   TcpStoreOptions options_;
   std::mutex mu_;
-  net::Socket socket_;     // GUARDED_BY(mu_); invalid after an I/O error until reconnected
-  uint64_t next_tag_ = 1;  // GUARDED_BY(mu_)
+  net::Socket socket_;           // GUARDED_BY(mu_); invalid after an I/O error until reconnected
+  bool connected_once_ = false;  // GUARDED_BY(mu_); a reconnection does not wait for refusals
+  uint64_t next_tag_ = 1;        // GUARDED_BY(mu_)
 };
 
 }  // namespace cadre::store

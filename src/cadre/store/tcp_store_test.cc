@@ -199,6 +199,29 @@ TEST(TcpStoreTest, ClientReconnectsAfterTheServerComesBack) {
   EXPECT_EQ(s.get_string("k"), "3");
 }
 
+// A server that was up and is gone (its process ended) refuses the reconnection: the call fails
+// at once with kIo instead of retrying refusals until connect_timeout (a kTimeout), so a rank
+// reporting a failure through a dead store is not held for a minute per call.
+TEST(TcpStoreTest, AReconnectionToAServerThatIsGoneFailsAtOnce) {
+  auto server = std::make_unique<TcpStoreServer>(ServerOptions());
+  TcpStoreOptions o = ClientOptions(*server);
+  o.connect_timeout = std::chrono::hours(1);
+  TcpStore s(o);
+  s.set_string("k", "1");
+  server.reset();
+  EXPECT_THROW(s.set_string("k", "2"), Error);  // the connection closes under the call
+  for (int i = 0; i < 2; ++i) {
+    try {
+      s.set_string("k", "3");
+      ADD_FAILURE() << "set on a store that is gone succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::kIo) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cannot reach the store"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(TcpStoreTest, ConnectTimesOutAgainstAStalledServer) {
   // A listener that accepts TCP connections but never handshakes.
   net::Socket listener;
