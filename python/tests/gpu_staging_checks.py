@@ -164,6 +164,37 @@ def _():
         raise AssertionError("a broadcast from rank 5 of 1 succeeded")
 
 
+@suite.check("a_device_error_during_the_copy_in_fails_the_operation")
+def _():
+    # A CUDA error surfaces where the host waits for the device: here the submitter thread's
+    # wait for the copy-in. The operation must fail with it at synchronize, not wait forever.
+    class FailingDevice(SimDevice):
+        def synchronize(self, event):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    dev = FailingDevice()
+    install(dev)
+    _device[0] = dev
+    h = hvd.allreduce_async_(torch.ones(3), name="device.error")
+    outcome = []
+
+    def wait():
+        try:
+            hvd.synchronize(h)
+            outcome.append("succeeded")
+        except RuntimeError as e:
+            outcome.append(str(e))
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(60)
+    assert not waiter.is_alive(), "synchronize still waits for an operation whose copy-in failed"
+    assert outcome == ["CUDA error: an illegal memory access was encountered"], outcome
+    on()
+    got = hvd.allreduce(torch.ones(2), name="after.device.error", op=hvd.Sum)
+    assert torch.equal(got, torch.ones(2)), got
+
+
 @suite.check("flush_follows_the_queued_submissions")
 def _():
     dev = on()

@@ -147,23 +147,30 @@ class StagedOp:
 
     # Called on the submitter thread.
     def _submit(self):
-        self.device.synchronize(self.copied)
-        self._source = None
+        copied = False
         try:
+            # A CUDA error (an earlier kernel's, say) surfaces here: the operation fails with
+            # it, so that nobody waits for a submission that will never come.
+            self.device.synchronize(self.copied)
+            copied = True
+            self._source = None
             self.core = self._enqueue(self._host)
         except BaseException as e:  # noqa: BLE001 -- raised by synchronize() on the caller
-            self._fail(e)
+            self._source = None
+            # A buffer the copy-in may still write is not given back to the pool.
+            self._fail(e, reuse_buffer=copied)
         finally:
             self._submitted.set()
         return self.core is not None
 
-    def _fail(self, error):
+    def _fail(self, error, reuse_buffer=True):
         with self._lock:
             if self._finished:
                 return
             self._error = error
             self._finished = True
-        self._stager.pool(self.device).release(self._block)
+        if reuse_buffer:
+            self._stager.pool(self.device).release(self._block)
 
     def try_finish(self):
         """Starts the copy-out once the engine is done; True when this operation needs nothing
