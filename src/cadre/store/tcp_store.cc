@@ -71,7 +71,9 @@ TcpStore::Reply TcpStore::Call(uint8_t type, const std::vector<uint8_t>& payload
   net::FrameHeader h;
   Status s = net::SendFrame(socket_, type, 0, tag, payload, deadline);
   if (s.ok()) s = net::RecvFrame(socket_, wire::kMaxPayload, deadline, &h, &reply.payload);
-  if (s.ok() && h.tag != tag) {
+  // An ERROR of tag 0 is about the connection (the server could not read a frame) and one of
+  // kProtocol about a malformed request: the server closes the connection after either.
+  if (s.ok() && h.tag != tag && !(h.tag == 0 && h.type == wire::kError)) {
     s = ProtocolError("reply for request " + std::to_string(h.tag) + " while waiting for " +
                       std::to_string(tag));
   }
@@ -84,6 +86,11 @@ TcpStore::Reply TcpStore::Call(uint8_t type, const std::vector<uint8_t>& payload
     if (s.ok()) {
       if (code == 0 || code > static_cast<uint8_t>(Code::kInternal)) {
         s = ProtocolError("error reply with unknown code " + std::to_string(code));
+      } else if (h.tag == 0 || static_cast<Code>(code) == Code::kProtocol) {
+        s = Status(static_cast<Code>(code),
+                   "the store refused this client's request and closed "
+                   "the connection: " +
+                       message);
       } else {
         throw Error(static_cast<Code>(code), message);  // the stream is still in step
       }

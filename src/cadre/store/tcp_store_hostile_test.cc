@@ -159,8 +159,37 @@ TEST(TcpStoreHostileTest, BadFramesAfterTheHandshakeCloseOnlyThatClient) {
   bad.emplace_back(wire::kAdd, extra.Take());
   for (auto& [type, payload] : bad) {
     net::Socket s = Authenticated(server.port());
-    ASSERT_TRUE(net::SendFrame(s, type, 0, 1, payload, Deadline(5s)).ok());
+    ASSERT_TRUE(net::SendFrame(s, type, 0, 7, payload, Deadline(5s)).ok());
+    // The client is told what was wrong with its request (kProtocol), then closed.
+    net::FrameHeader h;
+    std::vector<uint8_t> reply;
+    ASSERT_TRUE(net::RecvFrame(s, wire::kMaxPayload, Deadline(10s), &h, &reply).ok()) << int(type);
+    EXPECT_EQ(h.type, wire::kError) << int(type);
+    EXPECT_EQ(h.tag, 7u) << int(type);
+    net::WireReader r(reply);
+    uint8_t code = 0;
+    std::string message;
+    ASSERT_TRUE(r.GetU8("code", &code).ok());
+    ASSERT_TRUE(r.GetString("message", 4096, &message).ok());
+    EXPECT_EQ(static_cast<Code>(code), Code::kProtocol) << message;
+    EXPECT_FALSE(message.empty());
     EXPECT_EQ(DrainUntilClosed(s, 10s).code(), Code::kIo) << int(type);
+  }
+  // A frame the server cannot read at all (another protocol version): an ERROR about the
+  // connection (tag 0) naming both versions.
+  {
+    net::Socket s = Authenticated(server.port());
+    uint8_t header[net::kFrameHeaderSize];
+    net::EncodeFrameHeader({net::kProtocolVersion + 1, wire::kSet, 0, 9, 0}, header);
+    ASSERT_TRUE(s.SendAll(header, sizeof(header), Deadline(5s)).ok());
+    net::FrameHeader h;
+    std::vector<uint8_t> reply;
+    ASSERT_TRUE(net::RecvFrame(s, wire::kMaxPayload, Deadline(10s), &h, &reply).ok());
+    EXPECT_EQ(h.type, wire::kError);
+    EXPECT_EQ(h.tag, 0u);
+    const std::string text(reply.begin(), reply.end());
+    EXPECT_NE(text.find("version"), std::string::npos) << text;
+    EXPECT_EQ(DrainUntilClosed(s, 10s).code(), Code::kIo);
   }
   ExpectServes(server, "after-bad-frames");
   // Nothing was applied by the rejected ADD.

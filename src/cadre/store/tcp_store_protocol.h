@@ -8,7 +8,9 @@
 //   CHECK  u32 n, n x key                    -> VALUE u8 (1 when every key exists)
 //   WAIT   u64 timeout_ms, u32 n, n x key    -> OK | ERROR (kTimeout naming the missing keys)
 //   ERROR  payload: u8 cadre::Code, message
-// GET and WAIT are parked by the server until the keys exist or timeout_ms passes.
+// GET and WAIT are parked by the server until the keys exist or timeout_ms passes. A request the
+// server cannot decode gets an ERROR of kProtocol naming the field; a frame it cannot read, an
+// ERROR of tag 0; the server closes the connection after either.
 #pragma once
 
 #include <cstdint>

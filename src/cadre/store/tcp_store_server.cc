@@ -180,12 +180,21 @@ class TcpStoreServerImpl {
       if (!c->reader.Next(&h, &payload)) {
         Status bad = c->reader.status();
         if (bad.ok()) return true;
-        Send(*c, net::EncodeRejectFrame(bad.message()));
+        // Tell the client why before closing: a stranger in the handshake's terms, a client in
+        // the protocol's (an ERROR of tag 0: about the connection, not one request).
+        if (c->handshake) {
+          Send(*c, net::EncodeRejectFrame(bad.message()));
+        } else {
+          ReplyError(*c, 0, bad);
+        }
         Close(id, bad);
         return false;
       }
       Status s = c->handshake ? OnHandshakeFrame(*c, h, payload) : OnRequest(*c, h, payload);
       if (!s.ok()) {
+        // A malformed request: the client learns what was wrong with it (kProtocol, which tells
+        // it the connection is closed), then the connection closes.
+        if (!c->handshake) ReplyError(*c, h.tag, Status(Code::kProtocol, s.message()));
         Close(id, s);
         return false;
       }

@@ -8,6 +8,7 @@
 #include "cadre/base/status.h"
 #include "cadre/net/frame.h"
 #include "cadre/net/handshake.h"
+#include "cadre/net/wire.h"
 #include "cadre/store/tcp_store_protocol.h"
 
 namespace cadre::store {
@@ -220,6 +221,49 @@ TEST(TcpStoreTest, AReconnectionToAServerThatIsGoneFailsAtOnce) {
           << e.what();
     }
   }
+}
+
+// A server that refuses a request as malformed (an ERROR of kProtocol) closes the connection:
+// the client reports the server's reason and reconnects on its next call, instead of failing
+// that call on the closed stream.
+TEST(TcpStoreTest, ARequestTheServerRefusesAsMalformedIsReportedAndTheNextCallReconnects) {
+  net::Socket listener;
+  ASSERT_TRUE(net::Socket::Listen("127.0.0.1", 0, 4, &listener).ok());
+  std::thread server([&] {
+    for (int i = 0; i < 2; ++i) {
+      net::Socket c;
+      if (!listener.Accept(Deadline(10s), &c).ok()) return;
+      std::string peer;
+      if (!net::ServerHandshake(c, kToken, "store", Deadline(10s), &peer).ok()) return;
+      net::FrameHeader h;
+      std::vector<uint8_t> request;
+      if (!net::RecvFrame(c, wire::kMaxPayload, Deadline(10s), &h, &request).ok()) return;
+      net::WireWriter w;
+      if (i == 0) {
+        w.PutU8(static_cast<uint8_t>(Code::kProtocol));
+        w.PutString("malformed SET: the key is cut short");
+        (void)net::SendFrame(c, wire::kError, 0, h.tag, w.data(), Deadline(10s));
+      } else {
+        (void)net::SendFrame(c, wire::kOk, 0, h.tag, {}, Deadline(10s));
+      }
+    }
+  });
+  TcpStoreOptions o;
+  o.port = listener.local_port();
+  o.token = kToken;
+  o.connect_timeout = 10s;
+  o.timeout = 10s;
+  TcpStore s(o);
+  try {
+    s.set_string("k", "1");
+    ADD_FAILURE() << "a refused request succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kProtocol) << e.what();
+    EXPECT_NE(std::string(e.what()).find("malformed SET: the key is cut short"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(s.set_string("k", "2"));  // a fresh connection: the second accept
+  server.join();
 }
 
 TEST(TcpStoreTest, ConnectTimesOutAgainstAStalledServer) {
