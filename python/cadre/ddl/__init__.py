@@ -309,7 +309,8 @@ class _BackwardReducer:
         self.reduced = True
 
     def start_step(self):
-        """Forgets the reductions of the step that ends (step() or zero_grad())."""
+        """Forgets the reductions of the step that ends (step(), or the optimizer's
+        zero_grad())."""
         self.reduced = False
         self._base = None
 
@@ -328,7 +329,6 @@ def wrap(model, optimizer, average=True):
     reducer = _BackwardReducer(model, average)
     step = optimizer.step
     zero_grad = optimizer.zero_grad
-    model_zero_grad = model.zero_grad
 
     def reducing_step(self, closure=None):
         loss = None
@@ -345,13 +345,8 @@ def wrap(model, optimizer, average=True):
         reducer.start_step()
         return zero_grad(*args, **kwargs)
 
-    def resetting_model_zero_grad(self, *args, **kwargs):
-        reducer.start_step()
-        return model_zero_grad(*args, **kwargs)
-
     # Bound methods, as the ones they replace: torch's LR schedulers made afterwards wrap
     # optimizer.step through its __self__ and __func__.
     optimizer.step = types.MethodType(reducing_step, optimizer)
     optimizer.zero_grad = types.MethodType(resetting_zero_grad, optimizer)
-    model.zero_grad = types.MethodType(resetting_model_zero_grad, model)
     return model, optimizer
