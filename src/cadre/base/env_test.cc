@@ -1,4 +1,5 @@
 #include "cadre/base/env.h"
+#include "cadre/base/logging.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -37,6 +38,26 @@ TEST(DeadlineTest, ExpiresAndClamps) {
   EXPECT_TRUE(d.expired());
   EXPECT_EQ(d.remaining().count(), 0);
   EXPECT_EQ(Deadline::Never().poll_timeout_ms(), -1);
+}
+
+TEST(LogLevelTest, EveryDocumentedValueParsesAndOthersAreNamed) {
+  std::string complaint;
+  EXPECT_EQ(ParseLogLevel(nullptr, &complaint), LogLevel::kWarning);
+  EXPECT_EQ(ParseLogLevel("", &complaint), LogLevel::kWarning);
+  EXPECT_EQ(complaint, "");
+  for (const char* v : {"debug", "DEBUG", "0"})
+    EXPECT_EQ(ParseLogLevel(v, &complaint), LogLevel::kDebug);
+  for (const char* v : {"info", "INFO", "1"})
+    EXPECT_EQ(ParseLogLevel(v, &complaint), LogLevel::kInfo);
+  for (const char* v : {"warning", "WARNING", "2"}) {
+    EXPECT_EQ(ParseLogLevel(v, &complaint), LogLevel::kWarning);
+    EXPECT_EQ(complaint, "") << v;
+  }
+  for (const char* v : {"error", "ERROR", "3"})
+    EXPECT_EQ(ParseLogLevel(v, &complaint), LogLevel::kError);
+  EXPECT_EQ(ParseLogLevel("verbose", &complaint), LogLevel::kWarning);
+  EXPECT_NE(complaint.find("CADRE_LOG_LEVEL='verbose'"), std::string::npos) << complaint;
+  EXPECT_NE(complaint.find("debug, info, warning, error"), std::string::npos) << complaint;
 }
 
 }  // namespace

@@ -11,30 +11,46 @@
 namespace cadre {
 namespace {
 
-LogLevel ParseLevel(const char* value) {
-  if (value == nullptr) return LogLevel::kWarning;
-  std::string v(value);
-  if (v == "debug" || v == "DEBUG" || v == "0") return LogLevel::kDebug;
-  if (v == "info" || v == "INFO" || v == "1") return LogLevel::kInfo;
-  if (v == "error" || v == "ERROR" || v == "3") return LogLevel::kError;
-  return LogLevel::kWarning;
-}
-
 const char* LevelTag(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "D";
-    case LogLevel::kInfo: return "I";
-    case LogLevel::kWarning: return "W";
-    case LogLevel::kError: return "E";
+    case LogLevel::kDebug:
+      return "D";
+    case LogLevel::kInfo:
+      return "I";
+    case LogLevel::kWarning:
+      return "W";
+    case LogLevel::kError:
+      return "E";
   }
   return "?";
 }
 
 }  // namespace
 
+LogLevel ParseLogLevel(const char* value, std::string* complaint) {
+  complaint->clear();
+  if (value == nullptr || *value == '\0') return LogLevel::kWarning;
+  const std::string v(value);
+  if (v == "debug" || v == "DEBUG" || v == "0") return LogLevel::kDebug;
+  if (v == "info" || v == "INFO" || v == "1") return LogLevel::kInfo;
+  if (v == "warning" || v == "WARNING" || v == "2") return LogLevel::kWarning;
+  if (v == "error" || v == "ERROR" || v == "3") return LogLevel::kError;
+  *complaint = "CADRE_LOG_LEVEL='" + v +
+               "' is not one of debug, info, warning, error (or 0 to 3); logging at warning";
+  return LogLevel::kWarning;
+}
+
 LogLevel LogThreshold() {
   // Immutable after first use: read once from the environment.
-  static const LogLevel threshold = ParseLevel(std::getenv("CADRE_LOG_LEVEL"));
+  static const LogLevel threshold = [] {
+    std::string complaint;
+    const LogLevel level = ParseLogLevel(std::getenv("CADRE_LOG_LEVEL"), &complaint);
+    if (!complaint.empty()) {
+      const std::string line = "[cadre W] " + complaint + "\n";
+      (void)!::write(STDERR_FILENO, line.data(), line.size());
+    }
+    return level;
+  }();
   return threshold;
 }
 

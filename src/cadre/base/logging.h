@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sstream>
+#include <string>
 #include <string_view>
 
 namespace cadre {
@@ -12,6 +13,11 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
 LogLevel LogThreshold();
 bool LogEnabled(LogLevel level);
+
+// A CADRE_LOG_LEVEL value: debug/info/warning/error (also upper case, or 0 to 3); unset or empty
+// is warning. Anything else is warning too, and *complaint then says so, naming the variable and
+// the values it takes (logging cannot refuse to start, so LogThreshold() prints it once).
+LogLevel ParseLogLevel(const char* value, std::string* complaint);
 
 // Collects one message and writes it on destruction.
 class LogMessage {
@@ -35,7 +41,7 @@ class LogMessage {
 #define CADRE_LOG_LEVEL_ERROR ::cadre::LogLevel::kError
 
 // CADRE_LOG(INFO) << "rank " << rank << " connected";
-#define CADRE_LOG(level)                                   \
-  if (!::cadre::LogEnabled(CADRE_LOG_LEVEL_##level)) {     \
-  } else                                                   \
+#define CADRE_LOG(level)                               \
+  if (!::cadre::LogEnabled(CADRE_LOG_LEVEL_##level)) { \
+  } else                                               \
     ::cadre::LogMessage(CADRE_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
