@@ -210,6 +210,11 @@ def test_cuda_without_a_gpu_is_a_clear_error(classifier):
     (["--max-request-bytes", "-1"], "--max-request-bytes"),  # was taken as 2^64 - 1
     (["--port", "0", "--port-file", "/nonexistent-folder/port"], "--port-file"),  # was a crash
     (["--port", "0", "--name", "a/b"], "--name: 'a/b'"),  # was served, and no route reached it
+    # Misspelt devices are named as such, with or without a GPU (they read "no CUDA device").
+    (["--port", "0", "--device", "cuda:x"], "--device: expected auto, cpu, cuda or cuda:N, not "
+                                            "'cuda:x'"),
+    (["--port", "0", "--device", "cudafoo"], "not 'cudafoo'"),
+    (["--port", "0", "--device", "gpu"], "not 'gpu'"),
 ])
 def test_bad_options_are_refused_naming_the_option(classifier, args, message):
     proc = subprocess.run([CADRE, "serve", classifier[1], *args], timeout=120,

@@ -4,7 +4,10 @@
 #include <torch/cuda.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <cstring>
+
+#include "cadre/base/printable.h"
 
 namespace cadre::serving {
 namespace {
@@ -121,8 +124,15 @@ Status ResolveDevice(const std::string& requested, std::string* device) {
     *device = cuda ? "cuda:0" : "cpu";
     return Status::Ok();
   }
-  if (requested.rfind("cuda", 0) != 0) {
-    return InvalidArgument("--device: expected auto, cpu, cuda or cuda:N, not '" + requested + "'");
+  // The spelling first, so that a mistyped device is named as such with or without a GPU.
+  const bool spelled =
+      requested == "cuda" ||
+      (requested.size() > 5 && requested.size() <= 9 && requested.rfind("cuda:", 0) == 0 &&
+       std::all_of(requested.begin() + 5, requested.end(),
+                   [](char c) { return c >= '0' && c <= '9'; }));
+  if (!spelled) {
+    return InvalidArgument("--device: expected auto, cpu, cuda or cuda:N, not " +
+                           QuotedText(requested));
   }
   if (!cuda) {
     return Status(Code::kUnavailable, "--device " + requested + ": no CUDA device (this libtorch " +
