@@ -4,7 +4,9 @@ session folder of its own (runner_helpers.MPI_AGENT), and the hostfile's hosts a
 127.0.0.3, which Open MPI takes for two other nodes."""
 import os
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -126,3 +128,18 @@ def test_a_path_that_is_not_utf8_is_refused_before_anything_starts(mpi, tmp_path
     assert "--output-dir: '" in job.stderr and "\\xff' is not UTF-8 text" in job.stderr
     assert "nothing was started" in job.stderr
     assert not os.path.exists(job_dir)
+
+
+def test_a_killed_runner_leaves_nothing_running(mpi, tmp_path):
+    # cadre run dies by SIGKILL: mpirun's keeper learns it (PR_SET_PDEATHSIG) and kills mpirun,
+    # whose daemons end the slots; the slots' heartbeats would stop them too.
+    proc = mpi("--heartbeat-timeout", "3", "--", "sh", "-c", "echo up; sleep 300", started=True)
+    job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60, interrupt=signal.SIGKILL)
+    assert job.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 60
+    left = "?"
+    while left and time.monotonic() < deadline:
+        left = subprocess.run(["pgrep", "-af", str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True).stdout
+        time.sleep(0.5)
+    assert left == "", left

@@ -34,11 +34,12 @@ def cadre_slurm(cluster, tmp_path, *args, timeout=120):
     return Job(proc, str(tmp_path))
 
 
-def start_2x2_sleeping(cluster, tmp_path):
-    """A running `cadre run` of 2 learners x 2 slots that each say "up" and sleep 2 minutes."""
+def start_2x2_sleeping(cluster, tmp_path, *args, command="echo up; sleep 120"):
+    """A running `cadre run ARGS` of 2 learners x 2 slots that each say "up" and sleep 2 minutes
+    (or run `command`)."""
     return subprocess.Popen([CADRE, "run", "--backend", "slurm", "--store-host", "127.0.0.1",
-                             "-n", "2", "--compute", "cpux2", "--framework", "pytorch-horovod",
-                             "--", "sh", "-c", "echo up; sleep 120"],
+                             *args, "-n", "2", "--compute", "cpux2", "--framework",
+                             "pytorch-horovod", "--", "sh", "-c", command],
                             cwd=tmp_path, env=cluster.env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -212,6 +213,75 @@ def test_fashion_mnist_horovod_example_trains_through_slurm(slurm, tmp_path):
     with open(os.path.join(job.job_dir, "accuracy.txt")) as f:
         accuracy = float(f.read())
     assert accuracy > 0.5, accuracy  # chance is 0.1
+
+
+def wait_for_job_end(cluster, job_id, timeout):
+    """The Slurm job's final state, polled (at most `timeout` s; None if it still runs)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = cluster.job_state(job_id)
+        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            return state
+        time.sleep(0.5)
+    return None
+
+
+def test_a_killed_runner_takes_its_slurm_job_with_it(slurm, tmp_path):
+    # cadre run dies by SIGKILL (no cleanup, no scancel): its slots no longer hear from it
+    # through its store and stop, so the job ends and frees its nodes, as srun's tasks end with
+    # a foreground srun, rather than holding them until its time limit.
+    proc = start_2x2_sleeping(slurm, tmp_path, "--heartbeat-timeout", "3",
+                              command="echo up; sleep 300")
+    job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60, interrupt=signal.SIGKILL)
+    assert job.returncode == -signal.SIGKILL
+    job_id = slurm_job_id(job)
+    # Bounded well below the sleep: the job ends because its runner is gone.
+    state = wait_for_job_end(slurm, job_id, timeout=120)
+    assert state in ("FAILED", "CANCELLED"), state
+    for learner, slot in ((1, 0), (1, 1), (2, 0), (2, 1)):
+        with open(os.path.join(job.job_dir, f"learner-{learner}", f"slot-{slot}.exit")) as f:
+            record = json.load(f)
+        assert "has answered no heartbeat" in record["runner_lost"], record
+        with open(os.path.join(job.job_dir, f"learner-{learner}", f"slot-{slot}.log")) as f:
+            assert f"cadre task: stopping learner-{learner} slot {slot}: cadre run's " \
+                   "rendezvous store" in f.read()
+
+
+def test_a_slow_runner_is_not_taken_for_a_dead_one(slurm, tmp_path):
+    # cadre run stopped (SIGSTOP) for less than the heartbeat timeout, then continued: the job
+    # goes on and completes.
+    proc = start_2x2_sleeping(slurm, tmp_path, "--heartbeat-timeout", "30",
+                              command="echo up; while [ ! -e resumed ]; do sleep 0.2; done")
+
+    def pause():
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(5)  # several heartbeats go unanswered meanwhile
+        proc.send_signal(signal.SIGCONT)
+        (tmp_path / "resumed").write_text("")
+
+    job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60, while_up=pause,
+                            interrupt=None)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.status()["state"] == "completed"
+
+
+def test_a_node_lost_with_no_failing_learner_is_named_before_slurm_notices(slurm, tmp_path):
+    # Node 2 is lost at once and no learner fails (they do not talk to each other): Slurm would
+    # notice after SlurmdTimeout (5 minutes here); the slots' heartbeats name the node at once.
+    proc = start_2x2_sleeping(slurm, tmp_path, "--heartbeat-timeout", "3",
+                              command="echo up; sleep 300")
+    try:
+        job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=120,
+                                while_up=lambda: slurm.kill_node("node2"), interrupt=None)
+    finally:
+        slurm.restart_node("node2", timeout=600)
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "ending the job: learner-2 (node node2) slots 0, 1: not heard from" in job.stderr, \
+        job.stderr
+    status = job.status()
+    assert status["state"] == "failed"
+    assert status["failure"].startswith("learner-2 (node node2) slots 0, 1: not heard from")
+    assert status["failed_slot"] == {"learner_id": 2, "local_rank": 0}
 
 
 def test_a_failed_learner_ends_the_job_when_a_lost_node_does_not_answer(slurm, tmp_path):

@@ -71,6 +71,9 @@ std::vector<MisplacedFlag> FlagsForOtherEngines(BackendKind kind, const EngineFl
        &EngineFlagsGiven::queue_timeout,
        {BackendKind::kSlurm, BackendKind::kKubernetes}},
       {"--namespace", &EngineFlagsGiven::name_space, {BackendKind::kKubernetes}},
+      {"--heartbeat-timeout",
+       &EngineFlagsGiven::heartbeat_timeout,
+       {BackendKind::kSlurm, BackendKind::kMpi}},
   };
   std::vector<MisplacedFlag> misplaced;
   for (const Rule& rule : rules) {

@@ -41,6 +41,10 @@ struct BackendOptions {
   // at the same path on every node, as must the job directory.
   std::filesystem::path cadre_program;
   std::chrono::milliseconds poll_interval{500};
+  // Slurm, Open MPI: the slots and cadre run beat through the rendezvous store (heartbeat.h); a
+  // slot not heard from for this long is lost (its node), and a slot that has not heard from
+  // cadre run for this long stops. Zero: no heartbeats.
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(60)};
 };
 
 class Backend {
@@ -65,12 +69,13 @@ std::unique_ptr<Backend> MakeBackend(const BackendOptions& options);
 
 // The engine-specific flags of `cadre run` and `cadre server` that were given.
 struct EngineFlagsGiven {
-  bool partition = false;      // --partition
-  bool time_limit = false;     // --time-limit
-  bool hostfile = false;       // --hostfile
-  bool store_host = false;     // --store-host
-  bool queue_timeout = false;  // --queue-timeout
-  bool name_space = false;     // --namespace
+  bool partition = false;          // --partition
+  bool time_limit = false;         // --time-limit
+  bool hostfile = false;           // --hostfile
+  bool store_host = false;         // --store-host
+  bool queue_timeout = false;      // --queue-timeout
+  bool name_space = false;         // --namespace
+  bool heartbeat_timeout = false;  // --heartbeat-timeout
 };
 struct MisplacedFlag {
   std::string flag;     // "--partition"

@@ -34,6 +34,14 @@ TEST(Backend, FlagsOfAnotherEngineNameTheirEngines) {
   EXPECT_EQ(misplaced[0].message, "is for --backend slurm, not mpi");
   EXPECT_EQ(misplaced[1].message, "is for --backend slurm or kubernetes, not mpi");
   EXPECT_TRUE(FlagsForOtherEngines(BackendKind::kSlurm, given).empty());
+  // Heartbeats go through the runner's store, which Kubernetes jobs do not have.
+  EngineFlagsGiven beat;
+  beat.heartbeat_timeout = true;
+  EXPECT_TRUE(FlagsForOtherEngines(BackendKind::kMpi, beat).empty());
+  misplaced = FlagsForOtherEngines(BackendKind::kKubernetes, beat);
+  ASSERT_EQ(misplaced.size(), 1u);
+  EXPECT_EQ(misplaced[0].flag, "--heartbeat-timeout");
+  EXPECT_EQ(misplaced[0].message, "is for --backend slurm or mpi, not kubernetes");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 
 #include "cadre/backends/task.h"
 #include "cadre/launch/python_env.h"
@@ -154,6 +155,17 @@ Status ClusterJob::StartStoreAndWritePlan() {
     std::string address = store_->address();
     std::string host = backend_.store_host.empty() ? OwnAddress() : backend_.store_host;
     layout_.store_address = host + address.substr(address.rfind(':'));
+    if (backend_.heartbeat_timeout.count() > 0) {
+      store::TcpStoreOptions c;
+      c.host = "127.0.0.1";
+      c.port = store_->port();
+      c.token = layout_.job_token;
+      c.identity = "cadre run (heartbeats)";
+      c.connect_timeout = std::chrono::seconds(10);
+      c.timeout = std::chrono::seconds(10);
+      beats_ = std::make_unique<store::TcpStore>(c);
+      watch_.emplace(backend_.heartbeat_timeout);
+    }
   } catch (const Error& e) {
     return e.status().WithContext("starting the job's rendezvous store");
   }
@@ -165,6 +177,7 @@ Status ClusterJob::StartStoreAndWritePlan() {
   plan.command_argv = spec_.command_argv;
   plan.python_bin_dir = layout_.python_bin_dir;
   plan.python_path = layout_.python_path;
+  plan.heartbeat_timeout = watch_ ? backend_.heartbeat_timeout : std::chrono::milliseconds(0);
   return WriteTaskPlan(plan);
 }
 
@@ -202,6 +215,15 @@ Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
     if (!stopping && stop_signal == 0) {
       if (std::string failure = RecordedFailure(); !failure.empty()) {
         Message("ending the job: " + failure);
+        engine.Stop(false);
+        stopping = true;
+      }
+    }
+    // A node lost without a slot failing (nothing runs into the loss, or the learners' own
+    // timeouts are long) is otherwise noticed only when the engine gives up on the node.
+    if (!stopping && stop_signal == 0 && !state.pending) {
+      if (std::string lost = LostSlots(); !lost.empty()) {
+        Message("ending the job: " + lost);
         engine.Stop(false);
         stopping = true;
       }
@@ -248,6 +270,55 @@ std::string ClusterJob::RecordedFailure() const {
   return "";
 }
 
+std::string ClusterJob::LostSlots() {
+  const auto now = HeartbeatWatch::Clock::now();
+  if (!watch_ || !beats_ || now - beats_read_ < std::chrono::seconds(1)) return "";
+  beats_read_ = now;
+  try {
+    for (size_t i = 0; i < status_.slots.size(); ++i) {
+      // add(key, 0) reads the counter (a slot not started yet has 0).
+      watch_->Observe(static_cast<int>(i), beats_->add(HeartbeatKey(static_cast<int>(i)), 0), now);
+    }
+  } catch (const std::exception& e) {
+    return "";  // its own store: judged again at the next poll
+  }
+  std::vector<bool> recorded(status_.slots.size());
+  for (const auto& e : ReadSlotExits(layout_.job_dir, spec_.nodes, spec_.slots_per_learner)) {
+    recorded[SlotIndex(e.learner_id, e.local_rank)] = true;
+  }
+  // By learner: "learner-2 (node node2) slots 0, 1".
+  std::map<int, std::vector<int>> lost;
+  for (int rank : watch_->Silent(now)) {
+    if (recorded[static_cast<size_t>(rank)]) continue;
+    const auto& s = status_.slots[static_cast<size_t>(rank)];
+    lost[s.learner_id].push_back(s.local_rank);
+    if (!lost_slot_) lost_slot_ = static_cast<size_t>(rank);
+  }
+  if (lost.empty()) return "";
+  std::string text;
+  for (const auto& [learner, slots] : lost) {
+    std::string node;
+    try {
+      const int rank = static_cast<int>(SlotIndex(learner, slots[0]));
+      if (beats_->check({HeartbeatNodeKey(rank)})) {
+        store::Bytes b = beats_->get(HeartbeatNodeKey(rank));
+        node = std::string(b.begin(), b.end());
+      }
+    } catch (const std::exception&) {
+      // Named without its node.
+    }
+    text += std::string(text.empty() ? "" : "; ") + "learner-" + std::to_string(learner) +
+            (node.empty() ? "" : " (node " + node + ")") + (slots.size() == 1 ? " slot" : " slots");
+    for (size_t i = 0; i < slots.size(); ++i) {
+      text += std::string(i == 0 ? " " : ", ") + std::to_string(slots[i]);
+    }
+  }
+  lost_ = text + ": not heard from for " + Seconds(watch_->timeout()) +
+          " (--heartbeat-timeout) and no exit record: the node is down or cut off from this "
+          "machine";
+  return lost_;
+}
+
 int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::string& stop_reason) {
   size_t succeeded = 0;
   std::optional<size_t> failed_slot;  // the first failure's
@@ -276,6 +347,8 @@ int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::strin
                e.end_time);
       }
     }
+    // A node lost (heartbeats stopped) is named as such, rather than as records missing.
+    if (!failed_slot && !lost_.empty() && lost_slot_) failed(*lost_slot_, lost_, 0);
     // A slot that left no record at all, while others did, was not ended by its `cadre task`:
     // the task was killed (SIGKILL, the OOM killer), or its node was lost. The engine may say
     // which went first; the others may have been killed after it.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cadre/backends/backend.h"
+#include "cadre/backends/heartbeat.h"
 #include "cadre/backends/log_follow.h"
 #include "cadre/backends/task.h"
 #include "cadre/base/deadline.h"
@@ -107,6 +108,10 @@ class ClusterJob {
   bool FailedByItself(const SlotExit& e) const;
   // The first slot in the job directory's records that failed by itself, described; "" if none.
   std::string RecordedFailure() const;
+  // The slots whose heartbeats stopped while they left no exit record (their node lost or cut
+  // off), described with their learners and nodes; "" if none. Reads the store at most once a
+  // second.
+  std::string LostSlots();
   // Ends the job's record: the state, the failure (naming the learner) and the exit code.
   int Finish(const EngineState& end, int stop_signal, const std::string& stop_reason);
   size_t SlotIndex(int learner_id, int local_rank) const {
@@ -120,6 +125,11 @@ class ClusterJob {
   launch::JobLayout layout_;
   launch::JobStatus status_;
   std::unique_ptr<store::TcpStoreServer> store_;
+  std::unique_ptr<store::TcpStore> beats_;  // this runner's client of its own store
+  std::optional<HeartbeatWatch> watch_;
+  HeartbeatWatch::Clock::time_point beats_read_{};
+  std::string lost_;                 // LostSlots' description, once found
+  std::optional<size_t> lost_slot_;  // the first lost slot
   LogFollower logs_;
   std::vector<size_t> slot_stream_;  // the log stream of each slot
 };

@@ -3,8 +3,9 @@
 // learners' names resolve through the headless Service. Learner 1 also serves the job's
 // rendezvous store. The learner's slots run here, each with its contract, their output on the
 // container's a whole line at a time (two slots' long lines never mix in the pod's log), and kept
-// in the pod's volume as learner-K/slot-R.log; when one fails the others are stopped. A learner that succeeded stays up until
-// its pod is deleted, since a StatefulSet restarts pods whose containers exit.
+// in the pod's volume as learner-K/slot-R.log; when one fails the others are stopped. A learner
+// that succeeded stays up until its pod is deleted, since a StatefulSet restarts pods whose
+// containers exit.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -145,8 +146,8 @@ int RunKubernetesLearner(TaskPlan plan, const fs::path& job_dir) {
     if (!st.ok()) return fail(st);
     launch::SpawnOptions spawn = SlotSpawn(plan, contract, launch::HostsMethod::kCadreHosts, "");
     size_t stream = 0;
-    st = mux.AddStream("", learner_dir / ("slot-" + std::to_string(r) + ".log"),
-                       &spawn.output_fd, &stream);
+    st = mux.AddStream("", learner_dir / ("slot-" + std::to_string(r) + ".log"), &spawn.output_fd,
+                       &stream);
     pid_t pid = 0;
     if (st.ok()) {
       st = launch::SpawnSlot(spawn, &pid);

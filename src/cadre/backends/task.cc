@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "cadre/backends/heartbeat.h"
 #include "cadre/base/printable.h"
 #include "cadre/launch/gpu_plan.h"
 #include "cadre/launch/hosts.h"
@@ -106,12 +107,23 @@ Status NodeAddresses(const std::string& engine, const std::vector<std::string>& 
   return Status::Ok();
 }
 
+// This node's name as the engine knows it (Slurm's), else its host name.
+std::string NodeName(const EnvMap& env) {
+  if (auto it = env.find("SLURMD_NODENAME"); it != env.end() && !it->second.empty()) {
+    return it->second;
+  }
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
 void WriteExit(const fs::path& job_dir, const SlotExit& e) {
   nlohmann::json j = {{"learner_id", e.learner_id},
                       {"local_rank", e.local_rank},
                       {"stop_requested", e.stop_requested},
                       {"end_time", e.end_time},
                       {"error", e.error}};
+  if (!e.runner_lost.empty()) j["runner_lost"] = e.runner_lost;
   if (e.exit_code) j["exit_code"] = *e.exit_code;
   if (e.signal) j["signal"] = *e.signal;
   (void)WriteShared(SlotExitPath(job_dir, e.learner_id, e.local_rank), j.dump() + "\n");
@@ -128,8 +140,10 @@ bool WorkersSucceeded(const TaskPlan& plan) {
 }
 
 // Runs the slot's command and waits for it, passing the engine's stop signals on.
+// `beat`: the slot's heartbeat (none when the plan asks for none); when it says cadre run is
+// gone, the command is stopped (SIGTERM, SIGKILL 10 s later) and the reason written to its log.
 int Supervise(const TaskPlan& plan, const LearnerContract& contract,
-              const launch::SpawnOptions& spawn, SlotExit* record) {
+              const launch::SpawnOptions& spawn, TaskHeartbeat* beat, SlotExit* record) {
   sigset_t set, old;
   sigemptyset(&set);
   for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
@@ -142,6 +156,7 @@ int Supervise(const TaskPlan& plan, const LearnerContract& contract,
   }
   const bool server = plan.job.is_server(contract.learner_id);
   int wait_status = 0;
+  std::optional<std::chrono::steady_clock::time_point> kill_at;  // the runner is gone
   for (;;) {
     timespec tick{0, 200 * 1000 * 1000};
     siginfo_t info;
@@ -151,6 +166,23 @@ int Supervise(const TaskPlan& plan, const LearnerContract& contract,
       kill(-pid, sig);
     }
     if (waitpid(pid, &wait_status, WNOHANG) == pid) break;
+    if (std::optional<std::string> lost;
+        !kill_at && beat != nullptr && (lost = beat->runner_lost())) {
+      // No one is left to follow the job or cancel it: end the slot, as a foreground srun's
+      // tasks end with it, rather than hold the cluster's nodes until the time limit.
+      record->stop_requested = true;
+      record->runner_lost = *lost;
+      const std::string line = "cadre task: stopping learner-" +
+                               std::to_string(contract.learner_id) + " slot " +
+                               std::to_string(contract.local_rank) + ": " + *lost + "\n";
+      if (write(spawn.output_fd, line.data(), line.size()) < 0) {
+        // The same line goes to the engine's output below.
+      }
+      std::cerr << line << std::flush;
+      kill(-pid, SIGTERM);
+      kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    }
+    if (kill_at && std::chrono::steady_clock::now() > *kill_at) kill(-pid, SIGKILL);
     if (server && !record->stop_requested && WorkersSucceeded(plan)) {
       record->stop_requested = true;  // a server's work ends with the workers'
       kill(-pid, SIGTERM);
@@ -280,7 +312,8 @@ std::string TaskPlanJson(const TaskPlan& plan) {
                       {"command", BytesJson(plan.command)},
                       {"command_argv", argv},
                       {"python_bin_dir", plan.python_bin_dir.string()},
-                      {"python_path", plan.python_path}};
+                      {"python_path", plan.python_path},
+                      {"heartbeat_timeout_ms", plan.heartbeat_timeout.count()}};
   return j.dump(2) + "\n";
 }
 
@@ -293,6 +326,7 @@ Status ParseTaskPlanJson(const std::string& text, TaskPlan* plan) {
     for (const auto& a : j.at("command_argv")) out.command_argv.push_back(BytesFromJson(a));
     out.python_bin_dir = j.at("python_bin_dir").get<std::string>();
     out.python_path = j.at("python_path").get<std::string>();
+    out.heartbeat_timeout = std::chrono::milliseconds(j.value("heartbeat_timeout_ms", int64_t{0}));
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(std::string("task.json is malformed: ") + e.what());
   } catch (const std::invalid_argument& e) {
@@ -330,6 +364,7 @@ std::vector<SlotExit> ReadSlotExits(const fs::path& job_dir, int learners, int s
         e.stop_requested = j.value("stop_requested", false);
         e.end_time = j.value("end_time", 0.0);
         e.error = j.value("error", "");
+        e.runner_lost = j.value("runner_lost", "");
         out.push_back(e);
       } catch (const nlohmann::json::exception&) {
         // Half-written records cannot happen (rename); anything else is not ours.
@@ -434,7 +469,20 @@ int RunTask(const std::string& engine, const fs::path& job_dir, const fs::path& 
   if (spawn.output_fd < 0) {
     return fail_slot(IoError("cannot open " + log.string() + ": " + std::strerror(errno)));
   }
-  int code = Supervise(plan, contract, spawn, &record);
+  std::optional<TaskHeartbeat> beat;
+  if (plan.heartbeat_timeout.count() > 0) {
+    TaskHeartbeat::Options o;
+    o.store_address = plan.job.store_address;
+    o.token = plan.job.job_token;
+    o.rank = contract.rank();
+    o.identity = "cadre task learner-" + std::to_string(record.learner_id) + " slot " +
+                 std::to_string(record.local_rank);
+    o.node = NodeName(env);
+    o.timeout = plan.heartbeat_timeout;
+    beat.emplace(std::move(o));
+  }
+  int code = Supervise(plan, contract, spawn, beat ? &*beat : nullptr, &record);
+  beat.reset();
   close(spawn.output_fd);
   record.end_time = Now();
   WriteExit(job_dir, record);

@@ -11,6 +11,7 @@
 // every worker's record says it succeeded. SIGTERM/SIGINT/SIGHUP are passed to the command.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -29,6 +30,9 @@ struct TaskPlan {
   std::vector<std::string> command_argv;
   std::filesystem::path python_bin_dir;
   std::string python_path;
+  // Each slot beats through the runner's store and stops when the runner has answered no beat
+  // for this long (heartbeat.h); zero: no heartbeats.
+  std::chrono::milliseconds heartbeat_timeout{0};
 };
 
 std::string TaskPlanJson(const TaskPlan& plan);
@@ -48,6 +52,7 @@ struct SlotExit {
   bool stop_requested = false;  // the engine or the runner stopped it (not a failure of its own)
   double end_time = 0;          // seconds since the epoch
   std::string error;            // the task's own failure (bad plan, contract), if any
+  std::string runner_lost;      // why the task stopped its slot: cadre run was gone
 
   bool succeeded() const { return exit_code && *exit_code == 0; }
   std::string Describe() const;  // "exited with code 3", "was killed by SIGKILL"

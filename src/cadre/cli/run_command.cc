@@ -46,6 +46,7 @@ struct RunFlags {
   // Where the learners run (backends/backend.h).
   std::optional<std::string> backend;  // default: the manifest's execution.backend, else local
   double queue_timeout_seconds = 0;
+  std::optional<double> heartbeat_timeout_seconds;
   std::optional<std::string> time_limit;  // sbatch's --time forms (ParseTimeLimit)
   std::string partition, hostfile, store_host;
   std::optional<std::string> image;  // Kubernetes: the container image (the manifest's `image`)
@@ -158,6 +159,15 @@ int Run(const RunFlags& flags) {
     backend.queue_timeout =
         std::chrono::seconds(static_cast<int64_t>(flags.queue_timeout_seconds + 0.999));
   }
+  if (flags.heartbeat_timeout_seconds) {
+    const double h = *flags.heartbeat_timeout_seconds;
+    if (!(h == 0 || (h >= 1 && h <= 86400))) {
+      problems.Add("--heartbeat-timeout",
+                   "must be 0 (no heartbeats) or 1..86400 seconds, got " + std::to_string(h));
+    } else {
+      backend.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(h * 1000));
+    }
+  }
   if (flags.time_limit) {
     int minutes = 0;
     if (Status limit = backends::ParseTimeLimit(*flags.time_limit, &minutes); !limit.ok()) {
@@ -198,6 +208,7 @@ int Run(const RunFlags& flags) {
     given.hostfile = !flags.hostfile.empty();
     given.store_host = !flags.store_host.empty();
     given.queue_timeout = flags.queue_timeout_seconds != 0;
+    given.heartbeat_timeout = flags.heartbeat_timeout_seconds.has_value();
     given.name_space = !flags.name_space.empty();
     for (const auto& m : backends::FlagsForOtherEngines(backend.kind, given)) {
       problems.Add(m.flag, m.message);
@@ -356,6 +367,10 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--queue-timeout", flags->queue_timeout_seconds,
                   "Slurm, Kubernetes: cancel (delete) the job if it is still pending after this "
                   "many seconds");
+  cmd->add_option("--heartbeat-timeout", flags->heartbeat_timeout_seconds,
+                  "Slurm, Open MPI: a learner's node not heard from for S seconds ends the job "
+                  "naming it, and the job stops itself when this cadre run is not heard from "
+                  "for S seconds (killed, its machine lost); default 60, 0 for no heartbeats");
   cmd->add_option("--time-limit", flags->time_limit,
                   "Slurm: the job's time limit, minutes or as sbatch --time takes it "
                   "(hours:minutes:seconds, days-hours, ...); 0 or UNLIMITED for none");
