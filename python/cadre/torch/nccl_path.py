@@ -182,28 +182,46 @@ class NcclPath:
                 if self._stopping:
                     return
                 ops = list(self._outstanding)
-            if not ops[0].core.done():
-                ops[0].core.wait(0.002)
-            finished = set()
-            for op in ops:
-                if not op.core.done():
-                    continue
-                finished.add(id(op))
-                try:
-                    op.core.check()
-                except BaseException as e:  # noqa: BLE001 -- the engine refused it everywhere
-                    op.fail(e)
-                    continue
-                self._ready[op.core.external_sequence] = op
-            # The engine numbered its external operations 0, 1, ... in one order on every rank;
-            # NCCL must see them in that order on every rank too.
-            while self._next in self._ready:
-                self._launch(self._ready.pop(self._next))
-                self._next += 1
-            if finished:
+            try:
+                self._dispatch(ops)
+            except BaseException as e:  # noqa: BLE001 -- a dead dispatcher would hang its callers
+                self._broken = self._broken or RuntimeError(
+                    "cadre: the NCCL path failed on rank %d: %s: %s"
+                    % (self.rank, type(e).__name__, e))
                 with self._cond:
-                    self._outstanding = [op for op in self._outstanding
-                                         if id(op) not in finished]
+                    failed, self._outstanding = self._outstanding, []
+                for op in failed + list(self._ready.values()):
+                    if not op.launched.is_set():
+                        op.fail(self._broken)
+                self._ready.clear()
+
+    def _dispatch(self, ops):
+        """Launches, in the engine's order, the operations of `ops` the engine has completed."""
+        if not ops[0].core.done():
+            ops[0].core.wait(0.002)
+        finished = set()
+        for op in ops:
+            if not op.core.done():
+                continue
+            finished.add(id(op))
+            try:
+                op.core.check()
+            except BaseException as e:  # noqa: BLE001 -- the engine refused it everywhere
+                op.fail(e)
+                continue
+            if self._broken is not None:  # nothing is launched any more: no order to keep
+                op.fail(self._broken)
+                continue
+            self._ready[op.core.external_sequence] = op
+        # The engine numbered its external operations 0, 1, ... in one order on every rank;
+        # NCCL must see them in that order on every rank too.
+        while self._next in self._ready:
+            self._launch(self._ready.pop(self._next))
+            self._next += 1
+        if finished:
+            with self._cond:
+                self._outstanding = [op for op in self._outstanding
+                                     if id(op) not in finished]
 
     def _connect(self):
         import torch.distributed as dist
