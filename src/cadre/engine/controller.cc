@@ -202,8 +202,8 @@ std::vector<Response> Controller::Process(const std::vector<Message>& messages) 
   }
 
   // A second pass decides the orphan members that the first pass's group mismatches revealed.
-  for (size_t orphans = SIZE_MAX; orphans != orphans_.size();) {
-    orphans = orphans_.size();
+  for (uint64_t recorded = UINT64_MAX; recorded != orphans_recorded_;) {
+    recorded = orphans_recorded_;
     std::vector<std::pair<uint64_t, std::string>> ready;
     for (const auto& [name, e] : table_) {
       bool all = true;
@@ -261,7 +261,7 @@ void Controller::RecordOrphans(const std::vector<std::optional<Request>>& per_ra
   // Once per mismatched group, when its last member that every rank submitted is decided (a
   // member is never decided before the ones of lower index): recorded again for a later member,
   // an orphan that was already decided would wait for the next use of the group.
-  if (!any || any->group_index + 1 != smallest) return;
+  if (!any || smallest == largest || any->group_index + 1 != smallest) return;
   for (uint32_t index = smallest; index < largest; ++index) {
     OrphanMember& orphan = orphans_[{any->group, index}];
     orphan.submitters.assign(size_, false);
@@ -270,6 +270,7 @@ void Controller::RecordOrphans(const std::vector<std::optional<Request>>& per_ra
     }
     orphan.error = error;
   }
+  ++orphans_recorded_;
 }
 
 Response Controller::Decide(const std::string& name, Entry& entry) {

@@ -154,6 +154,7 @@ class Controller {
   ResponseCache cache_;
   std::map<std::string, Entry> table_;
   std::map<std::pair<std::string, uint32_t>, OrphanMember> orphans_;  // (group, index)
+  uint64_t orphans_recorded_ = 0;  // RecordOrphans calls that recorded some: Process's passes
   std::vector<bool> joined_;
   int last_joined_ = -1;
   uint64_t next_sequence_ = 0;

@@ -290,6 +290,24 @@ TEST(ControllerTest, GroupOrphanFailsOnceAndTheGroupsNextUseRuns) {
   }
 }
 
+// In one pass an orphan of group 'a' is decided and group 'b' reveals one: 'b.1' still fails in
+// that cycle (the passes go on while orphans are recorded, whatever their number).
+TEST(ControllerTest, OrphansRevealedWhileOthersAreDecidedFailInTheSameCycle) {
+  auto cs = Make(3);
+  Cycle(cs, {{Member("a", 0, 2), Member("a", 1, 2), Member("b", 0, 2), Member("b", 1, 2)},
+             {Member("a", 0, 1)},
+             {Member("a", 0, 2), Member("b", 0, 2), Member("b", 1, 2)}});
+  auto out = Cycle(cs, {{}, {Member("b", 0, 1)}, {Member("a", 1, 2)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 3u);
+    EXPECT_EQ(o[0].names, std::vector<std::string>{"a.1"});
+    EXPECT_EQ(o[1].names, std::vector<std::string>{"b.0"});
+    EXPECT_EQ(o[2].names, std::vector<std::string>{"b.1"});
+    for (auto& resp : o) EXPECT_EQ(resp.kind, Response::Kind::kError);
+  }
+  for (auto& c : cs) EXPECT_FALSE(c.has_pending());
+}
+
 TEST(ControllerTest, SecondTimeSendsCacheBitsOnly) {
   auto cs = Make(2);
   Cycle(cs, {{Allreduce("a", 4), Allreduce("b", 2)}, {Allreduce("a", 4), Allreduce("b", 2)}});
