@@ -13,15 +13,20 @@ Every learner of a ``pytorch`` (parameter-server) job runs the same program. Lea
         opt.done()
 
 The servers hold the variables and apply the optimizer themselves (SGD, momentum, Adam, or a plain
-sum), with the wrapped optimizer's hyper-parameters as they were at construction: ``step()``
-refuses to go on once they changed (an LR scheduler, say) rather than train with values other
-than the worker shows. A worker pushes gradients and pulls the updated parameters on every
-``step()``. In ``mode="sync"`` each step is one update with the mean gradient of all workers; in
-``mode="async"`` each push is applied as it arrives. Parameters must be float32 tensors, on the
-CPU or a GPU: a model on a GPU keeps page-locked host copies of its parameters and gradients,
-which the client reads and writes; gradients are copied to them after the backward pass (on a
-side stream, after the producing stream), the updated values back to the GPU before the work
-queued next (docs/gpu.md).
+sum), with the wrapped optimizer's hyper-parameters as they were at construction, except the
+learning rate: each ``step()`` sends every param group's current ``lr``, so LR schedulers
+(``torch.optim.lr_scheduler`` on the wrapped optimizer) and hand-written warm-ups reach the
+servers; a change of any other hyper-parameter makes ``step()`` refuse rather than train with
+values other than the worker shows. ``state_dict()``/``load_state_dict()`` carry the servers'
+optimizer state (momentum buffers, Adam's moments and step) in torch.optim's format, so a
+checkpoint resumes exactly. A worker pushes gradients and pulls the updated parameters on every
+``step()``; the model's buffers (BatchNorm running statistics) travel with them and come back as
+the workers' mean (``sync_buffers``). In ``mode="sync"`` each step is one update with the mean
+gradient of all workers; in ``mode="async"`` each push is applied as it arrives. Parameters must
+be float32 tensors, on the CPU or a GPU: a model on a GPU keeps page-locked host copies of its
+parameters and gradients, which the client reads and writes; gradients are copied to them after
+the backward pass (on a side stream, after the producing stream), the updated values back to the
+GPU before the work queued next (docs/gpu.md).
 """
 import atexit
 import weakref
@@ -98,6 +103,12 @@ def _optimizer_config(optimizer, group):
                      "momentum) or torch.optim.Adam" % type(optimizer).__name__)
 
 
+def _without_lr(config):
+    """The hyper-parameters that must stay as served: all but the learning rate, which every
+    step sends (LR schedules)."""
+    return {k: v for k, v in config.items() if k != "lr"}
+
+
 def _entry(name, tensor):
     return (name, tensor.data_ptr(), tensor.numel())
 
@@ -146,6 +157,48 @@ class _DeviceMirrors:
         cuda_staging.from_host([(host, p, d) for p, d, host, _ in self._mirrors.values()])
 
 
+class _Buffers:
+    """The model's buffers (BatchNorm running statistics, counters) as variables of kind
+    "assign": each step pushes this worker's values and takes back the servers' (sync: the mean
+    over the workers, so every worker ends a step with the same buffers; async: the latest
+    pushed). They travel through float32 host copies, whatever their dtype and device; integer
+    buffers come back rounded. Buffers of other dtypes (bool, complex) stay local."""
+
+    def __init__(self, named_buffers):
+        import torch
+        self.entries = []  # (name, buffer, host copy sent, host copy received)
+        for name, b in named_buffers:
+            if b is None or not (b.is_floating_point() or _is_integer(b)) or b.is_complex():
+                continue
+            send = torch.empty(b.shape, dtype=torch.float32)
+            self.entries.append((name, b, send, torch.empty_like(send)))
+
+    def gather(self):
+        """Copies the buffers' current values to the host copies that are sent."""
+        for _, b, send, _ in self.entries:
+            send.copy_(b.detach())
+
+    def scatter(self):
+        """Writes the received values into the buffers."""
+        for _, b, _, recv in self.entries:
+            b.copy_(recv if b.is_floating_point() else recv.round())
+
+    def declarations(self, sync):
+        return [(n, list(send.shape), send.data_ptr(), {"kind": "assign"}, sync)
+                for n, _, send, _ in self.entries]
+
+    def sent(self):
+        return [_entry(n, send) for n, _, send, _ in self.entries]
+
+    def received(self):
+        return [_entry(n, recv) for n, _, _, recv in self.entries]
+
+
+def _is_integer(t):
+    import torch
+    return t.dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
 class DistributedOptimizer:
     """Wraps a torch optimizer so that its updates happen on the parameter servers.
 
@@ -160,13 +213,33 @@ class DistributedOptimizer:
     Parameters that do not require a gradient when it is made are frozen: declared, so that
     every worker starts from the same values, but never pushed, so the servers leave them as
     they are (as torch's optimizers skip them; pushed as zeros, weight decay would shrink them).
+
+    Learning rates: every ``step()`` sends each param group's current ``lr``, which the servers
+    apply to that step's update, so an LR scheduler made on the wrapped optimizer works as it
+    does locally (``StepLR(opt.optimizer, ...)``; every worker must follow the same schedule: a
+    sync step whose workers disagree is refused).
+
+    Buffers (``sync_buffers``, on when ``model`` is given): the model's buffers, such as
+    BatchNorm's running mean and variance, are declared too (every worker starts from the first
+    worker's) and each ``step()`` replaces them by the workers' mean (sync) or the latest pushed
+    values (async). This is what torch's DDP gives with ``broadcast_buffers`` in spirit -- every
+    worker evaluates with the same statistics -- but averaged rather than copied from rank 0.
+
+    Checkpoints: ``state_dict()`` returns the wrapped optimizer's state dict with the servers'
+    optimizer state (momentum buffers; Adam's ``step``, ``exp_avg``, ``exp_avg_sq``) in
+    torch.optim's format; ``load_state_dict()`` restores the hyper-parameters (``lr`` included)
+    and sends that state to the servers. Call it on every worker before their first step of the
+    resumed job, after loading the model's state dict and making the optimizer from it.
     """
 
     def __init__(self, optimizer, model=None, named_parameters=None, mode="sync",
-                 servers=None, worker_id=None, token=None, **client_options):
+                 servers=None, worker_id=None, token=None, sync_buffers=None, **client_options):
         import torch
         if mode not in ("sync", "async"):
             raise ValueError("cadre.ps: mode must be 'sync' or 'async', not %r" % (mode,))
+        if sync_buffers and model is None:
+            raise ValueError("cadre.ps: sync_buffers=True needs model= (the buffers are the "
+                             "model's)")
         self._optimizer = optimizer
         if named_parameters is None and model is not None:
             named_parameters = model.named_parameters()
@@ -177,6 +250,7 @@ class DistributedOptimizer:
         self._params = []  # (name, parameter) in the optimizer's order
         configs = []
         self._served = []  # per param group: the hyper-parameters the servers apply
+        self._group_of = {}  # parameter name -> index of its param group
         from cadre.torch import devices
         for gi, group in enumerate(optimizer.param_groups):
             config = _optimizer_config(optimizer, group)
@@ -195,9 +269,13 @@ class DistributedOptimizer:
                 if not p.is_contiguous():
                     raise ValueError("cadre.ps: parameter %r is not contiguous" % name)
                 self._params.append((name, p))
+                self._group_of[name] = gi
                 configs.append(config)
-        if len({n for n, _ in self._params}) != len(self._params):
-            raise ValueError("cadre.ps: two parameters share a name")
+        self._buffers = _Buffers(model.named_buffers() if model is not None and
+                                 sync_buffers is not False else [])
+        all_names = [n for n, _ in self._params] + [n for n, *_ in self._buffers.entries]
+        if len(set(all_names)) != len(all_names):
+            raise ValueError("cadre.ps: two parameters or buffers share a name")
         self._trained = [(n, p) for n, p in self._params if p.requires_grad]
         if servers is None or worker_id is None or token is None:
             r = learner_role()
@@ -213,8 +291,10 @@ class DistributedOptimizer:
         sync = mode == "sync"
         with torch.no_grad():
             self._mirrors.values_to_host()
+            self._buffers.gather()
             self._client.declare([(n, list(p.shape), self._host(n, p).data_ptr(), c, sync)
-                                  for (n, p), c in zip(self._params, configs)])
+                                  for (n, p), c in zip(self._params, configs)] +
+                                 self._buffers.declarations(sync))
             self._pull(0, self._params)
         self._step = 0
         self._grads = {}  # zero gradients for parameters that got none, kept between steps
@@ -228,8 +308,10 @@ class DistributedOptimizer:
 
     def _pull(self, step, params):
         self._mirrors.settle()
-        self._client.pull(step, [_entry(n, self._host(n, p)) for n, p in params])
+        self._client.pull(step, [_entry(n, self._host(n, p)) for n, p in params] +
+                          self._buffers.received())
         self._mirrors.values_to_device()
+        self._buffers.scatter()
 
     @staticmethod
     def _finish(client):
@@ -237,6 +319,11 @@ class DistributedOptimizer:
             client.done()
         except Exception:  # noqa: BLE001 -- at exit, a dead server must not mask the real error
             pass
+
+    @property
+    def optimizer(self):
+        """The wrapped torch optimizer (what an LR scheduler is made on)."""
+        return self._optimizer
 
     @property
     def worker_id(self):
@@ -247,20 +334,22 @@ class DistributedOptimizer:
         return self._step
 
     def _check_unchanged(self):
-        """The servers apply the hyper-parameters the optimizer had at construction, to the
-        parameters that required a gradient then; a change since (an LR scheduler, a warm-up
-        written by hand, a layer unfrozen) would not reach them, and the worker would train
-        otherwise than it shows. Raises ValueError naming the change."""
+        """The servers apply the hyper-parameters the optimizer had at construction (but the
+        learning rate, sent with every step), to the parameters that required a gradient then;
+        another change since (momentum, betas, weight decay, a layer unfrozen) would not reach
+        them, and the worker would train otherwise than it shows. Raises ValueError naming the
+        change."""
         for gi, (group, served) in enumerate(zip(self._optimizer.param_groups, self._served)):
-            now = _optimizer_config(self._optimizer, group)
+            now = _without_lr(_optimizer_config(self._optimizer, group))
+            served = _without_lr(served)
             for key in sorted(set(served) | set(now)):
                 value = served.get(key)
                 if now.get(key) != value:
                     raise ValueError(
                         "cadre.ps: param group %d's %s is now %r but the parameter servers apply "
                         "%r, its value when the DistributedOptimizer was made: the servers run "
-                        "the optimizer and do not follow later changes (LR schedulers are not "
-                        "supported in parameter-server mode)" % (gi, key, now.get(key), value))
+                        "the optimizer and follow only changes of the learning rate"
+                        % (gi, key, now.get(key), value))
         trained = {n for n, _ in self._trained}
         for name, p in self._params:
             if p.requires_grad != (name in trained):
@@ -270,13 +359,27 @@ class DistributedOptimizer:
                     "that required a gradient then; make it after freezing or unfreezing"
                     % (name, p.requires_grad, not p.requires_grad))
 
+    def _learning_rates(self):
+        """Per trained parameter, its param group's current lr (checked: finite, >= 0)."""
+        import math
+        rates = []
+        for gi, group in enumerate(self._optimizer.param_groups):
+            lr = float(group["lr"])
+            if not (math.isfinite(lr) and lr >= 0):
+                raise ValueError("cadre.ps: param group %d's lr is %r; it must be a finite "
+                                 "value >= 0" % (gi, lr))
+            rates.append(lr)
+        return [rates[self._group_of[n]] for n, _ in self._trained]
+
     def step(self, closure=None):
-        """Pushes the gradients and replaces the parameters with the servers' values after this
-        step (sync: once every worker pushed it; async: at once). Raises ValueError when the
-        wrapped optimizer's hyper-parameters, or which parameters require a gradient, changed
-        since construction (the servers would not follow)."""
+        """Pushes the gradients (with each group's current learning rate) and this worker's
+        buffers, and replaces the parameters and buffers with the servers' values after this
+        step (sync: once every worker pushed it; async: at once). Raises ValueError when another
+        hyper-parameter of the wrapped optimizer, or which parameters require a gradient,
+        changed since construction (the servers would not follow)."""
         import torch
         self._check_unchanged()
+        lrs = self._learning_rates()
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -296,17 +399,96 @@ class DistributedOptimizer:
             outs.append(_entry(name, self._host(name, p)))
         with torch.no_grad():
             self._mirrors.grads_to_host(keep)
-            self._client.push_pull(self._step, grads, outs)
+            self._buffers.gather()
+            self._client.push_pull(self._step, grads + self._buffers.sent(),
+                                   outs + self._buffers.received(),
+                                   lrs + [0.0] * len(self._buffers.entries))
             self._mirrors.values_to_device()
+            self._buffers.scatter()
         self._step += 1
+        # LR schedulers count the wrapped optimizer's steps (and warn when they see none).
+        if hasattr(self._optimizer, "_step_count"):
+            self._optimizer._step_count += 1
         return loss
 
     def pull_parameters(self):
-        """Replaces the parameters with the servers' values: after this worker's last step (sync),
-        or the latest (async) -- e.g. before evaluating an async-trained model."""
+        """Replaces the parameters (and synchronised buffers) with the servers' values: after
+        this worker's last step (sync), or the latest (async) -- e.g. before evaluating an
+        async-trained model."""
         import torch
         with torch.no_grad():
             self._pull(self._step, self._trained)
+
+    def _kind(self, name):
+        return self._served[self._group_of[name]]["kind"]
+
+    def state_dict(self):
+        """The wrapped optimizer's state dict (``param_groups`` with the current hyper-parameters)
+        whose ``state`` is the servers' optimizer state after this worker's steps, in
+        torch.optim's format: ``momentum_buffer`` for SGD with momentum; ``step``, ``exp_avg``,
+        ``exp_avg_sq`` for Adam. Loadable by ``load_state_dict`` here or by the same torch
+        optimizer trained locally."""
+        import torch
+        sd = self._optimizer.state_dict()
+        index = {n: i for i, (n, _) in enumerate(self._params)}
+        got = self._client.get_state(self._step, [n for n, _ in self._trained])
+        state = {}
+        for (name, p), (steps, buf, sq) in zip(self._trained, got):
+            def tensor(data):
+                t = torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(p.shape)
+                return t.to(p.device)
+            kind = self._kind(name)
+            if kind == "momentum" and buf is not None:
+                state[index[name]] = {"momentum_buffer": tensor(buf)}
+            elif kind == "adam" and steps > 0 and buf is not None and sq is not None:
+                state[index[name]] = {"step": torch.tensor(float(steps)),
+                                      "exp_avg": tensor(buf), "exp_avg_sq": tensor(sq)}
+        sd["state"] = state
+        return sd
+
+    def load_state_dict(self, state_dict):
+        """Restores the wrapped optimizer's hyper-parameters (the learning rate included) and
+        sends the optimizer state to the servers. Refuses (ValueError) a state dict whose other
+        hyper-parameters differ from the ones the servers apply, or whose state does not fit a
+        parameter; nothing is changed then."""
+        import torch
+        groups = [{k: v for k, v in g.items() if k != "params"}
+                  for g in self._optimizer.param_groups]
+        self._optimizer.load_state_dict(state_dict)
+        try:
+            self._check_unchanged()
+            entries, keep = [], []
+            for name, p in self._trained:
+                st = self._optimizer.state.get(p, {})
+                kind = self._kind(name)
+                steps, parts = 0, []
+                if kind == "momentum" and st.get("momentum_buffer") is not None:
+                    steps, parts = 1, [st["momentum_buffer"], None]
+                elif kind == "adam" and "step" in st:
+                    steps, parts = int(float(st["step"])), [st.get("exp_avg"),
+                                                            st.get("exp_avg_sq")]
+                ptrs = []
+                for t, field in zip(parts, ("buffer", "second moment")):
+                    if t is None:
+                        ptrs.append(0)
+                        continue
+                    if t.numel() != p.numel():
+                        raise ValueError("cadre.ps: the state's %s for parameter %r has %d "
+                                         "elements, the parameter %d"
+                                         % (field, name, t.numel(), p.numel()))
+                    host = t.detach().to("cpu", torch.float32).contiguous()
+                    keep.append(host)
+                    ptrs.append(host.data_ptr())
+                ptrs += [0] * (2 - len(ptrs))
+                entries.append((name, steps, ptrs[0], ptrs[1], p.numel()))
+            self._client.set_state(entries)
+        except Exception:
+            for group, saved in zip(self._optimizer.param_groups, groups):
+                group.update(saved)
+            raise
+        finally:
+            # The servers hold the state; the wrapped optimizer never steps.
+            self._optimizer.state.clear()
 
     def done(self):
         """Tells every server this worker finished (also done automatically at exit)."""

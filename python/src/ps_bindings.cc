@@ -60,11 +60,30 @@ ps::OptimizerConfig OptimizerFromDict(const py::dict& d) {
 
 using TensorTuple = std::tuple<std::string, uintptr_t, int64_t>;
 
-std::vector<ps::TensorView> Views(const std::vector<TensorTuple>& in) {
+// lrs: none, or one learning rate per tensor (pushes under an LR schedule).
+std::vector<ps::TensorView> Views(const std::vector<TensorTuple>& in,
+                                  const std::optional<std::vector<float>>& lrs = std::nullopt) {
+  if (lrs && lrs->size() != in.size())
+    throw Error(InvalidArgument("lrs: " + std::to_string(lrs->size()) + " learning rates for " +
+                                std::to_string(in.size()) + " tensors"));
   std::vector<ps::TensorView> out;
   for (const auto& [name, ptr, count] : in)
     out.push_back({name, reinterpret_cast<const float*>(ptr), count});
+  if (lrs)
+    for (size_t i = 0; i < out.size(); ++i) out[i].lr = (*lrs)[i];
   return out;
+}
+
+// A variable's state vector from (pointer, count) of contiguous float32 memory; 0: none.
+std::vector<float> StateVector(uintptr_t ptr, int64_t count) {
+  if (ptr == 0) return {};
+  const auto* f = reinterpret_cast<const float*>(ptr);
+  return std::vector<float>(f, f + count);
+}
+
+py::object StateBytes(const std::vector<float>& v) {
+  if (v.empty()) return py::none();
+  return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
 
 std::vector<ps::MutableTensorView> MutableViews(const std::vector<TensorTuple>& in) {
@@ -180,12 +199,13 @@ void BindPs(py::module_& m) {
           py::arg("variables"))
       .def(
           "push",
-          [](Client& c, int64_t step, const std::vector<TensorTuple>& grads) {
-            auto views = Views(grads);
+          [](Client& c, int64_t step, const std::vector<TensorTuple>& grads,
+             const std::optional<std::vector<float>>& lrs) {
+            auto views = Views(grads, lrs);
             py::gil_scoped_release release;
             ThrowIfError(c.Push(step, views));
           },
-          py::arg("step"), py::arg("grads"))
+          py::arg("step"), py::arg("grads"), py::arg("lrs") = py::none())
       .def(
           "pull",
           [](Client& c, int64_t step, const std::vector<TensorTuple>& out) {
@@ -197,13 +217,47 @@ void BindPs(py::module_& m) {
       .def(
           "push_pull",
           [](Client& c, int64_t step, const std::vector<TensorTuple>& grads,
-             const std::vector<TensorTuple>& out) {
-            auto in = Views(grads);
+             const std::vector<TensorTuple>& out, const std::optional<std::vector<float>>& lrs) {
+            auto in = Views(grads, lrs);
             auto outs = MutableViews(out);
             py::gil_scoped_release release;
             ThrowIfError(c.PushPull(step, in, outs));
           },
-          py::arg("step"), py::arg("grads"), py::arg("out"))
+          py::arg("step"), py::arg("grads"), py::arg("out"), py::arg("lrs") = py::none())
+      .def(
+          "get_state",
+          [](Client& c, int64_t step, const std::vector<std::string>& names) {
+            std::vector<ps::OptimizerState> states;
+            {
+              py::gil_scoped_release release;
+              ThrowIfError(c.GetOptimizerState(step, names, &states));
+            }
+            py::list out;
+            for (const auto& st : states)
+              out.append(py::make_tuple(st.steps, StateBytes(st.buf), StateBytes(st.sq)));
+            return out;
+          },
+          py::arg("step"), py::arg("names"),
+          "Per variable: (steps, buf, sq) of the servers' optimizer, buf and sq float32 bytes "
+          "or None")
+      .def(
+          "set_state",
+          [](Client& c,
+             const std::vector<std::tuple<std::string, int64_t, uintptr_t, uintptr_t, int64_t>>&
+                 entries) {
+            // (name, steps, buf pointer or 0, sq pointer or 0, element count)
+            std::vector<std::string> names;
+            std::vector<ps::OptimizerState> states;
+            for (const auto& [name, steps, buf, sq, count] : entries) {
+              if (count < 0)
+                throw Error(InvalidArgument("set_state: '" + name + "' has a negative count"));
+              names.push_back(name);
+              states.push_back({steps, StateVector(buf, count), StateVector(sq, count)});
+            }
+            py::gil_scoped_release release;
+            ThrowIfError(c.SetOptimizerState(names, states));
+          },
+          py::arg("entries"))
       .def(
           "done", [](Client& c) { ThrowIfError(c.Done()); },
           py::call_guard<py::gil_scoped_release>())

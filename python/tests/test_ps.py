@@ -91,31 +91,131 @@ def test_frozen_parameters_stay_as_they_are():
         server.shutdown()
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of")  # the servers step, not the optimizer
-def test_a_changed_hyperparameter_is_refused_not_ignored():
-    # The servers apply the hyper-parameters given at construction; an LR scheduler changes the
-    # worker's copy only, so step() must refuse rather than train with a rate it does not show.
+def test_lr_scheduler_reaches_the_servers():
+    # StepLR on the wrapped optimizer halves lr every 2 steps; the servers must apply each
+    # step's rate, so the trajectory matches torch's own run with the same scheduler.
+    server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
+    try:
+        local, remote = make_model(4), make_model(5)
+        local.load_state_dict(remote.state_dict())
+        inner_local = torch.optim.SGD(local.parameters(), lr=0.4)
+        inner_remote = torch.optim.SGD(remote.parameters(), lr=0.4)
+        opt = ps.DistributedOptimizer(inner_remote, model=remote,
+                                      servers=["127.0.0.1:%d" % server.port],
+                                      worker_id=0, token="tok")
+        schedulers = [torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)
+                      for o in (inner_local, opt.optimizer)]
+        for i, (x, y) in enumerate(batches(5)):
+            before = remote[0].bias.detach().clone()
+            for model, o, sched in ((local, inner_local, schedulers[0]),
+                                    (remote, opt, schedulers[1])):
+                o.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                o.step()
+                sched.step()
+            # Plain SGD: the step moved the bias by exactly lr * grad, lr = 0.4 * 0.5^(i // 2).
+            lr = 0.4 * 0.5 ** (i // 2)
+            moved = before - remote[0].bias.detach()
+            assert torch.allclose(moved, lr * remote[0].bias.grad, rtol=1e-4, atol=1e-7), i
+            for (name, a), b in zip(local.named_parameters(), remote.parameters()):
+                assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), (i, name)
+        assert inner_remote.param_groups[0]["lr"] == pytest.approx(0.4 / 8)
+        opt.done()
+        assert server.wait(10)
+    finally:
+        server.shutdown()
+
+
+def test_other_hyperparameter_changes_are_refused_not_ignored():
+    # The servers follow the learning rate only; a changed momentum must stop the step rather
+    # than train with a value the worker does not show.
     server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
     try:
         model = make_model(4)
         inner = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         opt = ps.DistributedOptimizer(inner, model=model, servers=["127.0.0.1:%d" % server.port],
                                       worker_id=0, token="tok")
-        scheduler = torch.optim.lr_scheduler.StepLR(inner, step_size=1, gamma=0.5)
         (x, y), = batches(5, n=1)
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
-        scheduler.step()
+        inner.param_groups[0]["momentum"] = 0.5
         before = [p.detach().clone() for p in model.parameters()]
-        with pytest.raises(ValueError, match="param group 0's lr is now 0.05 but the parameter "
-                                             "servers apply 0.1"):
+        with pytest.raises(ValueError, match="param group 0's momentum is now 0.5 but the "
+                                             "parameter servers apply 0.9"):
             opt.step()
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-        inner.param_groups[0]["lr"] = 0.1  # back to the served value: steps go on
+        inner.param_groups[0]["momentum"] = 0.9
+        inner.param_groups[0]["lr"] = float("nan")
+        with pytest.raises(ValueError, match="param group 0's lr is nan"):
+            opt.step()
+        inner.param_groups[0]["lr"] = 0.1  # back to served values: steps go on
         opt.step()
         opt.done()
         assert server.wait(10)
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01),
+    lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.95)),
+], ids=["momentum", "adam"])
+def test_state_dict_is_torch_format_and_restores_on_fresh_servers(make_opt):
+    # The servers' optimizer state comes back in torch.optim's format (equal to a local run's),
+    # and a fresh server given it continues as the uninterrupted local run does.
+    local, remote = make_model(1), make_model(2)
+    local.load_state_dict(remote.state_dict())
+    opt_local = make_opt(local.parameters())
+    data = batches(3, n=8)
+
+    def train(model, opt, part):
+        for x, y in part:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
+    train(local, opt_local, data[:4])
+    for attempt in range(2):
+        server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
+        try:
+            opt = ps.DistributedOptimizer(make_opt(remote.parameters()), model=remote,
+                                          servers=["127.0.0.1:%d" % server.port], worker_id=0,
+                                          token="tok")
+            if attempt == 0:
+                train(remote, opt, data[:4])
+                saved = opt.state_dict()
+                want = opt_local.state_dict()
+                assert saved["param_groups"] == want["param_groups"]
+                assert sorted(saved["state"]) == sorted(want["state"])
+                for i, st in want["state"].items():
+                    assert sorted(saved["state"][i]) == sorted(st)
+                    for key, v in st.items():
+                        assert torch.allclose(saved["state"][i][key], v, rtol=1e-4,
+                                              atol=1e-6), (i, key)
+            else:
+                opt.load_state_dict(saved)
+                assert not opt.optimizer.state  # the servers hold it, not the worker
+                train(remote, opt, data[4:])
+            opt.done()
+            assert server.wait(10)
+        finally:
+            server.shutdown()
+    train(local, opt_local, data[4:])
+    for (name, a), b in zip(local.named_parameters(), remote.parameters()):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+    # A state that does not fit is refused before anything changes.
+    server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
+    try:
+        opt = ps.DistributedOptimizer(make_opt(remote.parameters()), model=remote,
+                                      servers=["127.0.0.1:%d" % server.port], worker_id=0,
+                                      token="tok")
+        bad = opt.state_dict()
+        bad["param_groups"][0]["weight_decay"] = 0.5
+        with pytest.raises(ValueError, match="weight_decay is now 0.5"):
+            opt.load_state_dict(bad)
+        assert opt.optimizer.param_groups[0]["weight_decay"] != 0.5
+        opt.done()
     finally:
         server.shutdown()
 
@@ -287,6 +387,85 @@ def test_ps_job_one_server_two_workers(tmp_path):
     # The server returned by itself once both workers were done (or the runner stopped it
     # when the workers finished first); either way it is no longer running.
     assert "every worker is done" in proc.stdout or server["slots"][0]["stopped_by_runner"]
+
+
+RESUME_JOB = textwrap.dedent("""
+    # argv: MODE (full | first | resume) CHECKPOINT OUT
+    import os, sys, torch
+    import cadre.ps as ps
+    mode, ckpt, out = sys.argv[1:4]
+    me = ps.learner_role()
+    w = me["worker_id"]
+    torch.manual_seed(7 + w)  # different initial values: the first declare wins
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.Tanh(),
+                                torch.nn.Linear(6, 1))
+    if mode == "resume":
+        saved = torch.load(ckpt)
+        model.load_state_dict(saved["model"])
+    inner = torch.optim.Adam(model.parameters(), lr=0.05, weight_decay=0.01)
+    opt = ps.DistributedOptimizer(inner, model=model)
+    sched = torch.optim.lr_scheduler.StepLR(opt.optimizer, step_size=3, gamma=0.5)
+    if mode == "resume":
+        opt.load_state_dict(saved["optimizer"])
+        sched.load_state_dict(saved["scheduler"])
+    steps = {"full": range(0, 10), "first": range(0, 5), "resume": range(5, 10)}[mode]
+    for step in steps:
+        g = torch.Generator().manual_seed(1000 * w + step)  # each worker its own data
+        x = torch.randn(16, 4, generator=g) * (1 + w)
+        y = x.sum(dim=1, keepdim=True)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        sched.step()
+    if mode == "first" and w == 0:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict()}, ckpt)
+    opt.done()
+    torch.save({"model": model.state_dict(), "lr": inner.param_groups[0]["lr"]},
+               "%s.worker-%d" % (out, w))
+""")
+
+
+def _run_ps_job(tmp_path, script, *args, workers=2, servers=1):
+    cadre = os.path.join(BUILD, "cadre")
+    if not os.path.exists(cadre):
+        pytest.fail("%s is not built" % cadre)
+    env = dict(os.environ)
+    env.pop("CADRE_HOSTS_METHOD", None)
+    return subprocess.run(
+        [cadre, "run", "-n", str(workers + servers), "--framework", "pytorch",
+         "--parameter-servers", str(servers), "--grace", "5", "--", "python3", LAUNCHER, script]
+        + [str(a) for a in args],
+        cwd=tmp_path, env=env, timeout=180, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+
+
+def test_ps_job_resumed_from_a_checkpoint_continues_exactly(tmp_path):
+    # Three jobs (1 server, 2 workers, Adam + StepLR + BatchNorm): 10 steps at once, and 5
+    # steps, a checkpoint, and 5 more in a new job with fresh servers. Adam's moments and step
+    # live on the servers; without them in the checkpoint the resumed run would differ.
+    (tmp_path / "job.py").write_text(RESUME_JOB)
+    ckpt = tmp_path / "ckpt.pt"
+    for mode in ("full", "first", "resume"):
+        proc = _run_ps_job(tmp_path, "job.py", mode, ckpt, tmp_path / mode)
+        assert proc.returncode == 0, mode + proc.stdout + proc.stderr
+    full = [torch.load(str(tmp_path / ("full.worker-%d" % w))) for w in range(2)]
+    resumed = [torch.load(str(tmp_path / ("resume.worker-%d" % w))) for w in range(2)]
+    first = torch.load(str(tmp_path / "first.worker-0"))
+    assert full[0]["lr"] == resumed[0]["lr"] == pytest.approx(0.05 / 8)
+    for name, want in full[0]["model"].items():
+        for r in resumed:
+            assert torch.allclose(r["model"][name].float(), want.float(), rtol=1e-6,
+                                  atol=1e-7), (name, r["model"][name], want)
+        if want.is_floating_point():  # the second half of training moved everything
+            assert not torch.equal(first["model"][name], want), name
+    # The workers' BatchNorm statistics are synchronised: after training every worker holds the
+    # same buffers (the workers' mean at each step), although their data differ in scale.
+    for state in (full, resumed):
+        for name in ("1.running_mean", "1.running_var", "1.num_batches_tracked"):
+            assert torch.equal(state[0]["model"][name], state[1]["model"][name]), name
+    assert int(full[0]["model"]["1.num_batches_tracked"]) == 10
+    assert not torch.allclose(full[0]["model"]["1.running_var"], torch.ones(6))
 
 
 def _bench_rows(text):

@@ -1,11 +1,13 @@
 #include "cadre/ps/client.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include <grpcpp/generic/generic_stub.h>
 
@@ -36,6 +38,7 @@ struct Piece {
   const Partition* part;
   const float* src = nullptr;
   float* dst = nullptr;
+  std::optional<float> lr;  // pushes: the update's learning rate
 };
 
 int64_t Product(const std::vector<int64_t>& shape) {
@@ -66,10 +69,13 @@ struct Client::Impl {
   Status RunPushes(const std::vector<Piece>& pieces, const char* method, int64_t step,
                    bool reply_values);
 
-  // Groups pieces by server and into RPC-sized batches (whole partitions, <= message_bytes).
-  std::vector<std::vector<std::vector<Piece>>> Batches(const std::vector<Piece>& pieces) const;
+  // Groups pieces by server and into RPC-sized batches (whole partitions, <= message_bytes
+  // divided by `values_per_element`, the float32 values a piece carries per element).
+  std::vector<std::vector<std::vector<Piece>>> Batches(const std::vector<Piece>& pieces,
+                                                       int values_per_element = 1) const;
 
-  Status Resolve(const std::string& what, const std::string& name, int64_t count,
+  // The partitions of a declared variable whose tensor has `count` elements (none: unchecked).
+  Status Resolve(const std::string& what, const std::string& name, std::optional<int64_t> count,
                  const std::vector<Partition>** parts) const;
 
   // After Declare found no server in time: why the first server that is not connected could not
@@ -177,14 +183,15 @@ Status Client::Impl::Run(std::vector<std::deque<Task>> queues, Duration timeout,
   return st.error;
 }
 
-std::vector<std::vector<std::vector<Piece>>> Client::Impl::Batches(
-    const std::vector<Piece>& pieces) const {
+std::vector<std::vector<std::vector<Piece>>> Client::Impl::Batches(const std::vector<Piece>& pieces,
+                                                                   int values_per_element) const {
   std::vector<std::vector<std::vector<Piece>>> out(stubs.size());
   std::vector<int64_t> bytes(stubs.size(), 0);
+  const int64_t budget = options.message_bytes / values_per_element;
   for (const Piece& p : pieces) {
     auto s = static_cast<size_t>(p.part->server);
     int64_t b = p.part->count * static_cast<int64_t>(sizeof(float));
-    if (out[s].empty() || bytes[s] + b > options.message_bytes) {
+    if (out[s].empty() || bytes[s] + b > budget) {
       out[s].emplace_back();
       bytes[s] = 0;
     }
@@ -194,15 +201,16 @@ std::vector<std::vector<std::vector<Piece>>> Client::Impl::Batches(
   return out;
 }
 
-Status Client::Impl::Resolve(const std::string& what, const std::string& name, int64_t count,
+Status Client::Impl::Resolve(const std::string& what, const std::string& name,
+                             std::optional<int64_t> count,
                              const std::vector<Partition>** parts) const {
   if (!declared) return MismatchError(what + ": Declare() the variables first");
   if (!map.contains(name)) return NotFound(what + ": variable '" + name + "' was not declared");
   const auto& ps = map.partitions(name);
   int64_t total = ps.back().offset + ps.back().count;
-  if (count != total)
+  if (count && *count != total)
     return InvalidArgument(what + ": variable '" + name + "' has " + std::to_string(total) +
-                           " elements, the tensor given has " + std::to_string(count));
+                           " elements, the tensor given has " + std::to_string(*count));
   *parts = &ps;
   return Status::Ok();
 }
@@ -276,7 +284,8 @@ Status Client::Declare(const std::vector<Variable>& variables) {
   std::map<std::string, const Variable*> by_name;
   for (const Variable& v : variables) {
     by_name[v.name] = &v;
-    for (const Partition& p : map.partitions(v.name)) pieces.push_back({&p, v.initial, nullptr});
+    for (const Partition& p : map.partitions(v.name))
+      pieces.push_back({&p, v.initial, nullptr, std::nullopt});
   }
   std::vector<std::deque<Task>> queues(m.stubs.size());
   auto batches = m.Batches(pieces);
@@ -321,7 +330,7 @@ std::vector<wire::OutChunk> OutChunks(const std::vector<Piece>& batch) {
   out.reserve(batch.size());
   for (const Piece& pc : batch) {
     const Partition& p = *pc.part;
-    out.push_back({p.variable, p.index, p.offset, p.count, pc.src + p.offset});
+    out.push_back({p.variable, p.index, p.offset, p.count, pc.src + p.offset, pc.lr});
   }
   return out;
 }
@@ -380,7 +389,7 @@ Status Client::Push(int64_t step, const std::vector<TensorView>& grads) {
   for (const TensorView& t : grads) {
     const std::vector<Partition>* parts;
     CADRE_RETURN_IF_ERROR(m.Resolve("ps push", t.name, t.count, &parts));
-    for (const Partition& p : *parts) pieces.push_back({&p, t.data, nullptr});
+    for (const Partition& p : *parts) pieces.push_back({&p, t.data, nullptr, t.lr});
   }
   return m.RunPushes(pieces, kPushMethod, step, false);
 }
@@ -391,7 +400,7 @@ Status Client::Pull(int64_t step, const std::vector<MutableTensorView>& out) {
   for (const MutableTensorView& t : out) {
     const std::vector<Partition>* parts;
     CADRE_RETURN_IF_ERROR(m.Resolve("ps pull", t.name, t.count, &parts));
-    for (const Partition& p : *parts) pieces.push_back({&p, nullptr, t.data});
+    for (const Partition& p : *parts) pieces.push_back({&p, nullptr, t.data, std::nullopt});
   }
   std::vector<std::deque<Task>> queues(m.stubs.size());
   auto batches = m.Batches(pieces);
@@ -432,9 +441,144 @@ Status Client::PushPull(int64_t step, const std::vector<TensorView>& grads,
                              "') does not match gradient '" + grads[i].name + "'");
     const std::vector<Partition>* parts;
     CADRE_RETURN_IF_ERROR(m.Resolve("ps push-pull", grads[i].name, grads[i].count, &parts));
-    for (const Partition& p : *parts) pieces.push_back({&p, grads[i].data, out[i].data});
+    for (const Partition& p : *parts)
+      pieces.push_back({&p, grads[i].data, out[i].data, grads[i].lr});
   }
   return m.RunPushes(pieces, kPushPullMethod, step, true);
+}
+
+namespace {
+
+// The part of a whole variable's state vector that one partition holds (none: none).
+std::string StateSlice(const std::vector<float>& v, const Partition& p) {
+  if (v.empty()) return {};
+  return std::string(reinterpret_cast<const char*>(v.data() + p.offset),
+                     static_cast<size_t>(p.count) * sizeof(float));
+}
+
+}  // namespace
+
+Status Client::GetOptimizerState(int64_t step, const std::vector<std::string>& names,
+                                 std::vector<OptimizerState>* out) {
+  Impl& m = *impl_;
+  std::vector<Piece> pieces;
+  std::map<std::string, size_t> index;  // variable -> its position in `names`
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::vector<Partition>* parts;
+    CADRE_RETURN_IF_ERROR(m.Resolve("ps get state", names[i], std::nullopt, &parts));
+    if (!index.emplace(names[i], i).second)
+      return InvalidArgument("ps get state: variable '" + names[i] + "' is named twice");
+    for (const Partition& p : *parts) pieces.push_back({&p, nullptr, nullptr, std::nullopt});
+  }
+  // Replies fill these from the callbacks, one partition each: distinct ranges, no lock needed
+  // except for the partition counts, which the mutex guards.
+  out->assign(names.size(), OptimizerState{});
+  std::mutex mu;
+  std::vector<std::deque<Task>> queues(m.stubs.size());
+  auto batches = m.Batches(pieces, 2);  // Adam's state is two values per element
+  for (size_t s = 0; s < batches.size(); ++s) {
+    for (const auto& batch : batches[s]) {
+      auto req = std::make_shared<proto::GetStateRequest>();
+      auto rep = std::make_shared<proto::GetStateReply>();
+      req->set_worker_id(m.options.worker_id);
+      req->set_step(step);
+      for (const Piece& pc : batch)
+        ToProto(PartitionRef{pc.part->variable, pc.part->index, pc.part->offset, pc.part->count},
+                req->add_ids());
+      Task t;
+      t.start = [req, rep](Stubs& stub, grpc::ClientContext* ctx, DoneFn done) {
+        stub.typed->async()->GetState(ctx, req.get(), rep.get(), std::move(done));
+      };
+      t.finish = [rep, batch, out, &index, &mu]() -> Status {
+        if (rep->states_size() != static_cast<int>(batch.size()))
+          return ProtocolError("ps get state: the reply holds " +
+                               std::to_string(rep->states_size()) + " partitions, not " +
+                               std::to_string(batch.size()));
+        for (size_t k = 0; k < batch.size(); ++k) {
+          const Partition& p = *batch[k].part;
+          OptimizerState got;
+          CADRE_RETURN_IF_ERROR(FromProto(rep->states(static_cast<int>(k)), &got));
+          const PartitionRef id = FromProto(rep->states(static_cast<int>(k)).id());
+          if (id.variable != p.variable || id.index != p.index)
+            return ProtocolError("ps get state: the reply's partition " + std::to_string(k) +
+                                 " is not '" + p.variable + "' partition " +
+                                 std::to_string(p.index));
+          for (const auto* v : {&got.buf, &got.sq})
+            if (!v->empty() && static_cast<int64_t>(v->size()) != p.count)
+              return ProtocolError("ps get state: '" + p.variable + "' partition " +
+                                   std::to_string(p.index) + " came back with " +
+                                   std::to_string(v->size()) + " values, not " +
+                                   std::to_string(p.count));
+          std::lock_guard lock(mu);
+          OptimizerState& whole = (*out)[index.at(p.variable)];
+          const int64_t total = p.offset + p.count;  // grows to the variable's size
+          whole.steps = std::max(whole.steps, got.steps);
+          for (auto [from, to] : {std::pair{&got.buf, &whole.buf}, std::pair{&got.sq, &whole.sq}}) {
+            if (from->empty()) continue;
+            if (static_cast<int64_t>(to->size()) < total) to->resize(static_cast<size_t>(total));
+            std::copy(from->begin(), from->end(), to->begin() + p.offset);
+          }
+        }
+        return Status::Ok();
+      };
+      queues[s].push_back(std::move(t));
+    }
+  }
+  CADRE_RETURN_IF_ERROR(m.Run(std::move(queues), m.options.rpc_timeout, false));
+  // A variable whose partitions are not all started (none is, or its size) reads as none.
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& parts = m.map.partitions(names[i]);
+    const auto total = static_cast<size_t>(parts.back().offset + parts.back().count);
+    for (auto* v : {&(*out)[i].buf, &(*out)[i].sq})
+      if (v->size() != total) v->clear();
+  }
+  return Status::Ok();
+}
+
+Status Client::SetOptimizerState(const std::vector<std::string>& names,
+                                 const std::vector<OptimizerState>& states) {
+  Impl& m = *impl_;
+  if (names.size() != states.size())
+    return InvalidArgument("ps set state: " + std::to_string(names.size()) + " names but " +
+                           std::to_string(states.size()) + " states");
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::vector<Partition>* parts;
+    CADRE_RETURN_IF_ERROR(m.Resolve("ps set state", names[i], std::nullopt, &parts));
+    const int64_t count = parts->back().offset + parts->back().count;
+    for (const auto* v : {&states[i].buf, &states[i].sq})
+      if (!v->empty() && static_cast<int64_t>(v->size()) != count)
+        return InvalidArgument("ps set state: variable '" + names[i] + "' has " +
+                               std::to_string(count) + " elements, its state " +
+                               std::to_string(v->size()));
+    for (const Partition& p : *parts) pieces.push_back({&p, nullptr, nullptr, std::nullopt});
+  }
+  std::map<std::string, const OptimizerState*> by_name;
+  for (size_t i = 0; i < names.size(); ++i) by_name[names[i]] = &states[i];
+  std::vector<std::deque<Task>> queues(m.stubs.size());
+  auto batches = m.Batches(pieces, 2);
+  for (size_t s = 0; s < batches.size(); ++s) {
+    for (const auto& batch : batches[s]) {
+      auto req = std::make_shared<proto::SetStateRequest>();
+      auto rep = std::make_shared<proto::SetStateReply>();
+      req->set_worker_id(m.options.worker_id);
+      for (const Piece& pc : batch) {
+        const Partition& p = *pc.part;
+        const OptimizerState& st = *by_name.at(p.variable);
+        proto::PartitionState* d = req->add_states();
+        ToProto(PartitionRef{p.variable, p.index, p.offset, p.count}, d->mutable_id());
+        d->set_steps(st.steps);
+        d->set_buf(StateSlice(st.buf, p));
+        d->set_sq(StateSlice(st.sq, p));
+      }
+      queues[s].push_back({[req, rep](Stubs& stub, grpc::ClientContext* ctx, DoneFn done) {
+                             stub.typed->async()->SetState(ctx, req.get(), rep.get(),
+                                                           std::move(done));
+                           },
+                           [] { return Status::Ok(); }});
+    }
+  }
+  return m.Run(std::move(queues), m.options.rpc_timeout, false);
 }
 
 Status Client::Done() {

@@ -12,7 +12,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cadre/base/deadline.h"
@@ -47,9 +49,13 @@ struct Variable {
 };
 
 struct TensorView {
+  TensorView() = default;
+  TensorView(std::string n, const float* d, int64_t c, std::optional<float> rate = std::nullopt)
+      : name(std::move(n)), data(d), count(c), lr(rate) {}
   std::string name;
   const float* data = nullptr;
   int64_t count = 0;
+  std::optional<float> lr;  // pushes: the learning rate of this update; none: the declared one
 };
 
 struct MutableTensorView {
@@ -75,6 +81,15 @@ class Client {
   // the variable of grads[i] (it may alias nothing else in the call).
   Status PushPull(int64_t step, const std::vector<TensorView>& grads,
                   const std::vector<MutableTensorView>& out);
+  // Checkpoints: the optimizer state of each variable in `names` (its partitions joined), once
+  // `step` updates were applied (sync; waits as Pull) or at once (async).
+  Status GetOptimizerState(int64_t step, const std::vector<std::string>& names,
+                           std::vector<OptimizerState>* out);
+  // Replaces the optimizer state of each variable in `names` by states[i] (whole variables; the
+  // client splits them by the shard map). All or nothing per server.
+  Status SetOptimizerState(const std::vector<std::string>& names,
+                           const std::vector<OptimizerState>& states);
+
   // Tells every server this worker finished. Idempotent.
   Status Done();
 

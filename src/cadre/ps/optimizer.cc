@@ -1,5 +1,6 @@
 #include "cadre/ps/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace cadre::ps {
@@ -13,8 +14,11 @@ Status ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
     *kind = OptimizerKind::kAdam;
   } else if (name == "sum") {
     *kind = OptimizerKind::kSum;
+  } else if (name == "assign") {
+    *kind = OptimizerKind::kAssign;
   } else {
-    return InvalidArgument("optimizer.kind: '" + name + "' is not one of sgd, momentum, adam, sum");
+    return InvalidArgument("optimizer.kind: '" + name +
+                           "' is not one of sgd, momentum, adam, sum, assign");
   }
   return Status::Ok();
 }
@@ -29,6 +33,8 @@ std::string OptimizerKindName(OptimizerKind kind) {
       return "adam";
     case OptimizerKind::kSum:
       return "sum";
+    case OptimizerKind::kAssign:
+      return "assign";
   }
   return "unknown";
 }
@@ -55,7 +61,8 @@ Status OptimizerConfig::Validate() const {
   return Status::Ok();
 }
 
-Optimizer::Optimizer(const OptimizerConfig& config, int64_t count) : config_(config) {
+Optimizer::Optimizer(const OptimizerConfig& config, int64_t count)
+    : config_(config), count_(count) {
   if (config.kind == OptimizerKind::kMomentum || config.kind == OptimizerKind::kAdam)
     buf_.assign(static_cast<size_t>(count), 0.0f);
   if (config.kind == OptimizerKind::kAdam) sq_.assign(static_cast<size_t>(count), 0.0f);
@@ -68,6 +75,9 @@ void Optimizer::Apply(std::span<float> param, std::span<const float> grad) {
   switch (c.kind) {
     case OptimizerKind::kSum:
       for (size_t i = 0; i < n; ++i) param[i] += grad[i];
+      return;
+    case OptimizerKind::kAssign:
+      std::copy(grad.begin(), grad.end(), param.begin());
       return;
     case OptimizerKind::kSgd:
       for (size_t i = 0; i < n; ++i) param[i] -= c.lr * (grad[i] + c.weight_decay * param[i]);
@@ -96,6 +106,56 @@ void Optimizer::Apply(std::span<float> param, std::span<const float> grad) {
       return;
     }
   }
+}
+
+OptimizerState Optimizer::State() const {
+  OptimizerState s;
+  s.steps = steps_;
+  if (Started()) {
+    s.buf = buf_;
+    s.sq = sq_;
+  }
+  return s;
+}
+
+Status Optimizer::Restore(OptimizerState state) {
+  const bool momentum = config_.kind == OptimizerKind::kMomentum;
+  const bool adam = config_.kind == OptimizerKind::kAdam;
+  const std::string kind = OptimizerKindName(config_.kind);
+  if (state.steps < 0)
+    return InvalidArgument("optimizer state.steps: " + std::to_string(state.steps) +
+                           " is negative");
+  auto check = [&](const std::vector<float>& v, bool wanted, const char* field) -> Status {
+    if (!wanted && !v.empty())
+      return InvalidArgument(std::string("optimizer state.") + field + ": optimizer " + kind +
+                             " keeps none, but " + std::to_string(v.size()) + " values were given");
+    if (wanted && !v.empty() && static_cast<int64_t>(v.size()) != count_)
+      return InvalidArgument(std::string("optimizer state.") + field + ": " +
+                             std::to_string(v.size()) + " values for a partition of " +
+                             std::to_string(count_));
+    for (float x : v)
+      if (!std::isfinite(x))
+        return InvalidArgument(std::string("optimizer state.") + field +
+                               ": holds a value that is not finite");
+    return Status::Ok();
+  };
+  CADRE_RETURN_IF_ERROR(check(state.buf, momentum || adam, "buf"));
+  CADRE_RETURN_IF_ERROR(check(state.sq, adam, "sq"));
+  const bool has_buffers = !state.buf.empty() && (!adam || !state.sq.empty());
+  if ((momentum || adam) && has_buffers != (state.steps > 0))
+    return InvalidArgument("optimizer state: optimizer " + kind + " after " +
+                           std::to_string(state.steps) + " steps must " +
+                           (state.steps > 0 ? "have" : "not have") + " its buffers");
+  steps_ = state.steps;
+  if (momentum || adam) {
+    if (state.buf.empty()) state.buf.assign(static_cast<size_t>(count_), 0.0f);
+    buf_ = std::move(state.buf);
+  }
+  if (adam) {
+    if (state.sq.empty()) state.sq.assign(static_cast<size_t>(count_), 0.0f);
+    sq_ = std::move(state.sq);
+  }
+  return Status::Ok();
 }
 
 }  // namespace cadre::ps

@@ -4,7 +4,9 @@
 // PyTorch model trained through the servers follows the same trajectory as a local one.
 //
 // An Optimizer object holds the per-partition state (momentum buffer, Adam moments and step
-// count); it is not thread-safe: the caller (the partition's owner) serialises Apply calls.
+// count), which State()/Restore() read and replace (checkpoints); it is not thread-safe: the
+// caller (the partition's owner) serialises every call. The learning rate may change between
+// updates (LR schedules): SetLr.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +19,11 @@
 
 namespace cadre::ps {
 
-enum class OptimizerKind { kSgd, kMomentum, kAdam, kSum };
+// kAssign is no optimizer but a shared value, such as a BatchNorm running statistic: the update
+// replaces the value by the "gradient" (in sync mode the mean of the workers' values).
+enum class OptimizerKind { kSgd, kMomentum, kAdam, kSum, kAssign };
 
-// Parses "sgd", "momentum", "adam", "sum".
+// Parses "sgd", "momentum", "adam", "sum", "assign".
 Status ParseOptimizerKind(const std::string& name, OptimizerKind* kind);
 std::string OptimizerKindName(OptimizerKind kind);
 
@@ -39,6 +43,15 @@ struct OptimizerConfig {
   bool operator==(const OptimizerConfig&) const = default;
 };
 
+// The state of one partition's optimizer, as in torch.optim's state_dict: `steps` updates applied
+// (Adam's t), `buf` the momentum buffer or Adam's first moment, `sq` Adam's second moment. Empty
+// vectors mean "none" (plain SGD; momentum or Adam before their first update).
+struct OptimizerState {
+  int64_t steps = 0;
+  std::vector<float> buf;
+  std::vector<float> sq;
+};
+
 class Optimizer {
  public:
   Optimizer(const OptimizerConfig& config, int64_t count);
@@ -47,10 +60,21 @@ class Optimizer {
   // kSum adds the gradient to the value (lr and the rest are ignored): a plain accumulator.
   void Apply(std::span<float> param, std::span<const float> grad);
 
+  // The learning rate of the updates from now on (validated by the caller: finite, >= 0).
+  void SetLr(float lr) { config_.lr = lr; }
+  float lr() const { return config_.lr; }
+
   int64_t steps() const { return steps_; }
+  OptimizerState State() const;
+  // Checks `state` against this optimizer's kind and size (kInvalidArgument naming the field)
+  // and, only when it fits, replaces the current state with it.
+  Status Restore(OptimizerState state);
 
  private:
+  // Whether the state buffers exist yet: torch creates them on the first update.
+  bool Started() const { return steps_ > 0; }
   OptimizerConfig config_;
+  int64_t count_ = 0;
   int64_t steps_ = 0;
   std::vector<float> buf_;  // momentum buffer, or Adam's first moment
   std::vector<float> sq_;   // Adam's second moment

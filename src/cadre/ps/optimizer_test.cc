@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace cadre::ps {
@@ -75,6 +76,80 @@ TEST(OptimizerTest, SumAccumulates) {
   std::vector<float> p{1, 2, 3}, g{10, 20, 30};
   opt.Apply(p, g);
   EXPECT_EQ(p, (std::vector<float>{11, 22, 33}));
+}
+
+TEST(OptimizerTest, AssignTakesTheValue) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kAssign;
+  Optimizer opt(c, 2);
+  std::vector<float> p{1, 2}, g{-3, 0.5f};
+  opt.Apply(p, g);
+  EXPECT_EQ(p, g);
+}
+
+TEST(OptimizerTest, LearningRateChangesBetweenUpdates) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kSgd;
+  c.lr = 1.0f;
+  Optimizer opt(c, 1);
+  std::vector<float> p{0.0f}, g{1.0f};
+  opt.Apply(p, g);
+  opt.SetLr(0.25f);
+  opt.Apply(p, g);
+  EXPECT_FLOAT_EQ(p[0], -1.25f);
+  EXPECT_FLOAT_EQ(opt.lr(), 0.25f);
+}
+
+// A restored optimizer continues exactly as the one whose state it took.
+TEST(OptimizerTest, RestoredStateContinuesTheSameTrajectory) {
+  for (OptimizerKind kind : {OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
+    OptimizerConfig c;
+    c.kind = kind;
+    c.lr = 0.1f;
+    c.momentum = 0.9f;
+    Optimizer a(c, 3), b(c, 3);
+    std::vector<float> pa{1, 2, 3}, g{0.5f, -1, 2};
+    EXPECT_TRUE(a.State().buf.empty());  // torch has no buffer before the first step
+    for (int i = 0; i < 3; ++i) a.Apply(pa, g);
+    OptimizerState st = a.State();
+    EXPECT_EQ(st.steps, 3);
+    ASSERT_EQ(st.buf.size(), 3u);
+    EXPECT_EQ(st.sq.size(), kind == OptimizerKind::kAdam ? 3u : 0u);
+    ASSERT_TRUE(b.Restore(st).ok());
+    std::vector<float> pb = pa;
+    a.Apply(pa, g);
+    b.Apply(pb, g);
+    EXPECT_EQ(pa, pb) << OptimizerKindName(kind);
+  }
+}
+
+TEST(OptimizerTest, RestoreRefusesStateOfAnotherShapeOrKind) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kAdam;
+  Optimizer adam(c, 2);
+  std::vector<float> p{1, 2}, g{1, 1};
+  adam.Apply(p, g);
+  const OptimizerState good = adam.State();
+  OptimizerState st = good;
+  st.sq.clear();  // Adam after a step needs both moments
+  EXPECT_EQ(adam.Restore(st).code(), Code::kInvalidArgument);
+  st = good;
+  st.buf.push_back(0);
+  Status s = adam.Restore(st);
+  EXPECT_NE(s.message().find("state.buf: 3 values for a partition of 2"), std::string::npos)
+      << s.message();
+  st = good;
+  st.steps = -1;
+  EXPECT_NE(adam.Restore(st).message().find("state.steps"), std::string::npos);
+  st = good;
+  st.sq[0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(adam.Restore(st).code(), Code::kInvalidArgument);
+  EXPECT_EQ(adam.State().buf, good.buf);  // a refused state changed nothing
+  c.kind = OptimizerKind::kSgd;
+  Optimizer sgd(c, 2);
+  s = sgd.Restore(good);
+  EXPECT_NE(s.message().find("sgd keeps none"), std::string::npos) << s.message();
+  EXPECT_TRUE(sgd.Restore({5, {}, {}}).ok());
 }
 
 TEST(OptimizerTest, ValidateNamesTheField) {

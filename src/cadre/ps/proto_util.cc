@@ -108,6 +108,35 @@ PartitionRef FromProto(const proto::PartitionId& id) {
   return {id.variable(), id.index(), id.offset(), id.count()};
 }
 
+namespace {
+
+std::string FloatBytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+Status BytesToFloats(const std::string& bytes, const char* field, std::vector<float>* out) {
+  if (bytes.size() % sizeof(float) != 0)
+    return InvalidArgument(std::string("optimizer state.") + field + ": " +
+                           std::to_string(bytes.size()) + " bytes are not whole float32 values");
+  out->resize(bytes.size() / sizeof(float));
+  std::memcpy(out->data(), bytes.data(), bytes.size());
+  return Status::Ok();
+}
+
+}  // namespace
+
+void ToProto(const OptimizerState& state, proto::PartitionState* out) {
+  out->set_steps(state.steps);
+  out->set_buf(FloatBytes(state.buf));
+  out->set_sq(FloatBytes(state.sq));
+}
+
+Status FromProto(const proto::PartitionState& in, OptimizerState* out) {
+  out->steps = in.steps();
+  CADRE_RETURN_IF_ERROR(BytesToFloats(in.buf(), "buf", &out->buf));
+  return BytesToFloats(in.sq(), "sq", &out->sq);
+}
+
 void ToProto(const PartitionRef& id, proto::PartitionId* out) {
   out->set_variable(id.variable);
   out->set_index(id.index);

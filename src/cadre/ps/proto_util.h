@@ -18,6 +18,8 @@ inline constexpr char kPushMethod[] = "/cadre.ps.proto.ParameterServer/Push";
 inline constexpr char kPullMethod[] = "/cadre.ps.proto.ParameterServer/Pull";
 inline constexpr char kPushPullMethod[] = "/cadre.ps.proto.ParameterServer/PushPull";
 inline constexpr char kWorkerDoneMethod[] = "/cadre.ps.proto.ParameterServer/WorkerDone";
+inline constexpr char kGetStateMethod[] = "/cadre.ps.proto.ParameterServer/GetState";
+inline constexpr char kSetStateMethod[] = "/cadre.ps.proto.ParameterServer/SetState";
 
 grpc::StatusCode ToGrpcCode(Code code);
 Code FromGrpcCode(grpc::StatusCode code);
@@ -27,6 +29,10 @@ Status FromGrpcStatus(const grpc::Status& status);
 void ToProto(const OptimizerConfig& config, proto::OptimizerConfig* out);
 Status FromProto(const proto::OptimizerConfig& config, OptimizerConfig* out);
 PartitionRef FromProto(const proto::PartitionId& id);
+// An optimizer state's float32 vectors as little-endian bytes and back (kInvalidArgument when a
+// field's length is not a whole number of floats).
+void ToProto(const OptimizerState& state, proto::PartitionState* out);
+Status FromProto(const proto::PartitionState& in, OptimizerState* out);
 void ToProto(const PartitionRef& id, proto::PartitionId* out);
 
 // gRPC shuts its library down when its last channel or server goes away (grpc_shutdown), and in

@@ -63,6 +63,8 @@ class Service final : public grpc::Service {
     Add<grpc::ByteBuffer, grpc::ByteBuffer>(kPullMethod, &Service::RawPull);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>(kPushPullMethod, &Service::RawPushPull);
     Add<proto::DoneRequest, proto::DoneReply>(kWorkerDoneMethod, &Service::WorkerDone);
+    Add<proto::GetStateRequest, proto::GetStateReply>(kGetStateMethod, &Service::GetState);
+    Add<proto::SetStateRequest, proto::SetStateReply>(kSetStateMethod, &Service::SetState);
   }
 
  private:
@@ -110,6 +112,34 @@ class Service final : public grpc::Service {
     if (!s.ok()) return ToGrpcStatus(s);
     rep->set_workers_remaining(remaining);
     return grpc::Status::OK;
+  }
+
+  // Checkpoints: the optimizer state moves rarely, so protobuf carries it.
+  grpc::Status GetState(grpc::ServerContext* ctx, const proto::GetStateRequest* req,
+                        proto::GetStateReply* rep) {
+    if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
+    std::vector<PartitionRef> ids;
+    ids.reserve(static_cast<size_t>(req->ids_size()));
+    for (const proto::PartitionId& id : req->ids()) ids.push_back(FromProto(id));
+    return ToGrpcStatus(state_->GetState(req->worker_id(), req->step(), ids,
+                                         [rep](const PartitionRef& id, const Optimizer& opt) {
+                                           proto::PartitionState* out = rep->add_states();
+                                           ToProto(id, out->mutable_id());
+                                           ToProto(opt.State(), out);
+                                         }));
+  }
+
+  grpc::Status SetState(grpc::ServerContext* ctx, const proto::SetStateRequest* req,
+                        proto::SetStateReply*) {
+    if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
+    std::vector<StateArgs> states(static_cast<size_t>(req->states_size()));
+    for (int i = 0; i < req->states_size(); ++i) {
+      auto& st = states[static_cast<size_t>(i)];
+      st.id = FromProto(req->states(i).id());
+      Status s = FromProto(req->states(i), &st.state);
+      if (!s.ok()) return ToGrpcStatus(s.WithContext("set state of " + st.id.variable));
+    }
+    return ToGrpcStatus(state_->SetState(req->worker_id(), std::move(states)));
   }
 
   grpc::Status RawPush(grpc::ServerContext* ctx, const grpc::ByteBuffer* req,

@@ -1,6 +1,7 @@
 #include "cadre/ps/server_state.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <sstream>
@@ -52,6 +53,7 @@ struct ServerState::Part {
   Optimizer optimizer;
   int64_t step = 0;            // updates applied (sync: the step the partition reached)
   std::vector<float> pending;  // sync: sum of this step's gradients so far
+  float pending_lr = 0;        // sync: the learning rate of this step (from its first push)
   std::vector<bool> arrived;   // sync: which workers pushed this step
   int arrived_count = 0;
 
@@ -215,6 +217,7 @@ void ServerState::MaybeApply(Part& part) {
     const float scale = 1.0f / static_cast<float>(part.arrived_count);
     for (float& g : part.pending) g *= scale;
   }
+  part.optimizer.SetLr(part.pending_lr);
   part.optimizer.Apply(part.value, part.pending);
   part.step += 1;
   std::fill(part.pending.begin(), part.pending.end(), 0.0f);
@@ -249,8 +252,19 @@ Status ServerState::Push(int worker, int64_t step, const std::vector<ChunkArgs>&
                           ": the partition stayed at step " + std::to_string(p->step) + " for " +
                           Seconds(step_timeout_) + "; workers missing: " + MissingWorkers(*p));
   }
-  for (Part* p : targets) {
+  for (size_t i = 0; i < targets.size(); ++i) {
+    Part* p = targets[i];
+    const float lr = grads[i].lr.value_or(p->config.lr);
+    if (!std::isfinite(lr) || lr < 0)
+      return InvalidArgument("push: " + Describe(p->id) + ": learning rate " + std::to_string(lr) +
+                             " is not a finite value >= 0");
     if (!p->sync) continue;
+    if (p->arrived_count > 0 && lr != p->pending_lr)
+      return MismatchError(
+          "push: worker " + std::to_string(worker) + " pushed step " + std::to_string(step) +
+          " of " + Describe(p->id) + " with learning rate " + std::to_string(lr) +
+          " but an earlier push of that step had " + std::to_string(p->pending_lr) +
+          ": every worker must follow the same learning-rate schedule");
     if (p->step > step)
       return MismatchError("push: step " + std::to_string(step) + " of " + Describe(p->id) +
                            " was already applied (the partition is at step " +
@@ -264,11 +278,14 @@ Status ServerState::Push(int worker, int64_t step, const std::vector<ChunkArgs>&
     Part& p = *targets[i];
     const float* g = reinterpret_cast<const float*>(grads[i].data.data());
     std::span<const float> grad(g, static_cast<size_t>(p.id.count));
+    const float lr = grads[i].lr.value_or(p.config.lr);
     if (!p.sync) {
+      p.optimizer.SetLr(lr);
       p.optimizer.Apply(p.value, grad);
       p.step += 1;
       continue;
     }
+    if (p.arrived_count == 0) p.pending_lr = lr;
     if (p.pending.empty()) p.pending.assign(p.value.size(), 0.0f);
     for (size_t k = 0; k < grad.size(); ++k) p.pending[k] += grad[k];
     p.arrived[static_cast<size_t>(worker)] = true;
@@ -278,40 +295,91 @@ Status ServerState::Push(int worker, int64_t step, const std::vector<ChunkArgs>&
   return Status::Ok();
 }
 
-Status ServerState::Pull(
-    int worker, int64_t step, const std::vector<PartitionRef>& ids,
-    const std::function<void(const PartitionRef&, std::span<const float>)>& emit) {
-  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
-  Activity activity(*this, worker);
-  if (step < 0) return InvalidArgument("pull: step " + std::to_string(step) + " is negative");
-  std::unique_lock lock(mu_);
-  std::vector<Part*> targets(ids.size());
+Status ServerState::Collect(const char* what, int64_t step, const std::vector<PartitionRef>& ids,
+                            size_t bytes_per_value, std::unique_lock<std::mutex>& lock,
+                            std::vector<Part*>* out) {
+  const std::string op(what);
+  if (step < 0) return InvalidArgument(op + ": step " + std::to_string(step) + " is negative");
+  std::vector<Part*>& targets = *out;
+  targets.assign(ids.size(), nullptr);
   size_t reply_bytes = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     auto it = parts_.find(Key(ids[i].variable, ids[i].index));
-    if (it == parts_.end()) return NotFound("pull: unknown " + Describe(ids[i]));
+    if (it == parts_.end()) return NotFound(op + ": unknown " + Describe(ids[i]));
     targets[i] = it->second.get();
-    reply_bytes += targets[i]->value.size() * sizeof(float);
+    reply_bytes += targets[i]->value.size() * bytes_per_value;
     if (reply_bytes > max_reply_bytes_)
-      return InvalidArgument("pull: the " + std::to_string(ids.size()) +
+      return InvalidArgument(op + ": the " + std::to_string(ids.size()) +
                              " partitions asked for hold more than the " +
                              std::to_string(max_reply_bytes_) +
                              " bytes one reply may carry; ask for fewer per request");
   }
   if (size_t i = FirstRepeat(targets); i < targets.size())
-    return InvalidArgument("pull: " + Describe(ids[i]) + " appears twice in one request");
+    return InvalidArgument(op + ": " + Describe(ids[i]) + " appears twice in one request");
   const Deadline deadline(step_timeout_);
   for (Part* p : targets) {
     if (!p->sync) continue;
     bool ok = cv_.wait_until(lock, deadline.at(), [&] { return aborted_ || p->step >= step; });
-    if (aborted_) return AbortedError("pull: the server is shutting down");
+    if (aborted_) return AbortedError(op + ": the server is shutting down");
     if (!ok)
-      return TimeoutError("pull of step " + std::to_string(step) + " for " + Describe(p->id) +
+      return TimeoutError(op + " of step " + std::to_string(step) + " for " + Describe(p->id) +
                           ": no update within " + Seconds(step_timeout_) +
                           " (the partition is at step " + std::to_string(p->step) +
                           "); workers missing: " + MissingWorkers(*p));
   }
+  return Status::Ok();
+}
+
+Status ServerState::Pull(
+    int worker, int64_t step, const std::vector<PartitionRef>& ids,
+    const std::function<void(const PartitionRef&, std::span<const float>)>& emit) {
+  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  Activity activity(*this, worker);
+  std::unique_lock lock(mu_);
+  std::vector<Part*> targets;
+  CADRE_RETURN_IF_ERROR(Collect("pull", step, ids, sizeof(float), lock, &targets));
   for (Part* p : targets) emit(p->id, p->value);
+  return Status::Ok();
+}
+
+Status ServerState::GetState(
+    int worker, int64_t step, const std::vector<PartitionRef>& ids,
+    const std::function<void(const PartitionRef&, const Optimizer&)>& emit) {
+  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  Activity activity(*this, worker);
+  std::unique_lock lock(mu_);
+  std::vector<Part*> targets;
+  // Adam keeps two values per element.
+  CADRE_RETURN_IF_ERROR(Collect("get state", step, ids, 2 * sizeof(float), lock, &targets));
+  for (Part* p : targets) emit(p->id, p->optimizer);
+  return Status::Ok();
+}
+
+Status ServerState::SetState(int worker, std::vector<StateArgs> states) {
+  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  Activity activity(*this, worker);
+  std::lock_guard lock(mu_);
+  std::vector<Part*> targets(states.size());
+  for (size_t i = 0; i < states.size(); ++i) {
+    const PartitionRef& id = states[i].id;
+    CADRE_RETURN_IF_ERROR(
+        Lookup(id, kFloat32, static_cast<size_t>(std::max<int64_t>(id.count, 0)) * sizeof(float),
+               &targets[i])
+            .WithContext("set state"));
+  }
+  if (size_t i = FirstRepeat(targets); i < targets.size())
+    return InvalidArgument("set state: " + Describe(states[i].id) +
+                           " appears twice in one request");
+  // Restore on copies first, so that a refused entry leaves every optimizer as it was.
+  std::vector<Optimizer> restored;
+  restored.reserve(states.size());
+  for (size_t i = 0; i < states.size(); ++i) {
+    restored.push_back(targets[i]->optimizer);
+    CADRE_RETURN_IF_ERROR(restored.back()
+                              .Restore(std::move(states[i].state))
+                              .WithContext("set state of " + Describe(states[i].id)));
+  }
+  for (size_t i = 0; i < states.size(); ++i) targets[i]->optimizer = std::move(restored[i]);
   return Status::Ok();
 }
 

@@ -7,8 +7,11 @@
 //   state exactly as it was (no partial push, no half-declared variable).
 // - Sync partitions: the gradients of step s are summed until every worker that has not said
 //   done pushed once; then the update is applied exactly once (with the mean gradient, or the sum
-//   for the "sum" optimizer) and the partition's step becomes s + 1. A pull for step s waits until
-//   the partition reached step s. A second push by the same worker for the same step is refused.
+//   for the "sum" optimizer) and the partition's step becomes s + 1. A push may carry the
+//   learning rate per partition (LR schedules); every push of one sync step must carry the same
+//   one, which that step's update uses (a push without one means the declared rate). A pull for
+//   step s waits until the partition reached step s. A second push by the same worker for the same
+//   step is refused.
 // - Async partitions: each push is applied at once; pulls return the current values.
 // - Every wait ends by the step timeout (an error naming the workers still missing) or by
 //   Abort() (kAborted). Thread-safe: all methods may be called from many RPC threads at once.
@@ -24,9 +27,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cadre/base/deadline.h"
@@ -52,9 +57,20 @@ struct DeclareArgs {
 };
 
 struct ChunkArgs {
+  ChunkArgs() = default;
+  ChunkArgs(PartitionRef i, std::string t, std::string_view d,
+            std::optional<float> rate = std::nullopt)
+      : id(std::move(i)), dtype(std::move(t)), data(d), lr(rate) {}
   PartitionRef id;
   std::string dtype;
-  std::string_view data;  // count float32 values
+  std::string_view data;    // count float32 values
+  std::optional<float> lr;  // the learning rate of this update; none: the declared one
+};
+
+// One partition's optimizer state (checkpoints).
+struct StateArgs {
+  PartitionRef id;
+  OptimizerState state;
 };
 
 // How long a worker may stay silent by default (see the liveness contract above): long enough for
@@ -86,6 +102,16 @@ class ServerState {
   Status Pull(int worker, int64_t step, const std::vector<PartitionRef>& ids,
               const std::function<void(const PartitionRef&, std::span<const float>)>& emit);
 
+  // Calls `emit` for each requested partition, in order, with its optimizer's state once it
+  // reached `step` (sync; as Pull) or at once (async). Refuses as Pull does; `emit` runs under
+  // the state's lock.
+  Status GetState(int worker, int64_t step, const std::vector<PartitionRef>& ids,
+                  const std::function<void(const PartitionRef&, const Optimizer&)>& emit);
+
+  // Replaces the optimizer state of each partition named (a checkpoint's), all or nothing: every
+  // entry is checked (existence, extent, the optimizer's kind and size) before any changes.
+  Status SetState(int worker, std::vector<StateArgs> states);
+
   // Marks `worker` done; sync steps stop waiting for it. Idempotent. *remaining = workers not done.
   Status WorkerDone(int worker, int* remaining);
 
@@ -107,6 +133,12 @@ class ServerState {
   std::vector<int> SilentWorkers(Clock::time_point silent_since) const;
   // Finds and checks a chunk's partition (existence, dtype, extent, payload size). Needs mu_.
   Status Lookup(const PartitionRef& id, const std::string& dtype, size_t bytes, Part** out) const;
+  // Finds the partitions `ids` name, refusing unknown or repeated ones and replies past
+  // max_reply_bytes (each partition counted `bytes_per_value` bytes per element), then waits
+  // until each sync one reached `step`. Needs mu_ held by `lock`.
+  Status Collect(const char* what, int64_t step, const std::vector<PartitionRef>& ids,
+                 size_t bytes_per_value, std::unique_lock<std::mutex>& lock,
+                 std::vector<Part*>* out);
   // Applies a sync partition's pending step when every live worker contributed. Needs mu_.
   void MaybeApply(Part& part);
   std::string MissingWorkers(const Part& part) const;

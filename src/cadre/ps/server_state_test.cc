@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <map>
+#include <optional>
 #include <thread>
 
 namespace cadre::ps {
@@ -216,6 +218,75 @@ TEST(ServerStateTest, WorkerWithACallInProgressIsAlive) {
   EXPECT_EQ(s.WaitAllDone(Deadline(std::chrono::milliseconds(2500))).code(), Code::kTimeout);
   s.Abort();
   t.join();
+}
+
+// A push may carry the step's learning rate; the workers of one sync step must agree on it.
+TEST(ServerStateTest, PushedLearningRateAppliesToItsStep) {
+  ServerState s(2, std::chrono::seconds(5));
+  std::vector<float> init{1.0f};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", init, true, OptimizerKind::kSgd)}, &created).ok());
+  std::vector<float> g0{1.0f}, g1{3.0f};
+  auto push = [&](int worker, int64_t step, const std::vector<float>& g, std::optional<float> lr) {
+    ChunkArgs c = Chunk("w", g);
+    c.lr = lr;
+    return s.Push(worker, step, {c});
+  };
+  // Declared lr 0.01; step 0 at 0.5: 1 - 0.5 * mean(1, 3) = 0.
+  ASSERT_TRUE(push(0, 0, g0, 0.5f).ok());
+  Status st = push(1, 0, g1, 0.25f);
+  EXPECT_EQ(st.code(), Code::kMismatch);
+  EXPECT_NE(st.message().find("same learning-rate schedule"), std::string::npos) << st.message();
+  EXPECT_EQ(s.PartitionStep("w", 0), 0);  // the refused push changed nothing
+  ASSERT_TRUE(push(1, 0, g1, 0.5f).ok());
+  EXPECT_EQ(Value(s, "w", 1), std::vector<float>{0.0f});
+  // Without a rate the declared one applies: 0 - 0.01 * 2.
+  ASSERT_TRUE(push(0, 1, g0, std::nullopt).ok());
+  ASSERT_TRUE(push(1, 1, g1, std::nullopt).ok());
+  EXPECT_FLOAT_EQ(Value(s, "w", 2)[0], -0.02f);
+  st = push(0, 2, g0, -1.0f);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("learning rate"), std::string::npos) << st.message();
+}
+
+TEST(ServerStateTest, OptimizerStateMovesOutAndBackAllOrNothing) {
+  ServerState s(1, std::chrono::seconds(5));
+  std::vector<float> init{1, 2}, other{0};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0,
+                        {Decl("w", init, true, OptimizerKind::kAdam),
+                         Decl("v", other, false, OptimizerKind::kMomentum)},
+                        &created)
+                  .ok());
+  std::vector<float> g{0.5f, -1.0f};
+  ASSERT_TRUE(s.Push(0, 0, {Chunk("w", g)}).ok());
+  std::map<std::string, OptimizerState> got;
+  auto get = [&](int64_t step) {
+    got.clear();
+    return s.GetState(
+        0, step, {{"w", 0, 0, 2}, {"v", 0, 0, 1}},
+        [&](const PartitionRef& id, const Optimizer& o) { got[id.variable] = o.State(); });
+  };
+  ASSERT_TRUE(get(1).ok());
+  EXPECT_EQ(got["w"].steps, 1);
+  EXPECT_EQ(got["w"].buf.size(), 2u);
+  EXPECT_EQ(got["v"].steps, 0);
+  EXPECT_TRUE(got["v"].buf.empty());
+  // One bad entry (a momentum buffer of the wrong size): nothing is restored.
+  OptimizerState zero{7, {0, 0}, {0, 0}};
+  Status st = s.SetState(0, {{{"w", 0, 0, 2}, zero}, {{"v", 0, 0, 1}, {3, {1, 2}, {}}}});
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("variable 'v'"), std::string::npos) << st.message();
+  ASSERT_TRUE(get(1).ok());
+  EXPECT_EQ(got["w"].steps, 1);
+  EXPECT_EQ(s.SetState(0, {{{"nope", 0, 0, 2}, zero}}).code(), Code::kNotFound);
+  EXPECT_EQ(s.SetState(0, {{{"w", 0, 0, 2}, zero}, {{"w", 0, 0, 2}, zero}}).code(),
+            Code::kInvalidArgument);
+  ASSERT_TRUE(s.SetState(0, {{{"w", 0, 0, 2}, zero}, {{"v", 0, 0, 1}, {3, {1}, {}}}}).ok());
+  ASSERT_TRUE(get(1).ok());
+  EXPECT_EQ(got["w"].steps, 7);
+  EXPECT_EQ(got["w"].sq, (std::vector<float>{0, 0}));
+  EXPECT_EQ(got["v"].buf, std::vector<float>{1});
 }
 
 }  // namespace

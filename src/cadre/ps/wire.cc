@@ -12,7 +12,7 @@ constexpr uint32_t kLen = 2;
 constexpr uint32_t kFixed32 = 5;
 
 constexpr uint32_t kPushWorker = 1, kPushStep = 2, kPushGrads = 3;
-constexpr uint32_t kChunkId = 1, kChunkDtype = 2, kChunkData = 3;
+constexpr uint32_t kChunkId = 1, kChunkDtype = 2, kChunkData = 3, kChunkLr = 4;
 constexpr uint32_t kIdVariable = 1, kIdIndex = 2, kIdOffset = 3, kIdCount = 4;
 constexpr uint32_t kReplyValues = 1;
 
@@ -48,9 +48,10 @@ size_t IdSize(std::string_view variable, int32_t index, int64_t offset, int64_t 
          VarintFieldSize(AsVarint(offset)) + VarintFieldSize(AsVarint(count));
 }
 
-// A chunk's fields up to and including the data field's length; the payload follows.
+// A chunk's fields up to and including the data field's length; the payload follows. The
+// learning rate, when there is one, goes before the data (protobuf accepts any order).
 void PutChunkHead(std::string* out, std::string_view variable, int32_t index, int64_t offset,
-                  int64_t count, size_t bytes) {
+                  int64_t count, size_t bytes, std::optional<float> lr = std::nullopt) {
   size_t id = IdSize(variable, index, offset, count);
   PutTag(out, kChunkId, kLen);
   PutVarint(out, id);
@@ -66,14 +67,20 @@ void PutChunkHead(std::string* out, std::string_view variable, int32_t index, in
   PutTag(out, kChunkDtype, kLen);
   PutVarint(out, kFloat32.size());
   out->append(kFloat32);
+  if (lr) {
+    PutTag(out, kChunkLr, kFixed32);
+    char le[sizeof(float)];
+    std::memcpy(le, &*lr, sizeof le);  // little-endian hosts only, as the payloads
+    out->append(le, sizeof le);
+  }
   PutTag(out, kChunkData, kLen);
   PutVarint(out, bytes);
 }
 
 size_t ChunkSize(std::string_view variable, int32_t index, int64_t offset, int64_t count,
-                 size_t bytes) {
+                 size_t bytes, std::optional<float> lr = std::nullopt) {
   return LenFieldSize(IdSize(variable, index, offset, count)) + LenFieldSize(kFloat32.size()) +
-         LenFieldSize(bytes);
+         LenFieldSize(bytes) + (lr ? 1 + sizeof(float) : 0);
 }
 
 // A message in gRPC's slices, read front to back; a Mark returns to a position.
@@ -229,7 +236,7 @@ Status ReadId(Reader& r, size_t end, PartitionRef* id) {
 // One TensorChunk between the reader's position and `end`: its id and dtype, and where its data
 // starts (*data at the data's first byte, *data_bytes long; 0 bytes when absent).
 Status ReadChunk(Reader& r, size_t end, PartitionRef* id, std::string* dtype, Reader::Mark* data,
-                 size_t* data_bytes) {
+                 size_t* data_bytes, std::optional<float>* lr = nullptr) {
   *data_bytes = 0;
   *data = r.mark();
   while (r.pos() < end) {
@@ -253,6 +260,18 @@ Status ReadChunk(Reader& r, size_t end, PartitionRef* id, std::string* dtype, Re
         *data_bytes = n;
         r.Take(n, nullptr);
         break;
+      case kChunkLr: {  // the last occurrence wins
+        if (lr == nullptr) {
+          CADRE_RETURN_IF_ERROR(r.Skip(type, end));
+          break;
+        }
+        CADRE_RETURN_IF_ERROR(Expect(type, kFixed32, "lr"));
+        if (sizeof(float) > end - r.pos()) return ProtocolError("field 'lr' runs past its message");
+        float v;
+        r.Take(sizeof v, reinterpret_cast<char*>(&v));
+        *lr = v;
+        break;
+      }
       default:
         CADRE_RETURN_IF_ERROR(r.Skip(type, end));
     }
@@ -335,8 +354,8 @@ grpc::ByteBuffer EncodePush(int32_t worker, int64_t step, const std::vector<OutC
   for (const OutChunk& c : chunks) {
     const size_t bytes = static_cast<size_t>(c.count) * sizeof(float);
     PutTag(&head, kPushGrads, kLen);
-    PutVarint(&head, ChunkSize(c.variable, c.index, c.offset, c.count, bytes));
-    PutChunkHead(&head, c.variable, c.index, c.offset, c.count, bytes);
+    PutVarint(&head, ChunkSize(c.variable, c.index, c.offset, c.count, bytes, c.lr));
+    PutChunkHead(&head, c.variable, c.index, c.offset, c.count, bytes, c.lr);
     if (bytes < kWrapBytes) {
       head.append(reinterpret_cast<const char*>(c.data), bytes);
       continue;
@@ -379,7 +398,7 @@ Status DecodePush(const grpc::ByteBuffer& in, std::string* scratch, PushCall* ou
         ChunkArgs c;
         Reader::Mark data;
         size_t bytes = 0;
-        CADRE_RETURN_IF_ERROR(ReadChunk(r, r.pos() + n, &c.id, &c.dtype, &data, &bytes));
+        CADRE_RETURN_IF_ERROR(ReadChunk(r, r.pos() + n, &c.id, &c.dtype, &data, &bytes, &c.lr));
         const Reader::Mark after = r.mark();
         r.seek(data);
         r.Take(bytes, scratch->data() + used);

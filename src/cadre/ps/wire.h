@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -79,13 +80,15 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   size_t idle_bytes_ = 0;                           // GUARDED_BY(mu_)
 };
 
-// One partition of a push: its identity and id.count float32 values at `data`.
+// One partition of a push: its identity, id.count float32 values at `data`, and the learning
+// rate of the update when the caller sets one (TensorChunk.lr).
 struct OutChunk {
   std::string_view variable;
   int32_t index = 0;
   int64_t offset = 0;
   int64_t count = 0;
   const float* data = nullptr;
+  std::optional<float> lr;
 };
 
 // A PushRequest (= PushPullRequest: the same fields) carrying `chunks`. Payloads of at least

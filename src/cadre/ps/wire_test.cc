@@ -44,9 +44,9 @@ TEST(PsWireTest, EncodePushIsAPushRequestAndWrapsLargePayloads) {
   const std::vector<float> small = Iota(3, 1.0f), large = Iota(5000, -7.0f);
   PayloadPins pins;
   {
-    grpc::ByteBuffer b =
-        EncodePush(-3, 1234567890123,
-                   {{"w", 2, 10, 3, small.data()}, {"bias", 0, 0, 5000, large.data()}}, pins);
+    grpc::ByteBuffer b = EncodePush(
+        -3, 1234567890123,
+        {{"w", 2, 10, 3, small.data(), 0.25f}, {"bias", 0, 0, 5000, large.data(), {}}}, pins);
     proto::PushRequest req;
     ASSERT_TRUE(req.ParseFromString(Flatten(b)));
     EXPECT_EQ(req.worker_id(), -3);
@@ -58,6 +58,9 @@ TEST(PsWireTest, EncodePushIsAPushRequestAndWrapsLargePayloads) {
     EXPECT_EQ(req.grads(0).id().count(), 3);
     EXPECT_EQ(req.grads(0).dtype(), "float32");
     EXPECT_EQ(req.grads(0).data(), std::string(reinterpret_cast<const char*>(small.data()), 12));
+    ASSERT_TRUE(req.grads(0).has_lr());  // a learning rate travels only when given
+    EXPECT_EQ(req.grads(0).lr(), 0.25f);
+    EXPECT_FALSE(req.grads(1).has_lr());
     EXPECT_EQ(req.grads(1).id().variable(), "bias");
     EXPECT_EQ(req.grads(1).data(),
               std::string(reinterpret_cast<const char*>(large.data()), 5000 * 4));
@@ -86,6 +89,7 @@ TEST(PsWireTest, DecodePushReadsProtobufCutAnywhere) {
     c->set_dtype("float32");
     c->set_data(reinterpret_cast<const char*>(v->data()), v->size() * 4);
   }
+  req.mutable_grads(1)->set_lr(0.125f);
   const std::string bytes = req.SerializeAsString();
   std::string scratch;
   for (size_t cut = 0; cut <= bytes.size(); ++cut) {
@@ -103,6 +107,9 @@ TEST(PsWireTest, DecodePushReadsProtobufCutAnywhere) {
       EXPECT_EQ(call.chunks[0].dtype, "float32");
       EXPECT_EQ(call.chunks[0].data, req.grads(0).data());
       EXPECT_EQ(call.chunks[1].data, req.grads(1).data());
+      EXPECT_FALSE(call.chunks[0].lr.has_value());
+      ASSERT_TRUE(call.chunks[1].lr.has_value());
+      EXPECT_EQ(*call.chunks[1].lr, 0.125f);
     }
   }
 }
@@ -143,7 +150,7 @@ TEST(PsWireTest, DecodePushTakesFieldsInAnyOrderAndSkipsUnknownOnes) {
 TEST(PsWireTest, MalformedPushIsAProtocolError) {
   const std::vector<float> v = Iota(8, 0.0f);
   PayloadPins pins;
-  const std::string good = Flatten(EncodePush(0, 1, {{"x", 0, 0, 8, v.data()}}, pins));
+  const std::string good = Flatten(EncodePush(0, 1, {{"x", 0, 0, 8, v.data(), 0.5f}}, pins));
   std::string scratch;
   PushCall call;
   // Every truncation ends inside a field.
