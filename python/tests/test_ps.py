@@ -506,3 +506,47 @@ def test_bench_ps_loopback_and_emulated():
         step_ms, bound_ms, fraction = float(r[4]), float(r[7]), float(r[8].rstrip("%"))
         assert bound_ms == pytest.approx(2.097 * int(r[1]), rel=0.01)
         assert step_ms >= bound_ms * 0.95 and 0 < fraction <= 105
+
+
+SERVER = textwrap.dedent("""
+    import sys
+    import cadre.ps as ps
+    server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
+    print(server.port, flush=True)
+    server.wait()
+""")
+
+
+def test_a_server_that_dies_mid_training_fails_the_worker_naming_it():
+    # Two servers in their own processes; server 1 is killed between steps. The worker's next
+    # step must fail naming that server, not wait for a timeout and not blame server 0.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    procs = [subprocess.Popen([sys.executable, "-c", SERVER], env=env, stdout=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    try:
+        addrs = ["127.0.0.1:%s" % p.stdout.readline().strip() for p in procs]
+        model = make_model(3)
+        # rpc_timeout only bounds a regression: the failure must come from the lost connection.
+        opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                      servers=addrs, worker_id=0, token="tok", rpc_timeout=120)
+        assert {p[3] for p in opt._client.partitions("0.weight") +
+                opt._client.partitions("2.weight")} == {0, 1}  # both servers hold variables
+        data = batches(9)
+        for x, y in data[:2]:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        procs[1].kill()
+        procs[1].wait()
+        x, y = data[2]
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        with pytest.raises(_core.CadreError) as failed:
+            opt.step()
+        message = str(failed.value)
+        assert "ps server 1 (%s)" % addrs[1] in message, message
+        assert "did not complete in time" not in message and "Deadline" not in message, message
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -56,6 +56,11 @@ Status RoleFromMap(const std::map<std::string, std::string>& env, LearnerRole* o
         "PS_HOSTS_COUNT is not set: learners have parameter-server roles only in a "
         "parameter-server job (framework `pytorch` with `parameter_servers`, e.g. `cadre run "
         "--framework pytorch --parameter-servers 1 ...`)");
+  if (servers->second == "0")
+    return InvalidArgument(
+        "PS_HOSTS_COUNT is 0: this job has no parameter servers (`parameter_servers: 0`, or a "
+        "single learner, which is a plain job); parameter-server training needs at least 1 "
+        "server and 1 worker, e.g. `cadre run -n 3 --framework pytorch --parameter-servers 1`");
   CADRE_RETURN_IF_ERROR(IntVar(env, "PS_HOSTS_COUNT", 1, r.num_learners, &r.num_servers));
   r.num_workers = r.num_learners - r.num_servers;
   if (r.num_workers < 1)

@@ -44,6 +44,10 @@ TEST(LearnerRoleTest, NamesTheBadVariable) {
   EXPECT_NE(RoleFromMap(env, &r).message().find("only in a parameter-server job"),
             std::string::npos);
   env = Env("1");
+  env["PS_HOSTS_COUNT"] = "0";  // a `pytorch` job run with parameter_servers: 0
+  EXPECT_NE(RoleFromMap(env, &r).message().find("this job has no parameter servers"),
+            std::string::npos);
+  env = Env("1");
   env["NUM_LEARNERS"] = "four";
   EXPECT_NE(RoleFromMap(env, &r).message().find("NUM_LEARNERS='four'"), std::string::npos);
 }
