@@ -10,6 +10,7 @@
 #include "cadre/comm/communicator_impl.h"
 #include "cadre/comm/hierarchical_allreduce.h"
 #include "cadre/store/prefix_store.h"
+#include "cadre/store/store_util.h"
 #include "cadre/transport/mixed/device.h"
 #include "cadre/transport/tcp/device.h"
 
@@ -116,8 +117,9 @@ void CommunicatorImpl::Rendezvous() {
     try {
       store_->wait({key}, deadline.remaining());
     } catch (const Error& e) {
-      throw Error(Code::kTimeout, "rendezvous: rank " + std::to_string(r) +
-                                      " did not join the communicator: " + e.what());
+      const std::string who = "rank " + std::to_string(r);
+      throw Error(store::StoreWaitError(e, "rendezvous: " + who + " did not join the communicator",
+                                        who + " joined the communicator"));
     }
     hosts[r] = store_->get_string(key);
   }

@@ -356,6 +356,47 @@ INSTANTIATE_TEST_SUITE_P(Hosts, FaultMatrixTest,
                                             ::testing::Values(Op::kAllreduceHierarchical)),
                          FaultCaseName);
 
+// The store's process dies while rank 0 waits in the rendezvous for rank 1: the error blames the
+// store (kIo, as the store reported it), not rank 1 for "not joining" (kTimeout).
+TEST(FailureTest, AStoreThatDiesDuringTheRendezvousIsBlamedNotThePeer) {
+  store::TcpStoreServerOptions so;
+  so.token = testing::kToken;
+  auto server = std::make_unique<store::TcpStoreServer>(so);
+  store::TcpStoreOptions co;
+  co.port = server->port();
+  co.token = testing::kToken;
+  co.connect_timeout = std::chrono::seconds(30);
+  co.timeout = std::chrono::seconds(30);
+  CommunicatorOptions o;
+  o.rank = 0;
+  o.size = 2;
+  o.store = std::make_shared<store::TcpStore>(co);
+  o.token = testing::kToken;
+  o.use_shm = false;
+  o.timeout = std::chrono::seconds(30);
+  Code code = Code::kOk;
+  std::string what;
+  std::thread rank0([&] {
+    try {
+      Communicator::Create(o);
+    } catch (const Error& e) {
+      code = e.code();
+      what = e.what();
+    }
+  });
+  {
+    store::TcpStore watcher(co);
+    watcher.wait({"cadre-comm/1/host/0"}, std::chrono::seconds(30));  // rank 0 waits for rank 1
+  }
+  server.reset();
+  rank0.join();
+  EXPECT_EQ(code, Code::kIo) << what;
+  EXPECT_NE(what.find("the rendezvous store failed before rank 1 joined the communicator"),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(what.find("did not join"), std::string::npos) << what;
+}
+
 TEST(FailureTest, WrongTokenIsRefused) {
   CommunicatorOptions base;
   base.use_shm = false;

@@ -22,6 +22,11 @@ int64_t DecodeCounter(const std::string& key, const Bytes& value) {
   return out;
 }
 
+Status StoreWaitError(const Error& e, const std::string& absent, const std::string& awaited) {
+  if (e.code() == Code::kTimeout) return TimeoutError(absent + ": " + e.what());
+  return Status(e.code(), "the rendezvous store failed before " + awaited + ": " + e.what());
+}
+
 std::string MissingKeysMessage(const std::vector<std::string>& missing, Duration timeout) {
   std::string m = "store keys not set within " + std::to_string(timeout.count()) + " ms:";
   size_t shown = 0;

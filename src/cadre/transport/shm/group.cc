@@ -1,4 +1,5 @@
 #include "cadre/transport/shm/group.h"
+#include "cadre/store/store_util.h"
 
 #include <linux/futex.h>
 #include <poll.h>
@@ -138,8 +139,9 @@ Status ShmGroup::Create(store::Store& store, int rank, int size, std::vector<std
     try {
       store.wait({key}, deadline.remaining());
     } catch (const Error& e) {
-      return TimeoutError("shared memory rendezvous: " + g->names_[0] +
-                          " did not publish its segment: " + e.what());
+      return store::StoreWaitError(
+          e, "shared memory rendezvous: " + g->names_[0] + " did not publish its segment",
+          g->names_[0] + " published its shared memory segment");
     }
     std::string name = store.get_string(key);
     CADRE_RETURN_IF_ERROR(SharedSegment::Open(name, total, &g->segment_));

@@ -1,4 +1,5 @@
 #include "cadre/transport/shm/mesh.h"
+#include "cadre/store/store_util.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -103,8 +104,9 @@ Status ShmMesh::Create(store::Store& store, const MeshOptions& o, Deadline deadl
     try {
       store.wait({key}, deadline.remaining());
     } catch (const Error& e) {
-      return TimeoutError("shared memory rendezvous: " + first +
-                          " did not publish its segment: " + e.what());
+      return store::StoreWaitError(
+          e, "shared memory rendezvous: " + first + " did not publish its segment",
+          first + " published its shared memory segment");
     }
     const std::string name = store.get_string(key);
     CADRE_RETURN_IF_ERROR(SharedSegment::Open(name, total, &m->segment_));

@@ -13,6 +13,7 @@
 #include "cadre/base/logging.h"
 #include "cadre/base/printable.h"
 #include "cadre/net/handshake.h"
+#include "cadre/store/store_util.h"
 #include "cadre/transport/receive_order.h"
 #include "cadre/transport/tcp/acceptor.h"
 
@@ -57,7 +58,8 @@ Status ConnectLowerRanks(store::Store& store, const ConnectOptions& o, const std
       store.wait({key}, deadline.remaining());
       CADRE_RETURN_IF_ERROR(net::ParseHostPort(store.get_string(key), key, &addr));
     } catch (const Error& e) {
-      return TimeoutError(o.names[peer] + " did not publish its address: " + e.what());
+      return store::StoreWaitError(e, o.names[peer] + " did not publish its address",
+                                   o.names[peer] + " published its address");
     }
     net::Socket sock;
     Status s = net::Socket::Connect(addr.host, addr.port, deadline, &sock, o.hosts_file);
