@@ -111,17 +111,22 @@ void CommunicatorImpl::Rendezvous() {
   store_->set_timeout(options_.timeout);
 
   std::vector<std::string> hosts(size);
-  store_->set_string("host/" + std::to_string(rank), options_.host);
+  try {
+    store_->set_string("host/" + std::to_string(rank), options_.host);
+  } catch (const Error& e) {
+    throw Error(e.code(), "the rendezvous store failed before rank " + std::to_string(rank) +
+                              " (this one) joined the communicator: " + e.what());
+  }
   for (int r = 0; r < size; ++r) {
     std::string key = "host/" + std::to_string(r);
     try {
       store_->wait({key}, deadline.remaining());
+      hosts[r] = store_->get_string(key);
     } catch (const Error& e) {
       const std::string who = "rank " + std::to_string(r);
       throw Error(store::StoreWaitError(e, "rendezvous: " + who + " did not join the communicator",
                                         who + " joined the communicator"));
     }
-    hosts[r] = store_->get_string(key);
   }
   topology_ = ComputeTopology(rank, std::move(hosts));
   names_ = options_.rank_names;

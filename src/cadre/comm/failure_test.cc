@@ -391,9 +391,8 @@ TEST(FailureTest, AStoreThatDiesDuringTheRendezvousIsBlamedNotThePeer) {
   server.reset();
   rank0.join();
   EXPECT_EQ(code, Code::kIo) << what;
-  EXPECT_NE(what.find("the rendezvous store failed before rank 1 joined the communicator"),
-            std::string::npos)
-      << what;
+  // Rank 0 may still be reading its own key when the store goes: it blames the store either way.
+  EXPECT_NE(what.find("the rendezvous store failed before rank "), std::string::npos) << what;
   EXPECT_EQ(what.find("did not join"), std::string::npos) << what;
 }
 
