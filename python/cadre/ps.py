@@ -15,7 +15,7 @@ Every learner of a ``pytorch`` (parameter-server) job runs the same program. Lea
 The servers hold the variables and apply the optimizer themselves (SGD, momentum, Adam, or a plain
 sum), with the wrapped optimizer's hyper-parameters as they were at construction, except the
 learning rate: each ``step()`` sends every param group's current ``lr``, so LR schedulers
-(``torch.optim.lr_scheduler`` on the wrapped optimizer) and hand-written warm-ups reach the
+(``torch.optim.lr_scheduler``) and hand-written warm-ups reach the
 servers; a change of any other hyper-parameter makes ``step()`` refuse rather than train with
 values other than the worker shows. ``state_dict()``/``load_state_dict()`` carry the servers'
 optimizer state (momentum buffers, Adam's moments and step) in torch.optim's format, so a
@@ -29,6 +29,7 @@ the backward pass (on a side stream, after the producing stream), the updated va
 GPU before the work queued next (docs/gpu.md).
 """
 import atexit
+import functools
 import weakref
 
 from cadre import _core
@@ -215,9 +216,9 @@ class DistributedOptimizer:
     they are (as torch's optimizers skip them; pushed as zeros, weight decay would shrink them).
 
     Learning rates: every ``step()`` sends each param group's current ``lr``, which the servers
-    apply to that step's update, so an LR scheduler made on the wrapped optimizer works as it
-    does locally (``StepLR(opt.optimizer, ...)``; every worker must follow the same schedule: a
-    sync step whose workers disagree is refused).
+    apply to that step's update, so an LR scheduler works as it does locally: the wrapper is a
+    ``torch.optim.Optimizer`` to torch (``StepLR(opt, ...)``, or on ``opt.optimizer``); every
+    worker must follow the same schedule: a sync step whose workers disagree is refused.
 
     Buffers (``sync_buffers``, on when ``model`` is given): the model's buffers, such as
     BatchNorm's running mean and variance, are declared too (every worker starts from the first
@@ -241,6 +242,8 @@ class DistributedOptimizer:
             raise ValueError("cadre.ps: sync_buffers=True needs model= (the buffers are the "
                              "model's)")
         self._optimizer = optimizer
+        # A torch Optimizer to torch's own checks, as Horovod's is: LR schedulers take it.
+        self.__class__ = _torch_optimizer_class()
         if named_parameters is None and model is not None:
             named_parameters = model.named_parameters()
         names = {}
@@ -490,6 +493,11 @@ class DistributedOptimizer:
             # The servers hold the state; the wrapped optimizer never steps.
             self._optimizer.state.clear()
 
+    def add_param_group(self, param_group):
+        raise ValueError("cadre.ps: the parameter servers hold the variables declared when the "
+                         "DistributedOptimizer was made; add the param group to the wrapped "
+                         "optimizer before making it")
+
     def done(self):
         """Tells every server this worker finished (also done automatically at exit)."""
         self._finalizer()
@@ -499,6 +507,17 @@ class DistributedOptimizer:
 
     def __getattr__(self, name):
         return getattr(self._optimizer, name)
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_optimizer_class():
+    """DistributedOptimizer with torch.optim.Optimizer as a base, so that isinstance checks
+    (LR schedulers, SWA utilities) accept it. Its own methods come first; Optimizer's others
+    (``__repr__``, ``__getstate__``) read ``param_groups``, ``state`` and ``defaults``, which are
+    the wrapped optimizer's (``__getattr__``)."""
+    import torch
+    return type("DistributedOptimizer", (DistributedOptimizer, torch.optim.Optimizer),
+                {"__module__": __name__, "__doc__": DistributedOptimizer.__doc__})
 
 
 def _bench(argv):

@@ -91,6 +91,7 @@ def test_frozen_parameters_stay_as_they_are():
         server.shutdown()
 
 
+@pytest.mark.filterwarnings("error:.*lr_scheduler")  # no "step() before optimizer.step()"
 def test_lr_scheduler_reaches_the_servers():
     # StepLR on the wrapped optimizer halves lr every 2 steps; the servers must apply each
     # step's rate, so the trajectory matches torch's own run with the same scheduler.
@@ -103,8 +104,12 @@ def test_lr_scheduler_reaches_the_servers():
         opt = ps.DistributedOptimizer(inner_remote, model=remote,
                                       servers=["127.0.0.1:%d" % server.port],
                                       worker_id=0, token="tok")
+        # The wrapper is an Optimizer to torch, as Horovod's is: the scheduler takes it.
+        assert isinstance(opt, torch.optim.Optimizer)
         schedulers = [torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)
-                      for o in (inner_local, opt.optimizer)]
+                      for o in (inner_local, opt)]
+        with pytest.raises(ValueError, match="add the param group to the wrapped optimizer"):
+            opt.add_param_group({"params": [torch.zeros(2, requires_grad=True)]})
         for i, (x, y) in enumerate(batches(5)):
             before = remote[0].bias.detach().clone()
             for model, o, sched in ((local, inner_local, schedulers[0]),
