@@ -55,6 +55,87 @@ def test_bad_fields_are_named(ada, body, target, words):
     assert words in json.dumps(r.json()["errors"]), r
 
 
+DATA = {"type": "fs", "location": {"path": "/usr/share"}}
+
+
+@pytest.mark.parametrize("body, target, words", [
+    # Misspelled fields were silently ignored: the job ran without them.
+    (dict(wml_body("true"), nmae="x"), "nmae", "did you mean 'name'"),
+    (dict(wml_body("true"), training_data_references=[dict(DATA, conection={})]),
+     "training_data_references[0].conection", "did you mean 'connection'"),
+    (dict(wml_body("true"), training_data_references=[
+        {"type": "fs", "location": {"pth": "/usr/share"}}]),
+     "training_data_references[0].location.pth", "did you mean 'path'"),
+    (dict(wml_body("true"), hardware_spec={"name": "cpu", "nodse": 2}), "hardware_spec.nodse",
+     "did you mean 'nodes'"),
+    (dict(wml_body("true"), hardware_spec={"name": "cpu", "num_nodes": 2}),
+     "hardware_spec.num_nodes", "known here: name, nodes, parameter_servers"),
+    (dict(wml_body("true"), software_spec={"name": "pytorch", "verison": "1.13"}),
+     "software_spec.verison", "did you mean 'version'"),
+    (dict(wml_body("true"), model_definition={"command": "true", "comand": "false"}),
+     "model_definition.comand", "did you mean 'command'"),
+    # Where WML nests the specs: said where this server reads them.
+    (dict(wml_body("true"), model_definition={"command": "true",
+                                              "hardware_spec": {"name": "cpu", "nodes": 2}}),
+     "model_definition.hardware_spec", "top level"),
+    (dict(wml_body("true"), experiment={"id": "x"}), "experiment", "not supported"),
+    (dict(wml_body("true"), tags="a"), "tags", "a list of strings"),
+    (dict(wml_body("true"), custom=[]), "custom", "an object"),
+])
+def test_unknown_fields_are_refused_with_their_path(ada, body, target, words):
+    r = ada.submit_json(body)
+    assert r.status == 400, r
+    assert target in r.error_targets(), r
+    assert words in json.dumps(r.json()["errors"]), r
+
+
+def test_every_unknown_field_is_reported_at_once(ada):
+    body = dict(wml_body("true", nodes=0), nmae="x", hardware_spec={"name": "cpu", "nodse": 1})
+    r = ada.submit_json(body)
+    assert r.status == 400, r
+    assert {"nmae", "hardware_spec.nodse"} <= set(r.error_targets()), r
+
+
+def test_fields_wml_clients_send_are_accepted(ada):
+    body = dict(wml_body("true"), description="a job", tags=["a", "b"], custom={"k": 1},
+                space_id="s", project_id="p",
+                results_reference={"type": "fs", "location": {"path": "runs"}},
+                training_data_references=[dict(DATA, id="d", connection={}, schema={})])
+    r = ada.submit_json(body)
+    assert r.status == 201, r
+    entity = r.json()["entity"]
+    assert entity["description"] == "a job" and entity["tags"] == ["a", "b"], entity
+    # Results always go to the job's directory, whatever the body asked.
+    assert entity["results_reference"]["location"]["path"].endswith(
+        r.json()["metadata"]["id"]), entity
+
+
+@pytest.mark.parametrize("body, target, words", [
+    ({"name": "d", "onlien": {}, "online": {}, "asset": {"id": "m"}}, "onlien",
+     "did you mean 'online'"),
+    ({"name": "d", "online": {"paramters": {}}, "asset": {"id": "m"}}, "online.paramters",
+     "did you mean 'parameters'"),
+    ({"name": "d", "online": {}, "asset": {"id": "m", "idd": "n"}}, "asset.idd",
+     "did you mean 'id'"),
+])
+def test_unknown_deployment_fields_are_refused(ada, body, target, words):
+    r = ada.request("POST", "/ml/v4/deployments?version=2020-09-01", body=json.dumps(body),
+                    content_type="application/json")
+    assert r.status == 400, r
+    assert target in r.error_targets(), r
+    assert words in json.dumps(r.json()["errors"]), r
+
+
+def test_deployment_fields_wml_clients_send_are_accepted(ada):
+    body = {"name": "d", "description": "x", "tags": ["t"], "space_id": "s",
+            "hardware_spec": {"name": "S"}, "online": {"parameters": {"serving_name": "d"}},
+            "asset": {"id": "model-none", "rev": "1"}}
+    r = ada.request("POST", "/ml/v4/deployments?version=2020-09-01", body=json.dumps(body),
+                    content_type="application/json")
+    # Past the fields' checks: the model does not exist.
+    assert r.status == 404 and r.error_targets() == ["asset.id"], r
+
+
 def test_missing_or_wrong_token(ada):
     anonymous = ada.__class__(ada.url)
     r = anonymous.api("GET", "")

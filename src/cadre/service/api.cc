@@ -1,9 +1,11 @@
 #include "cadre/service/api.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 
 #include "cadre/base/printable.h"
+#include "cadre/launch/problems.h"
 
 namespace cadre::service {
 
@@ -28,6 +30,25 @@ void SendErrors(httplib::Response& res, int status, const std::vector<ApiError>&
 void SendError(httplib::Response& res, int status, const std::string& code,
                const std::string& message, const std::string& target) {
   SendErrors(res, status, {ApiError{code, message, target}});
+}
+
+void CheckFields(const nlohmann::json& object, const std::string& path,
+                 const std::vector<std::string_view>& known, std::vector<ApiError>* errors) {
+  if (!object.is_object()) return;
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string where = path.empty() ? key : path + "." + key;
+    std::string message = where + ": unknown field";
+    std::string hint = launch::DidYouMean(key, known);
+    if (!hint.empty()) {
+      message += " (did you mean '" + hint + "'?)";
+    } else {
+      message += " (known here: ";
+      for (size_t i = 0; i < known.size(); ++i) message += (i ? ", " : "") + std::string(known[i]);
+      message += ")";
+    }
+    errors->push_back({"invalid_parameter", message, where});
+  }
 }
 
 std::optional<User> BearerUser(ApiContext& ctx, const httplib::Request& req, ApiError* why) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cadre/launch/job_spec.h"
@@ -56,6 +57,13 @@ void SendJson(httplib::Response& res, int status, const nlohmann::json& body);
 void SendErrors(httplib::Response& res, int status, const std::vector<ApiError>& errors);
 void SendError(httplib::Response& res, int status, const std::string& code,
                const std::string& message, const std::string& target = "");
+
+// Refuses what a JSON body must not silently ignore: one invalid_parameter error for each key
+// of `object` that is not in `known`, at its path ("training_data_references[0].conection"),
+// naming the closest known key or, when none is close, all of them. `path` is the object's own
+// path ("" for the body).
+void CheckFields(const nlohmann::json& object, const std::string& path,
+                 const std::vector<std::string_view>& known, std::vector<ApiError>* errors);
 
 // The caller's user, from `Authorization: Bearer <token>`; otherwise nullopt, with why in *why.
 std::optional<User> BearerUser(ApiContext& ctx, const httplib::Request& req, ApiError* why);

@@ -65,7 +65,16 @@ void Create(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
               "the body must be a JSON object {\"name\", \"online\": {}, \"asset\": {\"id\"}}");
     return;
   }
+  // WML's fields: those read, and those accepted as WML clients send them but not acted on
+  // (description, tags, custom, space_id, project_id, hardware_spec: a deployment is one
+  // process; online.parameters; asset.rev). Anything else is refused, naming the field.
   std::vector<ApiError> errors;
+  CheckFields(body, "",
+              {"name", "online", "asset", "batch", "description", "tags", "custom", "space_id",
+               "project_id", "hardware_spec"},
+              &errors);
+  CheckFields(body.value("online", json::object()), "online", {"parameters"}, &errors);
+  CheckFields(body.value("asset", json::object()), "asset", {"id", "rev"}, &errors);
   std::string name;
   if (!body.contains("name") || !body["name"].is_string() ||
       body["name"].get<std::string>().empty()) {

@@ -1,5 +1,6 @@
 #include "cadre/service/submission.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -30,7 +31,93 @@ const std::pair<const char*, const char*> kFieldMap[] = {
     {"training_data_reference", "training_data_references[0]"},
 };
 
+// The fields of a WML v4 training body this server reads, and those it accepts as WML clients
+// send them but does not act on (echoed in the training's resource): description, tags, custom,
+// space_id, project_id, results_reference (results always go to the job directory), and in a
+// data reference its id, connection and schema (an fs folder needs neither). Anything else is
+// refused, naming the field: a misspelled field silently ignored would run another job.
+const std::vector<std::string_view> kBodyFields = {"name",
+                                                   "model_definition",
+                                                   "hardware_spec",
+                                                   "software_spec",
+                                                   "training_data_references",
+                                                   "description",
+                                                   "tags",
+                                                   "custom",
+                                                   "space_id",
+                                                   "project_id",
+                                                   "results_reference"};
+// WML fields for kinds of training this server does not run.
+const std::vector<std::string_view> kUnsupportedFields = {
+    "experiment", "pipeline", "federated_learning", "test_data_references"};
+
+// Unknown and unsupported fields at every level the body is read from, and the types of the
+// fields accepted without being acted on.
+void CheckBodyFields(const json& body, std::vector<ApiError>* errors) {
+  json known_body = json::object();
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(kUnsupportedFields.begin(), kUnsupportedFields.end(), key) ==
+        kUnsupportedFields.end()) {
+      known_body[key] = value;
+      continue;
+    }
+    errors->push_back({"invalid_parameter",
+                       key + ": not supported by this server, which runs a command on its "
+                             "learners (model_definition.command); leave the field out",
+                       key});
+  }
+  CheckFields(known_body, "", kBodyFields, errors);
+  auto expect = [&](const char* key, bool ok, const char* what) {
+    if (!body.contains(key) || ok) return;
+    errors->push_back({"invalid_parameter", std::string(key) + ": expected " + what, key});
+  };
+  auto strings = [](const json& v) {
+    return v.is_array() &&
+           std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); });
+  };
+  for (const char* key : {"description", "space_id", "project_id"}) {
+    expect(key, body.contains(key) && body[key].is_string(), "a string");
+  }
+  expect("tags", body.contains("tags") && strings(body["tags"]), "a list of strings");
+  for (const char* key : {"custom", "results_reference"}) {
+    expect(key, body.contains(key) && body[key].is_object(), "an object");
+  }
+  if (body.contains("model_definition")) {
+    const json& def = body["model_definition"];
+    // WML nests the specs in model_definition; this server reads them from the body's top.
+    for (const char* key : {"hardware_spec", "software_spec"}) {
+      if (!def.is_object() || !def.contains(key)) continue;
+      errors->push_back({"invalid_parameter",
+                         std::string("model_definition.") + key + ": give " + key +
+                             " at the top level of the body, beside model_definition",
+                         std::string("model_definition.") + key});
+    }
+    json rest = def.is_object() ? def : json::object();
+    rest.erase("hardware_spec");
+    rest.erase("software_spec");
+    CheckFields(rest, "model_definition", {"command"}, errors);
+  }
+  if (body.contains("hardware_spec")) {
+    CheckFields(body["hardware_spec"], "hardware_spec", {"name", "nodes", "parameter_servers"},
+                errors);
+  }
+  if (body.contains("software_spec")) {
+    CheckFields(body["software_spec"], "software_spec", {"name", "version"}, errors);
+  }
+  if (body.contains("training_data_references") && body["training_data_references"].is_array()) {
+    const json& refs = body["training_data_references"];
+    for (size_t i = 0; i < refs.size(); ++i) {
+      const std::string path = "training_data_references[" + std::to_string(i) + "]";
+      CheckFields(refs[i], path, {"type", "location", "id", "connection", "schema"}, errors);
+      if (refs[i].is_object() && refs[i].contains("location")) {
+        CheckFields(refs[i]["location"], path + ".location", {"path"}, errors);
+      }
+    }
+  }
+}
+
 bool BodyToManifest(const json& body, json* manifest, std::vector<ApiError>* errors) {
+  CheckBodyFields(body, errors);
   auto object_field = [&](const char* name) -> const json* {
     if (!body.contains(name)) return nullptr;
     const json& value = body[name];
@@ -167,9 +254,8 @@ bool ReadSubmission(const httplib::Request& req, httplib::Response& res, Submiss
   }
   out->manifest_text = manifest.dump(2);
   out->from_wml_body = true;
-  for (const char* key : {"name", "description", "tags", "model_definition", "hardware_spec",
-                          "software_spec", "training_data_references", "results_reference"}) {
-    if (body.contains(key)) out->entity[key] = body[key];
+  for (std::string_view key : kBodyFields) {
+    if (body.contains(std::string(key))) out->entity[std::string(key)] = body[std::string(key)];
   }
   return true;
 }
