@@ -326,6 +326,31 @@ def test_client_without_a_server_says_where_it_looked(tmp_path):
     assert out.returncode == 2 and "http://HOST:PORT" in out.stdout, out.stdout
 
 
+def test_a_client_waits_for_a_server_that_is_starting(tmp_path):
+    # `cadre server ... &` and a client on the next line (the README's block): the client
+    # waits for the server to listen rather than failing.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = str(tmp_path / "data")
+    token = cadre("users", "add", "ada", "--plan", "lite", "--data-dir", data).stdout.split()[-1]
+    client = subprocess.Popen([CADRE, "jobs", "list", "--server", f"http://127.0.0.1:{port}",
+                               "--token", token], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    server = None
+    try:
+        assert "waiting up to" in client.stderr.readline()
+        server = subprocess.Popen([CADRE, "server", "--data-dir", data, "--listen",
+                                   f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        assert client.wait(timeout=60) == 0, client.stderr.read()
+    finally:
+        client.kill()
+        if server:
+            server.kill()
+            server.wait(timeout=60)
+
+
 def test_submit_of_a_folder_asks_for_its_manifest(tmp_path):
     (tmp_path / "job.yaml").write_text(MANIFEST)
     out = cadre("submit", str(tmp_path), "--token", "cadre_x_y")

@@ -72,6 +72,29 @@ std::string TransportError(const Connection& c, httplib::Error error) {
   return "cannot reach the server " + c.server + ": " + what;
 }
 
+// A server started in the background a moment ago (`cadre server ... &` and the next line a
+// client command, as in the README) may not listen yet: while nothing answers, the client waits
+// up to kStartWait, saying so, before the request. Only a refused connection waits: the request
+// has not reached any server, so nothing is sent twice.
+constexpr auto kStartWait = std::chrono::seconds(10);
+
+void WaitForServer(const char* who, Connection& c) {
+  const auto until = std::chrono::steady_clock::now() + kStartWait;
+  bool said = false;
+  for (;;) {
+    auto r = c.client->Get("/v2/health/live");
+    if (r || r.error() != httplib::Error::Connection || std::chrono::steady_clock::now() >= until) {
+      return;
+    }
+    if (!said) {
+      std::cerr << who << ": nothing answers at " << c.server << " yet; waiting up to "
+                << kStartWait.count() << " s for the server to start\n";
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 bool Connect(const ClientFlags& flags, const char* who, Connection* c) {
   std::string server = flags.server;
   if (server.empty()) {
@@ -99,6 +122,7 @@ bool Connect(const ClientFlags& flags, const char* who, Connection* c) {
   c->client->set_connection_timeout(10);
   c->client->set_read_timeout(3600);
   c->headers = {{"Authorization", "Bearer " + token}};
+  WaitForServer(who, *c);
   return true;
 }
 
