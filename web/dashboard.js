@@ -57,10 +57,40 @@ function cell(text, cls) {
   return td;
 }
 
+// The list shows one page of trainings, newest first: PAGE of them (the API's largest page)
+// unless the address says otherwise (#/?start=200, #/?start=4&limit=2).
+const PAGE = 200;
+
+function listPage() {
+  const query = new URLSearchParams((location.hash.match(/^#\/\?(.*)$/) || [])[1] || "");
+  const number = (name, fallback, max) => {
+    const v = Number(query.get(name));
+    return query.has(name) && Number.isInteger(v) && v >= 0 ? Math.min(v, max) : fallback;
+  };
+  return { start: number("start", 0, 1e15), limit: Math.max(1, number("limit", PAGE, PAGE)) };
+}
+
+function pageLink(id, start, limit, shown) {
+  const a = $(id);
+  a.hidden = !shown;
+  a.href = `#/?start=${start}` + (limit === PAGE ? "" : `&limit=${limit}`);
+}
+
 async function showJobs() {
   show("jobs");
-  const r = await api("GET", "/ml/v4/trainings?limit=200");
+  const { start, limit } = listPage();
+  const r = await api("GET", `/ml/v4/trainings?limit=${limit}&start=${start}`);
   const list = await r.json();
+  const total = list.total_count;
+  const shown = list.resources.length;
+  $("jobs-range").textContent =
+    total === 0 ? "" :
+    start === 0 && shown === total ? `${total} training${total === 1 ? "" : "s"}` :
+    shown === 0 ? `None from number ${start + 1}: ${total} in all` :
+    start === 0 ? `Newest ${shown} of ${total} trainings` :
+    `Trainings ${start + 1}\u2013${start + shown} of ${total}, newest first`;
+  pageLink("newer", Math.max(0, start - limit), limit, start > 0);
+  pageLink("older", start + limit, limit, start + shown < total);
   const rows = $("job-rows");
   rows.replaceChildren();
   for (const t of list.resources) {
@@ -75,7 +105,7 @@ async function showJobs() {
               cell(String((t.entity.hardware_spec || {}).nodes || 1)), cell(t.metadata.created_at));
     rows.appendChild(tr);
   }
-  $("no-jobs").hidden = list.resources.length > 0;
+  $("no-jobs").hidden = total > 0;
   refreshTimer = setTimeout(route, 2000);
 }
 

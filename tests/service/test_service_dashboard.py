@@ -29,13 +29,39 @@ TRAIN = ("import time, os, cadre\n"
          "print('training finished', flush=True)\n")
 
 
-def test_dashboard_in_headless_chromium(make_server, tmp_path):
+def browser():
+    """chromium and node, with puppeteer-core in DEPS."""
     chromium = shutil.which("chromium")
     node = shutil.which("node")
     if not (chromium and node and os.path.isdir(os.path.join(DEPS, "node_modules",
                                                              "puppeteer-core"))):
         pytest.fail(f"the browser test needs chromium, node and puppeteer-core in {DEPS}: "
                     "run scripts/install-deps")
+    return chromium, node
+
+
+def test_dashboard_pages_through_older_trainings(make_server, tmp_path):
+    chromium, node = browser()
+    server = make_server(slots=2)
+    token = server.add_user("ada")
+    ada = server.client(token)
+    ids = []
+    for i in range(5):
+        r = ada.submit_json(wml_body("true", name=f"job-{i}"))
+        assert r.status == 201, r
+        ids.insert(0, r.json()["metadata"]["id"])  # newest first, as the list shows them
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "deps": DEPS, "chromium": chromium, "url": server.url + "/", "token": token,
+        "paging": {"ids": ids}, "screenshot": str(tmp_path / "paging.png")}))
+    check = subprocess.run([node, os.path.join(HERE, "browser", "dashboard_check.cjs"),
+                            str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=400)
+    assert check.returncode == 0, check.stdout
+
+
+def test_dashboard_in_headless_chromium(make_server, tmp_path):
+    chromium, node = browser()
     server = make_server(slots=2)
     token = server.add_user("ada")
     ada = server.client(token)

@@ -19,6 +19,49 @@ async function text(page, selector) {
   return page.$eval(selector, (el) => el.textContent);
 }
 
+// The rows' ids as the list shows them.
+async function listedIds(page) {
+  return page.$$eval("#job-rows a", (links) => links.map((a) => a.textContent));
+}
+
+// Waits until the list says `range` and shows the trainings `ids`, in that order.
+async function waitForList(page, range, ids) {
+  try {
+    await page.waitForFunction((range, ids) => {
+      const shown = [...document.querySelectorAll("#job-rows a")].map((a) => a.textContent);
+      return document.getElementById("jobs-range").textContent === range &&
+             JSON.stringify(shown) === JSON.stringify(ids);
+    }, WAIT, range, ids);
+  } catch (e) {
+    const said = await text(page, "#jobs-range");
+    throw new Error(`expected "${range}" with ${ids}, the list says "${said}" with ` +
+                    `${await listedIds(page)}`);
+  }
+}
+
+// paging: {ids: every training's id, newest first}. The whole list fits the default page; with
+// two a page, older and newer pages are reached by their links, and the list says which it shows.
+async function checkPaging(page, paging) {
+  const ids = paging.ids;
+  const n = ids.length;
+  await waitForList(page, `${n} trainings`, ids);
+  if (!(await page.$eval("#older", (a) => a.hidden))) throw new Error("an older page of nothing");
+  await page.goto(`${config.url}#/?limit=2`, { waitUntil: "load", ...WAIT });
+  await waitForList(page, `Newest 2 of ${n} trainings`, ids.slice(0, 2));
+  if (!(await page.$eval("#newer", (a) => a.hidden))) throw new Error("a newer page than the newest");
+  for (let start = 2; start < n; start += 2) {
+    await page.click("#older");
+    const last = Math.min(n, start + 2);
+    await waitForList(page, `Trainings ${start + 1}\u2013${last} of ${n}, newest first`,
+                      ids.slice(start, last));
+  }
+  if (!(await page.$eval("#older", (a) => a.hidden))) throw new Error("an older page past the oldest");
+  await page.click("#newer");
+  const start = n % 2 === 0 ? n - 4 : n - 3;
+  await waitForList(page, `Trainings ${start + 1}\u2013${start + 2} of ${n}, newest first`,
+                    ids.slice(start, start + 2));
+}
+
 async function main() {
   const browser = await puppeteer.launch({
     executablePath: config.chromium,
@@ -42,6 +85,10 @@ async function main() {
     await page.$eval("#token", (el) => { el.value = ""; });
     await page.type("#token", config.token);
     await page.click("#sign-in-form button");
+    if (config.paging) {
+      await checkPaging(page, config.paging);
+      return;
+    }
     const link = `#job-rows a[href="#/jobs/${config.job}"]`;
     await page.waitForSelector(link, WAIT);
 
