@@ -157,6 +157,16 @@ def pids_of_processes_mentioning(text):
     return found
 
 
+def kill_processes_mentioning(text, what):
+    """SIGKILLs every process mentioning `text` (a data directory) and waits for them to end."""
+    for pid in pids_of_processes_mentioning(text):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_for(f"{what} to end", lambda: not pids_of_processes_mentioning(text), timeout=60)
+
+
 class Server:
     """A `cadre server` process on a free loopback port with its own data directory."""
 
@@ -211,10 +221,4 @@ class Server:
     def cleanup(self):
         """Stops the server and anything its jobs left running (a test that failed midway)."""
         self.kill()
-        for pid in pids_of_processes_mentioning(self.data_dir):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        wait_for("the jobs' processes to end",
-                 lambda: not pids_of_processes_mentioning(self.data_dir), timeout=30)
+        kill_processes_mentioning(self.data_dir, "the jobs' processes")

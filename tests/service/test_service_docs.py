@@ -9,11 +9,10 @@ output is checked against what the page says it does."""
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 
-from service_helpers import CADRE, pids_of_processes_mentioning, wait_for
+from service_helpers import CADRE, kill_processes_mentioning, pids_of_processes_mentioning, wait_for
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DOC = os.path.join(ROOT, "docs", "service.md")
@@ -74,13 +73,7 @@ def test_service_md_shell_examples_run_as_written(tmp_path):
         outputs = re.split(rf"^{re.escape(MARK)}\S+\n", text, flags=re.M)[1:]
         check_outputs(list(zip(blocks, outputs)), data)
     finally:
-        for pid in pids_of_processes_mentioning(data):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        wait_for("the docs' server and jobs to end",
-                 lambda: not pids_of_processes_mentioning(data), timeout=60)
+        kill_processes_mentioning(data, "the docs' server and jobs")
 
 
 def check_outputs(ran, data):

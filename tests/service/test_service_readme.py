@@ -8,11 +8,10 @@ hold it; the server is given it with --listen, the clients with CADRE_SERVER, as
 port 8900 is taken would do). Nothing waits between the commands: the block must work as typed."""
 import os
 import re
-import signal
 import socket
 import subprocess
 
-from service_helpers import CADRE, pids_of_processes_mentioning, wait_for
+from service_helpers import CADRE, kill_processes_mentioning
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 README = os.path.join(ROOT, "README.md")
@@ -64,10 +63,4 @@ def test_readme_service_block_runs_as_written(tmp_path):
                             text=True, timeout=60)
         assert '"name":"me"' in me.stdout, me.stdout
     finally:
-        for pid in pids_of_processes_mentioning(data):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        wait_for("the README's server and job to end",
-                 lambda: not pids_of_processes_mentioning(data), timeout=60)
+        kill_processes_mentioning(data, "the README's server and job")
