@@ -1,6 +1,7 @@
 """Logs: persisted in the job directory, read with since/tail, followed live (plain chunked text
 or server-sent events); and the terminal client (`cadre submit`, `cadre jobs ...`)."""
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -159,9 +160,23 @@ def test_followers_are_capped_at_half_the_threads(make_server):
                f"Host: {host}\r\nAuthorization: Bearer {ada.token}\r\n\r\n").encode()
 
     def follow():
+        """The connection and its answer so far: the head, and the whole body unless 200."""
         s = socket.create_connection((host, int(port)), timeout=10)
         s.sendall(request)
-        return s, s.recv(4096).decode()
+        answer = b""
+        while b"\r\n\r\n" not in answer:  # the head and body may come in separate segments
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        length = re.search(rb"Content-Length: (\d+)", head)
+        while not head.startswith(b"HTTP/1.1 200") and length and len(body) < int(length[1]):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            body += chunk
+        return s, (head + b"\r\n\r\n" + body).decode()
     followers = [follow() for _ in range(4)]
     assert all(answer.startswith("HTTP/1.1 200") for _, answer in followers), followers
     s, answer = follow()
