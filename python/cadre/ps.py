@@ -243,7 +243,8 @@ class DistributedOptimizer:
                              "model's)")
         self._optimizer = optimizer
         # A torch Optimizer to torch's own checks, as Horovod's is: LR schedulers take it.
-        self.__class__ = _torch_optimizer_class()
+        if not isinstance(self, torch.optim.Optimizer):
+            self.__class__ = _torch_optimizer_class(type(self))
         if named_parameters is None and model is not None:
             named_parameters = model.named_parameters()
         names = {}
@@ -351,8 +352,10 @@ class DistributedOptimizer:
                     raise ValueError(
                         "cadre.ps: param group %d's %s is now %r but the parameter servers apply "
                         "%r, its value when the DistributedOptimizer was made: the servers run "
-                        "the optimizer and follow only changes of the learning rate"
-                        % (gi, key, now.get(key), value))
+                        "the optimizer and follow only changes of the learning rate%s"
+                        % (gi, key, now.get(key), value,
+                           " (OneCycleLR and CyclicLR: pass cycle_momentum=False)"
+                           if key in ("momentum", "beta1") else ""))
         trained = {n for n, _ in self._trained}
         for name, p in self._params:
             if p.requires_grad != (name in trained):
@@ -510,14 +513,14 @@ class DistributedOptimizer:
 
 
 @functools.lru_cache(maxsize=None)
-def _torch_optimizer_class():
-    """DistributedOptimizer with torch.optim.Optimizer as a base, so that isinstance checks
-    (LR schedulers, SWA utilities) accept it. Its own methods come first; Optimizer's others
-    (``__repr__``, ``__getstate__``) read ``param_groups``, ``state`` and ``defaults``, which are
-    the wrapped optimizer's (``__getattr__``)."""
+def _torch_optimizer_class(cls):
+    """`cls` (DistributedOptimizer or a user's subclass) with torch.optim.Optimizer as a base
+    too, so that isinstance checks (LR schedulers, SWA utilities) accept it. Its own methods
+    come first; Optimizer's others (``__repr__``, ``__getstate__``) read ``param_groups``,
+    ``state`` and ``defaults``, which are the wrapped optimizer's (``__getattr__``)."""
     import torch
-    return type("DistributedOptimizer", (DistributedOptimizer, torch.optim.Optimizer),
-                {"__module__": __name__, "__doc__": DistributedOptimizer.__doc__})
+    return type(cls.__name__, (cls, torch.optim.Optimizer),
+                {"__module__": cls.__module__, "__doc__": cls.__doc__})
 
 
 def _bench(argv):

@@ -150,6 +150,11 @@ def test_other_hyperparameter_changes_are_refused_not_ignored():
                                              "parameter servers apply 0.9"):
             opt.step()
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        # OneCycleLR cycles the momentum too unless told not to: refused, with the way out.
+        inner.param_groups[0]["momentum"] = 0.9
+        torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.2, total_steps=10)
+        with pytest.raises(ValueError, match="cycle_momentum=False"):
+            opt.step()
         inner.param_groups[0]["momentum"] = 0.9
         inner.param_groups[0]["lr"] = float("nan")
         with pytest.raises(ValueError, match="param group 0's lr is nan"):
