@@ -67,6 +67,9 @@ class TcpStoreServer {
   std::string address() const;
   // Authenticated clients connected right now (for tests and diagnostics).
   size_t num_clients() const;
+  // Requests parked waiting for keys, and the keys they wait on, right now (for tests and
+  // diagnostics: a request that expired or whose client left leaves nothing behind).
+  size_t num_parked() const;
 
  private:
   std::unique_ptr<TcpStoreServerImpl> impl_;

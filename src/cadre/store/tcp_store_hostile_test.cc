@@ -250,6 +250,40 @@ TEST(TcpStoreHostileTest, ClientLeavingWhileParkedDoesNotDisturbTheServer) {
   Deadline deadline(10s);
   while (server.num_clients() != 0 && !deadline.expired()) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(server.num_clients(), 0u);
+  EXPECT_EQ(server.num_parked(), 0u) << "the departed client's WAIT on 'never' is still indexed";
+}
+
+// Requests for keys nobody sets, again and again, each expiring: nothing of them stays behind on
+// the server (a long job polling for a key would otherwise grow it without bound).
+TEST(TcpStoreHostileTest, ExpiredRequestsLeaveNothingBehind) {
+  TcpStoreServerOptions o;
+  o.token = kToken;
+  TcpStoreServer server(o);
+  TcpStoreOptions co;
+  co.port = server.port();
+  co.token = kToken;
+  TcpStore client(co);
+  client.set_timeout(1ms);
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_THROW(client.wait({"never-" + std::to_string(i), "nor-this"}, 1ms), Error);
+    EXPECT_THROW(client.get("never-get-" + std::to_string(i)), Error);
+  }
+  // The client may give up a moment before the server expires its last request.
+  Deadline expired(10s);
+  while (server.num_parked() != 0 && !expired.expired()) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(server.num_parked(), 0u);
+  // Parked requests are counted while they wait.
+  std::thread waiter([&] {
+    TcpStore other(co);
+    other.wait({"soon"}, 30s);
+  });
+  Deadline deadline(10s);
+  while (server.num_parked() == 0 && !deadline.expired()) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(server.num_parked(), 2u);  // one request, one key
+  client.set_timeout(10s);
+  client.set_string("soon", "now");
+  waiter.join();
+  EXPECT_EQ(server.num_parked(), 0u);
 }
 
 // The server runs in a child process; the parent attacks its port with garbage and a wrong

@@ -88,6 +88,7 @@ class TcpStoreServerImpl {
   uint16_t port() const { return port_; }
   std::string address() const { return net::HostPort{ServerHost(options_.host), port_}.ToString(); }
   size_t num_clients() const { return authenticated_.load(); }
+  size_t num_parked() const { return parked_.load(); }
 
  private:
   void OnAcceptable() {
@@ -316,6 +317,18 @@ class TcpStoreServerImpl {
     w.timer = loop_.RunAt(Clock::now() + w.timeout, [this, wid] { Expire(wid); });
     for (const auto& k : missing) waiters_by_key_[k].push_back(wid);
     waiters_.emplace(wid, std::move(w));
+    parked_ = waiters_.size() + waiters_by_key_.size();
+  }
+
+  // Drops a parked request that ends without its keys (expired, or its client left) from the
+  // index by key, so that requests for keys nobody sets do not pile up there.
+  void Unindex(uint64_t wid, const Waiter& w) {
+    for (const auto& k : w.keys) {
+      auto idx = waiters_by_key_.find(k);
+      if (idx == waiters_by_key_.end()) continue;
+      std::erase(idx->second, wid);
+      if (idx->second.empty()) waiters_by_key_.erase(idx);
+    }
   }
 
   void Complete(Connection& c, const Waiter& w) {
@@ -333,6 +346,8 @@ class TcpStoreServerImpl {
     if (it == waiters_.end()) return;
     Waiter w = std::move(it->second);
     waiters_.erase(it);
+    Unindex(wid, w);
+    parked_ = waiters_.size() + waiters_by_key_.size();
     if (Connection* c = Find(w.connection)) {
       ReplyError(*c, w.tag, TimeoutError(MissingKeysMessage(Missing(w.keys), w.timeout)));
       CloseIfFailed(w.connection);
@@ -353,6 +368,7 @@ class TcpStoreServerImpl {
       loop_.Cancel(w.timer);
       if (Connection* c = Find(w.connection)) Complete(*c, w);
     }
+    parked_ = waiters_.size() + waiters_by_key_.size();
   }
 
   void ReplyError(Connection& c, uint64_t tag, const Status& status) {
@@ -425,6 +441,7 @@ class TcpStoreServerImpl {
     for (auto w = waiters_.begin(); w != waiters_.end();) {
       if (w->second.connection == id) {
         loop_.Cancel(w->second.timer);
+        Unindex(w->first, w->second);
         w = waiters_.erase(w);
       } else {
         ++w;
@@ -432,6 +449,7 @@ class TcpStoreServerImpl {
     }
     loop_.Remove(c.socket.fd());
     connections_.erase(it);
+    parked_ = waiters_.size() + waiters_by_key_.size();
   }
 
   TcpStoreServerOptions options_;
@@ -439,6 +457,7 @@ class TcpStoreServerImpl {
   net::Socket listener_;
   uint16_t port_ = 0;
   std::atomic<size_t> authenticated_{0};
+  std::atomic<size_t> parked_{0};  // waiters_ and waiters_by_key_ entries, for num_parked()
   uint64_t next_connection_ = 1;
   uint64_t next_waiter_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
@@ -462,5 +481,6 @@ TcpStoreServer::~TcpStoreServer() {
 uint16_t TcpStoreServer::port() const { return impl_->port(); }
 std::string TcpStoreServer::address() const { return impl_->address(); }
 size_t TcpStoreServer::num_clients() const { return impl_->num_clients(); }
+size_t TcpStoreServer::num_parked() const { return impl_->num_parked(); }
 
 }  // namespace cadre::store
