@@ -133,6 +133,23 @@ def test_ctrl_c_cancels_the_slurm_job(slurm, tmp_path, stop):
     assert slurm.job_state(slurm_job_id(job)) == "CANCELLED"
 
 
+def test_a_job_cancelled_from_outside_says_so(slurm, tmp_path):
+    proc = start_2x2_sleeping(slurm, tmp_path)
+
+    def cancel():
+        job_dir = os.path.join(tmp_path, "runs", os.listdir(os.path.join(tmp_path, "runs"))[0])
+        with open(os.path.join(job_dir, "slurm", "job_id")) as f:
+            subprocess.run(["scancel", f.read().strip()], env=slurm.env, check=True, timeout=30)
+
+    job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60, while_up=cancel,
+                            interrupt=None)
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "CANCELLED" in job.stderr
+    assert "cancelled by someone other than this cadre run: scancel, an administrator" in \
+        job.stderr, job.stderr
+    assert job.status()["state"] == "failed"
+
+
 def test_a_node_that_goes_down_fails_the_job_naming_its_learner(slurm, tmp_path):
     proc = start_2x2_sleeping(slurm, tmp_path)
 

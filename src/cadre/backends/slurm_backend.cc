@@ -42,6 +42,11 @@ Status Slurm(const std::vector<std::string>& command, launch::CaptureResult* res
   return launch::RunAndCapture(argv, std::chrono::seconds(60), result);
 }
 
+// "1 node", "2 nodes".
+std::string Count(int n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
@@ -73,8 +78,8 @@ class SlurmEngine : public Engine {
       return ProtocolError("sbatch printed no job id: " + out);
     }
     job_.Message("submitted Slurm job " + id_ + " for " + job_.layout().training_id + " (" +
-                 std::to_string(job_.spec().nodes) + " nodes x " +
-                 std::to_string(job_.spec().slots_per_learner) + " tasks)");
+                 Count(job_.spec().nodes, "node") + " x " +
+                 Count(job_.spec().slots_per_learner, "task") + ")");
     return launch::WriteFileAtomically(dir / "job_id", id_ + "\n");
   }
 
@@ -128,7 +133,9 @@ class SlurmEngine : public Engine {
       job_.Message("warning: " + s.description);
     }
     s.succeeded = state == "COMPLETED";
-    if (s.finished) s.description += " ExitCode=" + ScontrolField(r.output, "ExitCode");
+    if (s.finished) {
+      s.description += " ExitCode=" + ScontrolField(r.output, "ExitCode") + EndHint(state);
+    }
     if (state == "NODE_FAIL") {
       s.description += "; " + LostLearners(ScontrolField(r.output, "NodeList"));
     }
@@ -168,8 +175,8 @@ class SlurmEngine : public Engine {
   std::string Request() const {
     const auto& spec = job_.spec();
     const auto& o = job_.backend();
-    std::string text = std::to_string(spec.nodes) + " nodes (one per learner) x " +
-                       std::to_string(spec.slots_per_learner) + " tasks (slots)";
+    std::string text = Count(spec.nodes, "node") + " (one per learner) x " +
+                       Count(spec.slots_per_learner, "task") + " (slots)";
     if (spec.compute.gpus > 0) {
       text += " with --gres=gpu:" + std::to_string(spec.compute.gpus) + " (compute configuration " +
               std::string(spec.compute.name) +
@@ -178,6 +185,23 @@ class SlurmEngine : public Engine {
     if (!o.partition.empty()) text += ", --partition " + o.partition;
     if (o.time_limit_minutes) text += ", --time-limit " + std::to_string(*o.time_limit_minutes);
     return text;
+  }
+
+  // What a job's end means for a cadre user, where Slurm's state word alone does not say.
+  std::string EndHint(const std::string& state) const {
+    if (state == "CANCELLED" && !stopped_at_) {
+      return " (cancelled by someone other than this cadre run: scancel, an administrator)";
+    }
+    if (state == "TIMEOUT") {
+      const auto& limit = job_.backend().time_limit_minutes;
+      return limit ? " (it ran into its time limit, --time-limit " + std::to_string(*limit) + ")"
+                   : " (it ran into its partition's default time limit; --time-limit sets one)";
+    }
+    if (state == "PREEMPTED") return " (Slurm preempted it for another job)";
+    if (state == "OUT_OF_MEMORY") return " (a task used more memory than the job was given)";
+    if (state == "BOOT_FAIL") return " (a node of it failed to boot)";
+    if (state == "DEADLINE") return " (it reached its deadline)";
+    return "";
   }
 
   // What cadre asked for that a reason is about.
