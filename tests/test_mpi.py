@@ -143,3 +143,52 @@ def test_a_killed_runner_leaves_nothing_running(mpi, tmp_path):
                               text=True).stdout
         time.sleep(0.5)
     assert left == "", left
+
+
+def node_processes(tmp_path, host):
+    """The processes of an emulated host: those whose environment names its session folder."""
+    mark = os.fsencode(os.path.join(str(tmp_path), "node-" + host))
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_host_that_stops_answering_is_named_and_the_job_ends(mpi, tmp_path):
+    # Every process of host 127.0.0.3 is stopped (SIGSTOP: a hung or cut-off host) while no
+    # learner fails: mpirun would wait for it for ever. The slots' heartbeats name it; cadre run
+    # ends the job and, as mpirun still waits for that host, kills mpirun 30 s later.
+    proc = mpi("--heartbeat-timeout", "3", "--", "sh", "-c", "echo up; sleep 300", started=True)
+    stopped = []
+
+    def hang_host():
+        stopped.extend(node_processes(tmp_path, "127.0.0.3"))
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+
+    try:
+        job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=120, while_up=hang_host,
+                                interrupt=None)
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    assert stopped
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "ending the job: learner-2 (node 127.0.0.3) slots 0, 1: not heard from" in job.stderr
+    assert job.status()["failure"].startswith("learner-2 (node 127.0.0.3) slots 0, 1")
+    # Continued, the host's slots find cadre run gone and stop: nothing is left.
+    deadline = time.monotonic() + 60
+    left = "?"
+    while left and time.monotonic() < deadline:
+        left = subprocess.run(["pgrep", "-af", str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True).stdout
+        time.sleep(0.5)
+    assert left == "", left

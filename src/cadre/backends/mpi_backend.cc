@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <chrono>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "cadre/backends/cluster_job.h"
@@ -58,6 +60,16 @@ class MpiEngine : public Engine {
       ended_ = true;
       exit_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
+    // mpirun waits for the daemons of every host to end their slots; a host that does not
+    // answer (hung, cut off) holds it for ever. Its slots stop by themselves once they no longer
+    // hear from cadre run (heartbeat.h).
+    if (!ended_ && !killed_ && stopped_at_ &&
+        std::chrono::steady_clock::now() - *stopped_at_ > kEndAfterStop) {
+      job_.Message("warning: mpirun did not end within " + std::to_string(kEndAfterStop.count()) +
+                   " s of SIGTERM (a host does not answer): killing it");
+      kill(-pid_, SIGKILL);
+      killed_ = true;
+    }
     s.finished = ended_;
     s.succeeded = ended_ && exit_ == 0;
     s.description = ended_ ? "mpirun exited with code " + std::to_string(exit_) : "mpirun running";
@@ -70,6 +82,7 @@ class MpiEngine : public Engine {
     // pid_ is mpirun's keeper (launch/process.h), which ignores signals sent to it alone: the
     // group's reach mpirun, which passes SIGTERM on to every process it started. A second stop
     // kills the group.
+    if (!stopped_at_) stopped_at_ = std::chrono::steady_clock::now();
     if (!ended_) kill(-pid_, now ? SIGKILL : SIGTERM);
   }
 
@@ -79,6 +92,9 @@ class MpiEngine : public Engine {
   pid_t pid_ = 0;
   bool ended_ = false;
   int exit_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> stopped_at_;  // the first stop
+  bool killed_ = false;
+  static constexpr std::chrono::seconds kEndAfterStop{30};
 };
 
 class MpiBackend : public Backend {

@@ -107,16 +107,6 @@ Status NodeAddresses(const std::string& engine, const std::vector<std::string>& 
   return Status::Ok();
 }
 
-// This node's name as the engine knows it (Slurm's), else its host name.
-std::string NodeName(const EnvMap& env) {
-  if (auto it = env.find("SLURMD_NODENAME"); it != env.end() && !it->second.empty()) {
-    return it->second;
-  }
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "";
-  return name;
-}
-
 void WriteExit(const fs::path& job_dir, const SlotExit& e) {
   nlohmann::json j = {{"learner_id", e.learner_id},
                       {"local_rank", e.local_rank},
@@ -477,7 +467,7 @@ int RunTask(const std::string& engine, const fs::path& job_dir, const fs::path& 
     o.rank = contract.rank();
     o.identity = "cadre task learner-" + std::to_string(record.learner_id) + " slot " +
                  std::to_string(record.local_rank);
-    o.node = NodeName(env);
+    o.node = slot.nodes[static_cast<size_t>(slot.learner_index)];
     o.timeout = plan.heartbeat_timeout;
     beat.emplace(std::move(o));
   }
