@@ -130,19 +130,24 @@ def test_a_path_that_is_not_utf8_is_refused_before_anything_starts(mpi, tmp_path
     assert not os.path.exists(job_dir)
 
 
+def processes_left(tmp_path, timeout=60):
+    """The processes naming tmp_path (the job's) still there after at most `timeout` s."""
+    deadline = time.monotonic() + timeout
+    left = "?"
+    while left and time.monotonic() < deadline:
+        left = subprocess.run(["pgrep", "-af", str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True).stdout
+        time.sleep(0.5)
+    return left
+
+
 def test_a_killed_runner_leaves_nothing_running(mpi, tmp_path):
     # cadre run dies by SIGKILL: mpirun's keeper learns it (PR_SET_PDEATHSIG) and kills mpirun,
     # whose daemons end the slots; the slots' heartbeats would stop them too.
     proc = mpi("--heartbeat-timeout", "3", "--", "sh", "-c", "echo up; sleep 300", started=True)
     job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=60, interrupt=signal.SIGKILL)
     assert job.returncode == -signal.SIGKILL
-    deadline = time.monotonic() + 60
-    left = "?"
-    while left and time.monotonic() < deadline:
-        left = subprocess.run(["pgrep", "-af", str(tmp_path)], stdout=subprocess.PIPE,
-                              text=True).stdout
-        time.sleep(0.5)
-    assert left == "", left
+    assert processes_left(tmp_path) == ""
 
 
 def node_processes(tmp_path, host):
@@ -185,10 +190,4 @@ def test_a_host_that_stops_answering_is_named_and_the_job_ends(mpi, tmp_path):
     assert "ending the job: learner-2 (node 127.0.0.3) slots 0, 1: not heard from" in job.stderr
     assert job.status()["failure"].startswith("learner-2 (node 127.0.0.3) slots 0, 1")
     # Continued, the host's slots find cadre run gone and stop: nothing is left.
-    deadline = time.monotonic() + 60
-    left = "?"
-    while left and time.monotonic() < deadline:
-        left = subprocess.run(["pgrep", "-af", str(tmp_path)], stdout=subprocess.PIPE,
-                              text=True).stdout
-        time.sleep(0.5)
-    assert left == "", left
+    assert processes_left(tmp_path) == ""
