@@ -560,3 +560,44 @@ def test_a_server_that_dies_mid_training_fails_the_worker_naming_it():
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_state_of_a_variable_split_across_servers_comes_back_whole():
+    # 2.8 MB of weights: split into partitions (1 MiB at most) over two servers. The state
+    # dict joins them, and load_state_dict splits them again, each piece to its server.
+    servers = [ps.PsServer("127.0.0.1:0", 1, "tok", 30.0) for _ in range(2)]
+    addrs = ["127.0.0.1:%d" % s.port for s in servers]
+    try:
+        torch.manual_seed(0)
+        local = torch.nn.Linear(1000, 700)
+        remote = torch.nn.Linear(1000, 700)
+        remote.load_state_dict(local.state_dict())
+        make = lambda p: torch.optim.Adam(p, lr=0.01)  # noqa: E731
+        opt_local = make(local.parameters())
+        opt = ps.DistributedOptimizer(make(remote.parameters()), model=remote, servers=addrs,
+                                      worker_id=0, token="tok")
+        assert {p[3] for p in opt._client.partitions("weight")} == {0, 1}
+        for i in range(2):
+            x = torch.randn(4, 1000)
+            for model, o in ((local, opt_local), (remote, opt)):
+                o.zero_grad()
+                model(x).pow(2).mean().backward()
+                o.step()
+        saved, want = opt.state_dict(), opt_local.state_dict()
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.allclose(saved["state"][0][key], want["state"][0][key], rtol=1e-4,
+                                  atol=1e-9), key
+        # Restored onto the same servers after a zeroed state: the pieces land where they were.
+        zeroed = opt.state_dict()
+        for st in zeroed["state"].values():
+            st["exp_avg"].zero_()
+        opt.load_state_dict(zeroed)
+        assert torch.equal(opt.state_dict()["state"][0]["exp_avg"], torch.zeros(700, 1000))
+        opt.load_state_dict(saved)
+        back = opt.state_dict()["state"][0]
+        assert torch.equal(back["exp_avg"], saved["state"][0]["exp_avg"])
+        assert torch.equal(back["exp_avg_sq"], saved["state"][0]["exp_avg_sq"])
+        opt.done()
+    finally:
+        for s in servers:
+            s.shutdown()
