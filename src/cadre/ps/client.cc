@@ -470,9 +470,7 @@ Status Client::GetOptimizerState(int64_t step, const std::vector<std::string>& n
       return InvalidArgument("ps get state: variable '" + names[i] + "' is named twice");
     for (const Partition& p : *parts) pieces.push_back({&p, nullptr, nullptr, std::nullopt});
   }
-  // Replies fill these from the callbacks, one partition each: distinct ranges, no lock needed
-  // except for the partition counts, which the mutex guards.
-  out->assign(names.size(), OptimizerState{});
+  out->assign(names.size(), OptimizerState{});  // filled on gRPC's threads, under `mu`
   std::mutex mu;
   std::vector<std::deque<Task>> queues(m.stubs.size());
   auto batches = m.Batches(pieces, 2);  // Adam's state is two values per element
