@@ -2,7 +2,9 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+
 #include <unistd.h>
+#include <new>
 
 #include <algorithm>
 #include <chrono>
@@ -43,6 +45,13 @@ std::vector<size_t> ParseAllreduceSizes(const std::string& text) {
       throw Error(Code::kInvalidArgument, "bench allreduce: --sizes item '" + item +
                                               "' is not a byte count (a multiple of 4, like "
                                               "4096 or 16M)");
+    }
+    // Every rank holds the message and the transport's copies: beyond this the run would only
+    // end in an allocation failure.
+    if (bytes > kMaxAllreduceBytes) {
+      throw Error(Code::kInvalidArgument, "bench allreduce: --sizes item '" + item + "' is " +
+                                              std::to_string(bytes) +
+                                              " bytes, more than the 4G (4294967296) allowed");
     }
     out.push_back(bytes);
     if (comma == std::string::npos) break;
@@ -185,6 +194,11 @@ int RunAllreduceBench(const AllreduceBenchOptions& args) {
       int code = 1;
       try {
         code = RunRank(rank, args, sizes, port, token);
+      } catch (const std::bad_alloc&) {
+        std::fprintf(stderr,
+                     "cadre bench allreduce: rank %d: out of memory for the buffers of a size in "
+                     "--sizes: choose smaller sizes or fewer ranks\n",
+                     rank);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "cadre bench allreduce: rank %d: %s\n", rank, e.what());
       }

@@ -44,7 +44,9 @@ struct AllreduceBenchOptions {
 std::vector<size_t> DefaultAllreduceSizes();
 
 // "4096,16M,1K" (base/byte_size.h units) -> bytes, each a positive multiple of 4 (float32
-// elements); "" -> DefaultAllreduceSizes(). kInvalidArgument quoting the item at fault.
+// elements) up to kMaxAllreduceBytes (4 GiB); "" -> DefaultAllreduceSizes(). kInvalidArgument
+// quoting the item at fault.
+inline constexpr size_t kMaxAllreduceBytes = size_t{4} << 30;
 std::vector<size_t> ParseAllreduceSizes(const std::string& text);
 
 // Runs the benchmark; returns the exit code (0, or 1 when a rank failed).

@@ -32,10 +32,11 @@ TEST(AllreduceSizes, TheByteSizeUnitsAndMultiplesOfFour) {
   ASSERT_EQ(defaults.size(), 14u);
   EXPECT_EQ(defaults.front(), 4u);
   EXPECT_EQ(defaults.back(), size_t{256} << 20);
-  for (const char* bad : {"6", "0", "4X", "4096,", "-4", "1.5"}) {
+  for (const char* bad : {"6", "0", "4X", "4096,", "-4", "1.5", "99G", "4100M"}) {
     std::string message = InvalidArgumentMessage([&] { ParseAllreduceSizes(bad); });
     EXPECT_NE(message.find("--sizes item"), std::string::npos) << bad << ": " << message;
   }
+  EXPECT_EQ(ParseAllreduceSizes("4G"), std::vector<size_t>{kMaxAllreduceBytes});
 }
 
 TEST(PsSizes, TheByteSizeUnitsFromFourBytesToOneGiB) {

@@ -49,7 +49,8 @@ void AddBenchAllreduceCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = BenchGroup(app)->add_subcommand(
       "allreduce", "Time cadre's allreduce across local processes (bytes, time_us, busbw_gbps)");
   cmd->add_option("-n,--ranks", args->ranks, "Number of ranks (processes)")->required();
-  cmd->add_option("--sizes", args->sizes, "Comma-separated byte counts (default 4 B..256 MiB)");
+  cmd->add_option("--sizes", args->sizes,
+                  "Comma-separated byte counts, 4 B to 4 GiB (default 4 B..256 MiB)");
   cmd->add_flag("--json", args->json, "One JSON object per size instead of a table");
   cmd->add_option("--transport", args->transport, "shm (default) or tcp")
       ->check(CLI::IsMember({"shm", "tcp"}));
