@@ -73,9 +73,19 @@ def test_rounds_are_reported(compare):
     (["-n", "1"], "-n must be at least 2"),
     (["--rounds", "0"], "--rounds must be at least 1"),
     (["--sizes", "6"], "multiple of 4 bytes"),
+    (["--sizes", "99G"], "--sizes: at most 4G"),
+    (["--build", "/nonexistent"], "--build /nonexistent: no cadre program there"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(args, message):
     proc = subprocess.run([sys.executable, SCRIPT, *args], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, timeout=60, env=ENV)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr
+
+
+def test_a_failing_contender_reports_its_own_error(compare, capsys):
+    with pytest.raises(SystemExit) as ended:
+        compare.run_contender("cadre bench allreduce",
+                              [sys.executable, "-c", "import sys; sys.exit('cadre: it broke')"])
+    assert "compare_allreduce: cadre bench allreduce failed (exit code 1): cadre: it broke" in str(
+        ended.value)
