@@ -5,6 +5,8 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "bindings.h"
 #include "cadre/config/from_env.h"
@@ -148,31 +150,35 @@ void BindEngine(py::module_& m) {
           "enqueue",
           [](Engine& e, int op, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape,
              int dtype, int reduce_op, int root, std::vector<int64_t> splits, double prescale,
-             double postscale, bool batchable, bool external, const std::string& group,
-             uint32_t group_index, uint32_t group_size) {
+             double postscale, bool batchable, bool external,
+             const std::optional<std::string>& group, uint32_t group_index, uint32_t group_size) {
             Request r = MakeRequest(op, name, std::move(shape), dtype, reduce_op);
             r.root = root;
             r.splits = std::move(splits);
             r.prescale = prescale;
             r.postscale = postscale;
             r.external = external;
-            if (group_size > 0 && group_index >= group_size) {
-              throw Error(InvalidArgument("tensor " + std::to_string(group_index) + " of " +
-                                          std::to_string(group_size) + " in group '" + group +
-                                          "'"));
+            if (group) {
+              if (group_size > 0 ? group_index >= group_size : group_index != 0) {
+                throw Error(InvalidArgument("tensor " + std::to_string(group_index) + " of " +
+                                            std::to_string(group_size) + " in group '" + *group +
+                                            "'"));
+              }
+              r.grouped = true;
+              r.group = *group;
+              r.group_index = group_index;
+              r.group_size = group_size;
             }
-            r.group = group;
-            r.group_index = group_size > 0 ? group_index : 0;
-            r.group_size = group_size;
             return Submit(e, std::move(r), ptr, batchable);
           },
           py::arg("op"), py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"),
           py::arg("reduce_op") = 0, py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{},
           py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("batchable") = false,
-          py::arg("external") = false, py::arg("group") = std::string(),
-          py::arg("group_index") = 0, py::arg("group_size") = 0,
+          py::arg("external") = false, py::arg("group") = std::nullopt, py::arg("group_index") = 0,
+          py::arg("group_size") = 0,
           "external: negotiate only; the caller moves the data (Handle.external_sequence). "
-          "group, group_index, group_size: a member of a grouped operation (0: none).")
+          "group, group_index, group_size: a member of a grouped operation (group None: none; "
+          "index 0 of 0: an empty group's marker).")
       .def(
           "allreduce_sync",
           [](Engine& e, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape,

@@ -178,6 +178,22 @@ def _():
             raise AssertionError("%s again: no error on rank %d" % (name, r))
         except hvd.HorovodInternalError as e:
             assert "of 3 tensors vs" in str(e), str(e)
+    # A rank whose group is empty fails the others' members too, at once; every rank's empty
+    # group is [].
+    for kind, call in [
+            ("allreduce", lambda nm, ts: hvd.grouped_allreduce(ts, op=hvd.Sum, name=nm)),
+            ("allgather", lambda nm, ts: hvd.grouped_allgather(ts, name=nm)),
+            ("reducescatter", lambda nm, ts: hvd.grouped_reducescatter(ts, name=nm))]:
+        name = "mm.group.empty." + kind
+        try:
+            call(name, [] if r == 1 else [torch.ones(n, 2)] * 2)
+            raise AssertionError("%s: no error on rank %d" % (name, r))
+        except hvd.HorovodInternalError as e:
+            text = str(e)
+        assert "group '%s' of 2 tensors vs '%s' of 0" % (name, name) in text, text
+        assert "rank 1: %s float32[0]" % kind in text, text
+        assert "(marker of the empty group '%s')" % name in text, text
+        assert call(name + ".all", []) == [], kind
     engine_still_works("grouped")
     # The same names run once the ranks agree.
     got = hvd.grouped_allreduce([torch.ones(2)] * 3, op=hvd.Sum, name="mm.group.allreduce")

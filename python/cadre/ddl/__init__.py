@@ -175,8 +175,6 @@ def allreduce_n(tensors, op="avg", name=None):
     op: 'sum' or 'avg'. Every rank passes tensors of the same shapes and dtypes in the same order."""
     _require()
     tensors = list(tensors)
-    if not tensors:
-        return tensors
     staged = _staged(tensors)
     with torch.no_grad():
         _hvd.grouped_allreduce_(staged, op=_reduce_op(op), name=name)

@@ -308,6 +308,8 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     op = _resolve_op(average, op)
     _check_members(tensors)
     name = _auto_name("grouped_allreduce", name, process_set)
+    if not tensors:
+        return _empty_group(_OP_ALLREDUCE, name, process_set)
     hs = [_allreduce_into(t, t.clone(memory_format=torch.contiguous_format), "%s.%d" % (name, i),
                           op, prescale_factor, postscale_factor, process_set,
                           group=(name, i, len(tensors)))
@@ -320,6 +322,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     op = _resolve_op(average, op)
     _check_members(tensors)
     name = _auto_name("grouped_allreduce", name, process_set)
+    if not tensors:
+        return _empty_group(_OP_ALLREDUCE, name, process_set)
     hs = [_allreduce_into(t, t, "%s.%d" % (name, i), op, prescale_factor, postscale_factor,
                           process_set, group=(name, i, len(tensors)))
           for i, t in enumerate(tensors)]
@@ -334,6 +338,15 @@ def _check_members(tensors, rank_zero_what=None):
         _dtype_code(t)
         if rank_zero_what is not None:
             _rank_zero_check(t, rank_zero_what)
+
+
+def _empty_group(op_code, name, process_set):
+    """What an empty group submits: a marker of no elements (index 0 of 0), so that ranks whose
+    groups are not empty fail at once instead of waiting for members this rank will never
+    submit. When every rank's group is empty the markers run, and the result is []."""
+    buf = torch.empty(0)
+    core = _enqueue(_engine(process_set), op_code, name + ".0", buf, group=(name, 0, 0))
+    return _register(_Pending(core, (buf,), lambda c: []))
 
 
 class _GroupCore:
@@ -402,6 +415,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     _check_members(tensors, "allgather")
     name = _auto_name("grouped_allgather", name, process_set)
+    if not tensors:
+        return _empty_group(_OP_ALLGATHER, name, process_set)
     return _group([_register(_allgather_pending(t, "%s.%d" % (name, i), process_set,
                                                 (name, i, len(tensors))))
                    for i, t in enumerate(tensors)])
@@ -487,6 +502,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                 prescale_factor=1.0, postscale_factor=1.0):
     _check_members(tensors, "reducescatter")
     name = _auto_name("grouped_reducescatter", name, process_set)
+    if not tensors:
+        return _empty_group(_OP_REDUCESCATTER, name, process_set)
     return _group([_reducescatter_into(t, "%s.%d" % (name, i), op, process_set, prescale_factor,
                                        postscale_factor, (name, i, len(tensors)))
                    for i, t in enumerate(tensors)])

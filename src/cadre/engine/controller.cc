@@ -234,7 +234,7 @@ const Controller::OrphanMember* Controller::OrphanOf(const Entry& entry) const {
   if (orphans_.empty()) return nullptr;
   for (const auto& q : entry.per_rank) {
     if (!q) continue;
-    if (q->group_size == 0) return nullptr;
+    if (!q->grouped) return nullptr;
     auto it = orphans_.find({q->group, q->group_index});
     return it == orphans_.end() ? nullptr : &it->second;
   }
@@ -253,7 +253,7 @@ void Controller::RecordOrphans(const std::vector<std::optional<Request>>& per_ra
   uint32_t largest = 0;
   const Request* any = nullptr;
   for (const auto& q : per_rank) {
-    if (!q || q->group_size == 0) continue;
+    if (!q || !q->grouped) continue;
     smallest = std::min(smallest, q->group_size);
     largest = std::max(largest, q->group_size);
     any = &*q;
@@ -261,7 +261,9 @@ void Controller::RecordOrphans(const std::vector<std::optional<Request>>& per_ra
   // Once per mismatched group, when its last member that every rank submitted is decided (a
   // member is never decided before the ones of lower index): recorded again for a later member,
   // an orphan that was already decided would wait for the next use of the group.
-  if (!any || smallest == largest || any->group_index + 1 != smallest) return;
+  // An empty group's marker stands at index 0, the last member every rank submitted.
+  if (!any || smallest == largest || any->group_index + 1 != std::max(smallest, 1u)) return;
+  smallest = std::max(smallest, 1u);
   for (uint32_t index = smallest; index < largest; ++index) {
     OrphanMember& orphan = orphans_[{any->group, index}];
     orphan.submitters.assign(size_, false);

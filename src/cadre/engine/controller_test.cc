@@ -201,7 +201,8 @@ TEST(ControllerTest, MismatchFailsOnEveryRankWithEachRanksDescription) {
 }
 
 Request Member(const std::string& group, uint32_t index, uint32_t group_size) {
-  Request r = Allreduce(group + "." + std::to_string(index), 4);
+  Request r = Allreduce(group + "." + std::to_string(index), group_size ? 4 : 0);
+  r.grouped = true;
   r.group = group;
   r.group_index = index;
   r.group_size = group_size;
@@ -287,6 +288,30 @@ TEST(ControllerTest, GroupOrphanFailsOnceAndTheGroupsNextUseRuns) {
     ASSERT_EQ(o.size(), 1u);  // fused
     EXPECT_EQ(o[0].kind, Response::Kind::kRun);
     EXPECT_EQ(o[0].names.size(), 3u);
+  }
+}
+
+// A rank whose group is empty sends its marker (index 0 of 0): the others' members fail, the
+// ones it has no counterpart of included; when every rank's group is empty the markers run.
+TEST(ControllerTest, AnEmptyGroupOnOneRankFailsTheOthersMembers) {
+  auto cs = Make(2);
+  auto out = Cycle(cs, {{Member("g", 0, 2), Member("g", 1, 2)}, {Member("g", 0, 0)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 2u);
+    EXPECT_EQ(o[0].kind, Response::Kind::kError);
+    const std::string& m = o[0].error.message();
+    EXPECT_NE(m.find("group 'g' of 2 tensors vs 'g' of 0"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 1: allreduce float32[0] op=sum (marker of the empty group 'g')"),
+              std::string::npos)
+        << m;
+    EXPECT_EQ(o[1].names, std::vector<std::string>{"g.1"});
+    EXPECT_EQ(o[1].kind, Response::Kind::kError);
+  }
+  for (auto& c : cs) EXPECT_FALSE(c.has_pending());
+  out = Cycle(cs, {{Member("g", 0, 0)}, {Member("g", 0, 0)}});
+  for (auto& o : out) {
+    ASSERT_EQ(o.size(), 1u);
+    EXPECT_EQ(o[0].kind, Response::Kind::kRun);
   }
 }
 

@@ -69,7 +69,9 @@ std::string Request::Describe() const {
   }
   if (op == OpType::kBroadcast) s << " root=" << root;
   if (external) s << " data=external";
-  if (group_size > 0) {
+  if (grouped && group_size == 0) {
+    s << " (marker of the empty group '" << group << "')";
+  } else if (grouped) {
     s << " (tensor " << group_index << " of " << group_size << " in group '" << group << "')";
   }
   return s.str();
@@ -83,7 +85,7 @@ std::optional<std::string> Incompatibility(const Request& a, const Request& b) {
     return std::string("data path ") + (a.external ? "external" : "engine") + " vs " +
            (b.external ? "external" : "engine");
   }
-  if (a.group_size != b.group_size || a.group != b.group) {
+  if (a.grouped != b.grouped || a.group_size != b.group_size || a.group != b.group) {
     return "group '" + a.group + "' of " + std::to_string(a.group_size) + " tensors vs '" +
            b.group + "' of " + std::to_string(b.group_size);
   }
@@ -200,7 +202,7 @@ std::string Reader::String() {
 
 void EncodeRequest(const Request& r, std::vector<uint8_t>& out) {
   out.push_back(static_cast<uint8_t>(static_cast<uint8_t>(r.op) | (r.external ? kExternalBit : 0) |
-                                     (r.group_size > 0 ? kGroupBit : 0)));
+                                     (r.grouped ? kGroupBit : 0)));
   PutVarint(r.name.size(), out);
   out.insert(out.end(), r.name.begin(), r.name.end());
   out.push_back(static_cast<uint8_t>(r.dtype));
@@ -212,7 +214,7 @@ void EncodeRequest(const Request& r, std::vector<uint8_t>& out) {
   for (int64_t s : r.splits) PutSigned(s, out);
   PutDouble(r.prescale, out);
   PutDouble(r.postscale, out);
-  if (r.group_size > 0) {
+  if (r.grouped) {
     PutVarint(r.group.size(), out);
     out.insert(out.end(), r.group.begin(), r.group.end());
     PutVarint(r.group_index, out);
@@ -258,10 +260,12 @@ Request DecodeRequest(Reader& in) {
     r.group = in.String();
     const uint64_t index = in.Varint();
     const uint64_t size = in.Varint();
-    if (size == 0 || size > kMaxGroupSize || index >= size) {
+    // Index 0 of 0 is an empty group's marker.
+    if (size > kMaxGroupSize || (size > 0 ? index >= size : index != 0)) {
       throw Error(ProtocolError("negotiation message: tensor " + std::to_string(index) + " of " +
                                 std::to_string(size) + " in a group"));
     }
+    r.grouped = true;
     r.group_index = static_cast<uint32_t>(index);
     r.group_size = static_cast<uint32_t>(size);
   }

@@ -47,9 +47,11 @@ struct Request {
   // the caller runs the data movement in that order. All ranks must agree on it.
   bool external = false;
   // A member of a grouped operation (grouped_allreduce and its kin): the group's name, this
-  // tensor's place in it and how many tensors this rank put in the group (0: not grouped). Ranks
-  // must agree on the count; when they do not, every member fails on every rank, those that
-  // only some ranks submitted included (Controller), instead of waiting for the missing ones.
+  // tensor's place in it and how many tensors this rank put in the group. Ranks must agree on
+  // the count; when they do not, every member fails on every rank, those that only some ranks
+  // submitted included (Controller), instead of waiting for the missing ones. A rank whose group
+  // is empty submits one marker of no elements (index 0 of 0) so that the others learn it.
+  bool grouped = false;
   std::string group;
   uint32_t group_index = 0;
   uint32_t group_size = 0;

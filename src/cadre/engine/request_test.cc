@@ -31,6 +31,7 @@ TEST(RequestTest, EncodeDecodeRoundTrip) {
 
 Request GroupMember() {
   Request r = Sample();
+  r.grouped = true;
   r.group = "grads";
   r.group_index = 2;
   r.group_size = 3;
@@ -45,19 +46,32 @@ TEST(RequestTest, GroupFieldsRoundTrip) {
   EXPECT_TRUE(in.done());
 }
 
+TEST(RequestTest, EmptyGroupsMarkerRoundTrips) {
+  Request r = GroupMember();
+  r.group_index = r.group_size = 0;
+  std::vector<uint8_t> bytes;
+  EncodeRequest(r, bytes);
+  Reader in(bytes.data(), bytes.size());
+  EXPECT_EQ(DecodeRequest(in), r);
+  EXPECT_NE(r.Describe().find("(marker of the empty group 'grads')"), std::string::npos);
+}
+
 TEST(RequestTest, GroupIndexOutsideItsGroupIsAProtocolError) {
-  for (uint32_t index : {3u, 7u}) {
+  for (auto [index, size] : {std::pair{3u, 3u}, {7u, 3u}, {1u, 0u}}) {
     Request r = GroupMember();
     r.group_index = index;
+    r.group_size = size;
     std::vector<uint8_t> bytes;
     EncodeRequest(r, bytes);
     Reader in(bytes.data(), bytes.size());
     try {
       DecodeRequest(in);
-      ADD_FAILURE() << "decoded tensor " << index << " of a group of 3";
+      ADD_FAILURE() << "decoded tensor " << index << " of a group of " << size;
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Code::kProtocol);
-      EXPECT_NE(std::string(e.what()).find("of 3 in a group"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("of " + std::to_string(size) + " in a group"),
+                std::string::npos)
+          << e.what();
     }
   }
 }
@@ -110,6 +124,7 @@ TEST(RequestTest, IncompatibilityNamesWhatDiffers) {
   b.shape = {7, 4};
   EXPECT_TRUE(Incompatibility(a, b));
   b = a;
+  a.grouped = b.grouped = true;
   a.group = b.group = "g";
   a.group_size = 3;
   b.group_size = 2;
