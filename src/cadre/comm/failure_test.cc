@@ -168,10 +168,12 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, Route route, Fault fault
       return 3;
     }
     if (fault == Fault::kKillWithoutStore) {
-      // The parent times the exit. Each survivor names a peer whose connection broke, or the
-      // victim's process over shared memory.
+      // The parent times the exit. Each survivor names a peer whose connection broke, the
+      // victim's process over shared memory, or (shared-memory pairs) a same-host peer that
+      // failed first and closed its end: without the store nobody can say more.
       const std::string what = e.what();
-      const bool says = e.code() == Code::kIo && what.find("died") != std::string::npos;
+      const bool says = e.code() == Code::kIo && (what.find("died") != std::string::npos ||
+                                                  what.find("closed its end") != std::string::npos);
       if (!says) std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
       return says ? 0 : 5;
     }
