@@ -166,7 +166,11 @@ int RunServer(const ServerFlags& flags) {
   const auto& o = server->options();
   std::string url = "http://" + o.host + ":" + std::to_string(server->port());
   std::cout << "cadre server: listening on " << url << " (data in " << o.data_dir.string() << ", "
-            << o.slots << " slots on the " << o.backend << " backend)\n"
+            << o.slots << " slots"
+            << (server->gpus().count > 0 ? " and " + std::to_string(server->gpus().count) +
+                                               " GPUs (" + server->gpus().source + ")"
+                                         : std::string())
+            << " on the " << o.backend << " backend)\n"
             << "cadre server: sign in at " << url << "/ with a token from: cadre users add NAME "
             << "--plan standard --data-dir " << o.data_dir.string() << "\n"
             << std::flush;

@@ -44,7 +44,8 @@ void Submit(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
   }
   std::lock_guard<std::mutex> lock(ctx.submit_mutex);
   ok = ok &&
-       CheckPlan(*user, job, ctx.trainings.ActiveLearners(user->id), ctx.scheduler.slots(), res);
+       CheckPlan(*user, job, ctx.trainings.ActiveLearners(user->id), ctx.scheduler.slots(), res) &&
+       CheckGpus(ctx.scheduler.gpus(), job, submission.from_wml_body, res);
   TrainingRecord record;
   if (ok) {
     if (!submission.from_wml_body) {
@@ -61,6 +62,7 @@ void Submit(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
     record.framework = std::string(job.spec.framework.name);
     record.nodes = job.spec.nodes;
     record.slots = job.spec.total_slots();
+    record.gpus = static_cast<int64_t>(job.spec.compute.gpus) * job.spec.nodes;
     record.job_dir = job_dir;
     record.work_dir = work_dir;
     record.created_at = NowIso();

@@ -11,7 +11,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 #include <vector>
+
+extern char** environ;
 
 namespace cadre::service {
 namespace fs = std::filesystem;
@@ -64,6 +67,20 @@ Status SpawnRunner(const RunnerLaunch& launch, RunnerProcess* runner) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The server's environment, with the job's own CUDA_VISIBLE_DEVICES when it has one.
+  std::vector<std::string> env_entries;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (launch.cuda_visible_devices && std::string_view(*e).starts_with("CUDA_VISIBLE_DEVICES=")) {
+      continue;
+    }
+    env_entries.emplace_back(*e);
+  }
+  if (launch.cuda_visible_devices) {
+    env_entries.push_back("CUDA_VISIBLE_DEVICES=" + *launch.cuda_visible_devices);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env_entries) envp.push_back(e.data());
+  envp.push_back(nullptr);
   std::string log = (launch.work_dir / "training.log").string();
   std::string pid_file = (launch.work_dir / "runner.pid").string();
   std::string cwd = launch.work_dir.string();
@@ -97,7 +114,7 @@ Status SpawnRunner(const RunnerLaunch& launch, RunnerProcess* runner) {
       dup2(out, 1);
       dup2(out, 2);
       close_range(3, ~0U, 0);  // the server's sockets and database stay with the server
-      execv(argv[0], argv.data());
+      execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     if (pid > 0) {

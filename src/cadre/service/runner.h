@@ -28,6 +28,9 @@ struct RunnerLaunch {
   std::string training_id;
   std::chrono::milliseconds grace{10000};
   std::vector<std::string> extra_args;  // after the others: the backend's flags
+  // The runner's CUDA_VISIBLE_DEVICES: the GPUs the scheduler gave the job ("" for none);
+  // nullopt: the server's own environment is left as it is.
+  std::optional<std::string> cuda_visible_devices;
 };
 
 struct RunnerProcess {

@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+
 #include "cadre/service/clock.h"
 #include "cadre/service/runner.h"
 
@@ -66,35 +68,110 @@ bool Scheduler::CancelRequested(const std::string& id) {
   return now && now->cancel_requested;
 }
 
+namespace {
+
+std::vector<std::string> SplitIds(const std::string& list) {
+  std::vector<std::string> ids;
+  size_t start = 0;
+  while (start < list.size()) {
+    size_t comma = std::min(list.find(',', start), list.size());
+    if (comma > start) ids.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return ids;
+}
+
+std::string JoinIds(const std::vector<std::string>& ids) {
+  std::string list;
+  for (const auto& id : ids) list += (list.empty() ? "" : ",") + id;
+  return list;
+}
+
+// The machine's GPUs by the names a runner's CUDA_VISIBLE_DEVICES takes.
+std::vector<std::string> MachineGpuIds(const launch::MachineGpus& gpus) {
+  if (!gpus.ids.empty()) return gpus.ids;
+  std::vector<std::string> ids;
+  for (int i = 0; i < gpus.count; ++i) ids.push_back(std::to_string(i));
+  return ids;
+}
+
+}  // namespace
+
 bool Scheduler::Pass() {
   for (const auto& record : store_.InStates({kPending, kRunning, kStoring})) Follow(record);
 
   int64_t used = 0;
+  std::set<std::string> held;  // GPUs of pending and running jobs
   std::vector<TrainingRecord> active = store_.InStates({kPending, kRunning});
-  for (const auto& record : active) used += record.slots;
+  for (const auto& record : active) {
+    used += record.slots;
+    for (auto& id : SplitIds(record.gpu_ids.value_or(""))) held.insert(std::move(id));
+  }
+  const std::vector<std::string> machine_gpus = MachineGpuIds(options_.gpus);
+  std::vector<std::string> free_gpus;
+  for (const auto& id : machine_gpus) {
+    if (held.count(id) == 0) free_gpus.push_back(id);
+  }
   std::vector<TrainingRecord> queued = store_.InStates({kQueued});
-  bool blocked = false;
+  std::string first_waiting;  // the oldest queued job that does not fit
   for (const auto& record : queued) {
     // Every canceled job ends now, also those waiting behind one that does not fit.
     if (record.cancel_requested) {
       Conclude(record, kCanceled, "canceled before it started", std::nullopt);
       continue;
     }
-    // Strictly in order: a job that does not fit holds back the ones behind it.
-    blocked = blocked || used + record.slots > options_.slots;
-    if (blocked) continue;
-    Admit(record);
+    // On a machine without GPUs a GPU configuration runs on CPUs (the runner warns).
+    const int64_t gpus = machine_gpus.empty() ? 0 : record.gpus;
+    if (gpus > static_cast<int64_t>(machine_gpus.size())) {
+      // Submitted before a restart that left the server fewer GPUs: it would wait forever.
+      Conclude(record, kFailed, "the job needs more GPUs than the machine has",
+               "the job needs " + std::to_string(gpus) + " GPUs, but the server now has " +
+                   std::to_string(machine_gpus.size()) + " (" + options_.gpus.source +
+                   "); submit it again with fewer learners or GPUs per learner");
+      continue;
+    }
+    std::string reason;
+    if (!first_waiting.empty()) {
+      // Strictly in order: a job that does not fit holds back the ones behind it.
+      reason = "waiting behind training " + first_waiting +
+               ", submitted earlier (jobs start in the order they were submitted)";
+    } else if (used + record.slots > options_.slots) {
+      reason = "waiting for slots: it runs " + std::to_string(record.slots) +
+               " processes at once and " + std::to_string(options_.slots - used) + " of " +
+               std::to_string(options_.slots) + " are free";
+    } else if (gpus > static_cast<int64_t>(free_gpus.size())) {
+      reason = "waiting for GPUs: it needs " + std::to_string(gpus) + " and " +
+               std::to_string(free_gpus.size()) + " of the machine's " +
+               std::to_string(machine_gpus.size()) + " are free";
+    }
+    if (!reason.empty()) {
+      if (first_waiting.empty()) first_waiting = record.id;
+      if (record.message != reason) (void)store_.SetQueuedReason(record.id, reason);
+      continue;
+    }
+    std::vector<std::string> given(free_gpus.begin(), free_gpus.begin() + gpus);
+    free_gpus.erase(free_gpus.begin(), free_gpus.begin() + gpus);
+    Admit(record, given);
     used += record.slots;
   }
   return !active.empty() || !queued.empty();
 }
 
-void Scheduler::Admit(const TrainingRecord& record) {
-  if (!store_.SetPending(record.id).ok()) return;
-  RunnerLaunch launch{options_.cadre,   record.work_dir / "model" / kManifestName,
-                      record.job_dir,   record.work_dir,
-                      record.id,        options_.grace,
-                      options_.run_args};
+void Scheduler::Admit(const TrainingRecord& record, const std::vector<std::string>& gpus) {
+  if (!store_
+           .SetPending(record.id,
+                       gpus.empty() ? std::nullopt : std::optional<std::string>(JoinIds(gpus)))
+           .ok()) {
+    return;
+  }
+  // On a machine with GPUs every runner is told which are its own; one that needs none gets an
+  // empty list, so that its learners cannot reach GPUs other jobs hold.
+  std::optional<std::string> visible;
+  if (options_.gpus.count > 0) visible = JoinIds(gpus);
+  RunnerLaunch launch{options_.cadre,    record.work_dir / "model" / kManifestName,
+                      record.job_dir,    record.work_dir,
+                      record.id,         options_.grace,
+                      options_.run_args, visible};
   RunnerProcess runner;
   Status st = SpawnRunner(launch, &runner);
   if (!st.ok()) {

@@ -90,6 +90,11 @@ CREATE TABLE deployments (
 );
 CREATE INDEX deployments_by_user ON deployments(user_id, seq);
 )sql",
+    // 3: the GPUs a training needs (GPUs per learner x learners) and those it was given.
+    R"sql(
+ALTER TABLE trainings ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE trainings ADD COLUMN gpu_ids TEXT;  -- CUDA_VISIBLE_DEVICES of its runner, once admitted
+)sql",
 };
 
 constexpr int kStepCount = static_cast<int>(std::size(kSteps));

@@ -9,6 +9,7 @@
 
 #include "cadre/base/logging.h"
 #include "cadre/base/printable.h"
+#include "cadre/launch/learner_env.h"
 #include "cadre/launch/python_env.h"
 #include "cadre/service/api.h"
 #include "cadre/service/data_dir_lock.h"
@@ -94,6 +95,11 @@ Status Service::Start() {
   scheduling.models = parts->models.get();
   scheduling.models_dir = options_.data_dir / "models";
   scheduling.run_args = options_.run_args;
+  // Jobs on this machine share its GPUs; on a cluster the engine places them.
+  if (options_.backend == "local") {
+    CADRE_RETURN_IF_ERROR(launch::DetectMachineGpus(&scheduling.gpus)
+                              .WithContext("the machine's GPUs, which jobs share"));
+  }
   parts->scheduler = std::make_unique<Scheduler>(*parts->trainings, scheduling);
   if (options_.serve_program.empty()) {
     options_.serve_program = options_.cadre.parent_path() / "cadre-serve";
@@ -217,6 +223,8 @@ Status Service::Start() {
   parts_ = std::move(parts);
   return Status::Ok();
 }
+
+const launch::MachineGpus& Service::gpus() const { return parts_->scheduler->gpus(); }
 
 void Service::Run() {
   if (!parts_) return;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cadre/base/status.h"
+#include "cadre/launch/gpu_plan.h"
 
 namespace cadre::service {
 
@@ -67,6 +68,8 @@ class Service {
   Status Start();
   int port() const { return port_; }
   const ServiceOptions& options() const { return options_; }
+  // The GPUs its jobs share (none on a cluster backend); after Start.
+  const launch::MachineGpus& gpus() const;
   // Serves until Stop(); returns when the listener has closed and every deployment's process
   // has been stopped.
   void Run();

@@ -347,4 +347,15 @@ bool CheckPlan(const User& user, const PreparedJob& job, int64_t active_learners
   return true;
 }
 
+bool CheckGpus(const launch::MachineGpus& machine, const PreparedJob& job, bool from_wml_body,
+               httplib::Response& res) {
+  Status st = launch::CheckMachineGpus(machine, job.spec.compute.gpus,
+                                       static_cast<int>(job.spec.nodes), job.spec.compute.name);
+  if (st.ok()) return true;
+  std::string target =
+      from_wml_body ? WmlFieldOf(job.spec.compute_origin) : job.spec.compute_origin;
+  SendError(res, 400, "exceeds_capacity", target + ": " + st.message(), target);
+  return false;
+}
+
 }  // namespace cadre::service

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cadre/launch/gpu_plan.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/service/accounts.h"
 #include "cadre/service/api.h"
@@ -48,6 +49,12 @@ bool PrepareJob(const Submission& submission, const std::filesystem::path& work_
 // them, 403 plan_limit_exceeded naming the limit, 400 when the server itself is too small.
 bool CheckPlan(const User& user, const PreparedJob& job, int64_t active_learners,
                int64_t server_slots, httplib::Response& res);
+
+// The machine's word on the job's GPUs (GPUs per learner x learners): 400 exceeds_capacity,
+// naming the field that chose the compute configuration, when the machine has GPUs but fewer
+// than that. A machine without GPUs takes any job (its GPU configurations run on CPUs).
+bool CheckGpus(const launch::MachineGpus& machine, const PreparedJob& job, bool from_wml_body,
+               httplib::Response& res);
 
 // The manifest field a WML body's field became, and back ("execution.compute_configuration.nodes"
 // is "hardware_spec.nodes").

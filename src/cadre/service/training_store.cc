@@ -8,7 +8,7 @@ namespace {
 constexpr char kColumns[] =
     "seq, id, user_id, name, framework, nodes, slots, state, job_dir, created_at, running_at, "
     "completed_at, message, failure, runner_pid, runner_start, cancel_requested, hard_delete, "
-    "entity, work_dir";
+    "entity, work_dir, gpus, gpu_ids";
 
 TrainingRecord ReadRecord(Statement& s) {
   TrainingRecord r;
@@ -32,6 +32,8 @@ TrainingRecord ReadRecord(Statement& s) {
   r.hard_delete = s.Int(17) != 0;
   r.entity = s.Text(18);
   r.work_dir = s.Text(19);
+  r.gpus = s.Int(20);
+  r.gpu_ids = s.OptionalText(21);
   return r;
 }
 
@@ -60,10 +62,11 @@ Status TrainingStore::Insert(TrainingRecord* r) {
   auto lock = db_.Lock();
   Statement s(db_,
               "INSERT INTO trainings (id, user_id, name, framework, nodes, slots, state, job_dir, "
-              "created_at, entity, work_dir) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+              "created_at, entity, work_dir, gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   s.Bind(1, r->id).Bind(2, r->user_id).Bind(3, r->name).Bind(4, r->framework);
   s.Bind(5, r->nodes).Bind(6, r->slots).Bind(7, r->state).Bind(8, r->job_dir.string());
   s.Bind(9, r->created_at).Bind(10, r->entity).Bind(11, r->work_dir.string());
+  s.Bind(12, r->gpus);
   CADRE_RETURN_IF_ERROR(s.Run());
   r->seq = db_.last_insert_rowid();
   return Status::Ok();
@@ -121,11 +124,20 @@ std::vector<TrainingRecord> TrainingStore::InStates(const std::vector<std::strin
   return out;
 }
 
-Status TrainingStore::SetPending(const std::string& id) {
+Status TrainingStore::SetPending(const std::string& id, const std::optional<std::string>& gpu_ids) {
   auto lock = db_.Lock();
-  Statement s(db_, "UPDATE trainings SET state = 'pending' WHERE id = ? AND state = 'queued'");
-  s.Bind(1, id);
+  Statement s(db_,
+              "UPDATE trainings SET state = 'pending', gpu_ids = ?, message = NULL WHERE id = ? "
+              "AND state = 'queued'");
+  s.BindOptional(1, gpu_ids).Bind(2, id);
   return RunUpdate(db_, s);
+}
+
+Status TrainingStore::SetQueuedReason(const std::string& id, const std::string& reason) {
+  auto lock = db_.Lock();
+  Statement s(db_, "UPDATE trainings SET message = ? WHERE id = ? AND state = 'queued'");
+  s.Bind(1, reason).Bind(2, id);
+  return s.Run();
 }
 
 Status TrainingStore::SetRunning(const std::string& id, int64_t pid, int64_t start,
@@ -141,7 +153,9 @@ Status TrainingStore::SetRunning(const std::string& id, int64_t pid, int64_t sta
 
 Status TrainingStore::SetQueued(const std::string& id) {
   auto lock = db_.Lock();
-  Statement s(db_, "UPDATE trainings SET state = 'queued' WHERE id = ? AND state = 'pending'");
+  Statement s(db_,
+              "UPDATE trainings SET state = 'queued', gpu_ids = NULL WHERE id = ? AND state = "
+              "'pending'");
   s.Bind(1, id);
   return RunUpdate(db_, s);
 }

@@ -46,6 +46,10 @@ struct TrainingRecord {
   std::string framework;
   int64_t nodes = 1;
   int64_t slots = 1;
+  int64_t gpus = 0;  // GPUs it asks for: GPUs per learner x learners (0: a cpu configuration)
+  // The machine's GPUs it holds while pending or running (its runner's CUDA_VISIBLE_DEVICES);
+  // nullopt when it holds none.
+  std::optional<std::string> gpu_ids;
   std::string state = kQueued;
   std::filesystem::path job_dir;   // RESULT_DIR
   std::filesystem::path work_dir;  // model/, training.log, runner.pid
@@ -76,9 +80,13 @@ class TrainingStore {
   // For the scheduler (any user's jobs).
   std::vector<TrainingRecord> InStates(const std::vector<std::string>& states);
   std::optional<TrainingRecord> GetAny(const std::string& id);
-  Status SetPending(const std::string& id);
+  // Admitted, holding `gpu_ids` (nullopt: none); clears the queued job's message.
+  Status SetPending(const std::string& id, const std::optional<std::string>& gpu_ids);
+  // Why a queued job waits (its status message); only a queued job's is changed.
+  Status SetQueuedReason(const std::string& id, const std::string& reason);
   Status SetRunning(const std::string& id, int64_t pid, int64_t start, const std::string& at);
-  Status SetQueued(const std::string& id);   // back in the queue: its runner never started
+  // Back in the queue (its runner never started): it holds no GPUs.
+  Status SetQueued(const std::string& id);
   Status SetStoring(const std::string& id);  // from running
   Status Finish(const std::string& id, const std::string& state, const std::string& message,
                 const std::optional<std::string>& failure);
