@@ -257,7 +257,8 @@ Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
 
 bool ClusterJob::FailedByItself(const SlotExit& e) const {
   const bool ok = e.succeeded() || (spec_.is_server(e.learner_id) && e.stop_requested);
-  return !ok && !e.stop_requested;
+  // A slot that stopped because it could not hear from this runner, which is alive, failed.
+  return (!ok && !e.stop_requested) || !e.runner_lost.empty();
 }
 
 std::string ClusterJob::RecordedFailure() const {

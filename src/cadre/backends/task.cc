@@ -249,6 +249,12 @@ launch::SpawnOptions SlotSpawn(const TaskPlan& plan, const LearnerContract& cont
 
 std::string SlotExit::Describe() const {
   if (!error.empty()) return "could not start: " + error;
+  if (!runner_lost.empty()) {
+    // Read by a runner that is there after all.
+    return "stopped itself: " + runner_lost +
+           " (yet cadre run is running: the node cannot reach this machine's store, see "
+           "--store-host, or cadre run was stopped (Ctrl-Z) or starved for that long)";
+  }
   if (exit_code || signal) return launch::DescribeExit(exit_code, signal);
   return "ended";
 }
