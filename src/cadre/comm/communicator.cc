@@ -8,6 +8,7 @@
 #include <set>
 
 #include "cadre/comm/communicator_impl.h"
+#include "cadre/comm/failure_records.h"
 #include "cadre/comm/hierarchical_allreduce.h"
 #include "cadre/store/prefix_store.h"
 #include "cadre/store/store_util.h"
@@ -20,6 +21,9 @@ namespace {
 // How long a failing rank waits for the others' failure records (they fail within moments of
 // each other once connections close) before it reports what it has.
 constexpr auto kFailureRecordWait = std::chrono::seconds(2);
+// How long a failing rank gives the store for each of its failure exchanges beyond that wait:
+// plenty for a live store, short against a collective timeout.
+constexpr auto kFailureStoreLimit = std::chrono::seconds(5);
 
 std::string ThisHostName() {
   char buf[256] = {};
@@ -185,96 +189,6 @@ void CommunicatorImpl::CheckUsable() const {
   }
 }
 
-Status CommunicatorImpl::ShareFailure(Status s, Code* first_code) {
-  // Over TCP a rank only sees its own neighbours' connections close. The first rank to fail
-  // records why in the store before it closes its connections, so every later error names the
-  // rank at the root of the failure, not only the neighbour that hung up. The record is
-  // "<code>|<message>".
-  const std::string mine = collective_.empty() ? "no collective yet" : collective_;
-  store_->set_string("failure/called/" + std::to_string(topology_.rank), mine);
-  *first_code = s.code();
-  if (store_->add("failure/count", 1) == 1) {
-    store_->set_string("failure/first",
-                       std::to_string(static_cast<int>(s.code())) + "|" + s.message());
-  } else {
-    store_->wait({"failure/first"}, std::chrono::milliseconds(200));
-    const std::string record = store_->get_string("failure/first");
-    const size_t bar = record.find('|');
-    const std::string first = bar == std::string::npos ? record : record.substr(bar + 1);
-    int code = 0;
-    if (bar != std::string::npos &&
-        std::from_chars(record.data(), record.data() + bar, code).ec == std::errc()) {
-      *first_code = static_cast<Code>(code);
-    }
-    // When the root was a mismatch, so is this failure: the ranks that only saw a neighbour hang
-    // up fail with kMismatch too.
-    if (bar != std::string::npos &&
-        record.substr(0, bar) == std::to_string(static_cast<int>(Code::kMismatch))) {
-      s = Status(Code::kMismatch, s.message());
-    }
-    s = Status(s.code(), s.message() + "; the first failure in the group: " + first);
-  }
-  return s;
-}
-
-std::vector<std::optional<std::string>> CommunicatorImpl::FailureRecords() {
-  // Every rank fails soon after the first (its connections close), and records what it called
-  // first thing: wait briefly for all of them.
-  std::vector<std::string> keys;
-  for (int r = 0; r < topology_.size; ++r) keys.push_back("failure/called/" + std::to_string(r));
-  // Under the hierarchical allreduce a rank records here only after its level's own Fail, which
-  // may have waited kFailureRecordWait for that level's records first.
-  try {
-    store_->wait(keys, hierarchy_ ? 2 * kFailureRecordWait : kFailureRecordWait);
-  } catch (const Error&) {
-    // Some rank did not get there in time: the others' records are still worth having.
-  }
-  std::vector<std::optional<std::string>> records;
-  for (const auto& key : keys) {
-    records.push_back(store_->check({key}) ? std::optional(store_->get_string(key)) : std::nullopt);
-  }
-  return records;
-}
-
-Status CommunicatorImpl::WithWhatEachRankCalled(const Status& s) {
-  // The per-rank diff, ranks grouped by what they called.
-  const auto records = FailureRecords();
-  std::vector<std::pair<std::string, std::string>> groups;  // what was called, by which ranks
-  for (int r = 0; r < topology_.size; ++r) {
-    const std::string what = records[r].value_or("(did not say)");
-    auto g =
-        std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == what; });
-    if (g == groups.end()) {
-      groups.emplace_back(what, "rank " + std::to_string(r));
-    } else {
-      g->second += ", " + std::to_string(r);
-    }
-  }
-  std::string diff;
-  for (const auto& [what, ranks] : groups) diff += (diff.empty() ? "" : "; ") + ranks + ": " + what;
-  return Status(s.code(), s.message() + "; what each rank called: " + diff);
-}
-
-// A rank that stalls (stopped, stuck outside the collective, cut off) closes no connection: its
-// peers time out, in a ring each waiting on its neighbour, and whichever records its failure
-// first may name an innocent rank ("rank 0: ... waiting for rank 3"). Every rank that fails
-// records what it called (ShareFailure) within moments of the first; the ranks that have not,
-// a moment later, are the ones that stopped answering.
-Status CommunicatorImpl::WithRanksThatDidNotFail(const Status& s) {
-  const auto records = FailureRecords();
-  std::string silent;
-  int count = 0;
-  for (int r = 0; r < topology_.size; ++r) {
-    if (records[r]) continue;
-    silent += (silent.empty() ? "" : ", ") + names_[r];
-    ++count;
-  }
-  if (silent.empty()) return s;
-  return Status(s.code(), s.message() + "; " + silent + (count == 1 ? " has" : " have") +
-                              " not failed with the others: stalled (stopped, stuck outside the "
-                              "collective) or cut off, and the likely cause");
-}
-
 void CommunicatorImpl::Fail(const Status& status, bool in_subgroup) {
   // A subgroup's failure already names this rank. It is shared again here: ranks that failed in
   // other subgroups (another host's) meet only in this communicator's records.
@@ -282,24 +196,21 @@ void CommunicatorImpl::Fail(const Status& status, bool in_subgroup) {
                          : status.WithContext(options_.rank_names.empty()
                                                   ? "rank " + std::to_string(topology_.rank)
                                                   : names_[topology_.rank]);
-  bool shared = false;
-  Code first = status.code();
+  // What the store adds is best effort, each exchange bounded (comm/failure_records.h): a store
+  // that died or stopped must not hold this rank (and its peers, which fail only after the
+  // Shutdown below) for the store's own timeout.
+  const FailureContext context{store_, topology_.rank, names_, collective_,
+                               hierarchy_ ? 2 * kFailureRecordWait : kFailureRecordWait};
+  std::optional<SharedFailure> shared;
   if (tcp_ && status.code() != Code::kInvalidArgument) {
-    try {
-      s = ShareFailure(s, &first);
-      shared = true;
-    } catch (const Error&) {
-      // The store is gone too: report what this rank saw.
-    }
+    shared = ShareFailure(context, s, kFailureStoreLimit);
+    if (shared) s = shared->status;
   }
   if (tcp_) tcp_->Shutdown();  // before any wait: the peers fail (and record) only after this
-  try {
-    if (shared && s.code() == Code::kMismatch) {
-      s = WithWhatEachRankCalled(s);
-    } else if (shared && (first == Code::kTimeout || s.code() == Code::kTimeout)) {
-      s = WithRanksThatDidNotFail(s);
-    }
-  } catch (const Error&) {
+  if (shared && s.code() == Code::kMismatch) {
+    s = WithWhatEachRankCalled(context, s, kFailureStoreLimit);
+  } else if (shared && (shared->first == Code::kTimeout || s.code() == Code::kTimeout)) {
+    s = WithRanksThatDidNotFail(context, s, kFailureStoreLimit);
   }
   if (broken_.ok()) broken_ = s;
   if (shm_) {

@@ -68,17 +68,6 @@ class CommunicatorImpl final : public Communicator {
 
  private:
   void Rendezvous();
-  // Fail()'s exchanges through the store (TCP only; all throw cadre::Error when the store is
-  // gone). ShareFailure records this failure and what this rank called, and returns `s` with the
-  // group's first failure added (kMismatch when that was one); *first is that failure's code.
-  // WithWhatEachRankCalled, after the connections are closed, adds what every rank called.
-  // WithRanksThatDidNotFail, after a timeout, names the ranks that have recorded no failure.
-  Status ShareFailure(Status s, Code* first);
-  // What each rank recorded as called when it failed, waiting briefly for every record; empty
-  // for a rank that has recorded nothing.
-  std::vector<std::optional<std::string>> FailureRecords();
-  Status WithWhatEachRankCalled(const Status& s);
-  Status WithRanksThatDidNotFail(const Status& s);
 
   CommunicatorOptions options_;
   std::shared_ptr<store::Store> store_;  // prefixed for this communicator

@@ -37,7 +37,9 @@ constexpr auto kStallTimeout = std::chrono::seconds(3);
 // stalls: alive, connections open, answering no one).
 // kKillWithoutStore: SIGKILL after the rendezvous store has gone (its process died): the
 // survivors cannot share the first failure, but must still fail at once.
-enum class Fault { kKill, kStop, kKillWithoutStore };
+// kKillWithStoreStopped: SIGKILL while the store's process is stopped (SIGSTOP: it answers
+// nobody, closes nothing): the survivors must not wait out the store's timeout before failing.
+enum class Fault { kKill, kStop, kKillWithoutStore, kKillWithStoreStopped };
 
 // How the ranks talk: one host over shared memory, one host over TCP loopback, or two pretend
 // hosts of two ranks each with shm_pairs (shared-memory pairs inside a host, TCP between; the
@@ -167,7 +169,7 @@ int SurvivorOrVictim(int rank, int size, uint16_t port, Route route, Fault fault
       std::fprintf(stderr, "victim: failed before it was killed: %s\n", e.what());
       return 3;
     }
-    if (fault == Fault::kKillWithoutStore) {
+    if (fault == Fault::kKillWithoutStore || fault == Fault::kKillWithStoreStopped) {
       // The parent times the exit. Each survivor names a peer whose connection broke, the
       // victim's process over shared memory, or (shared-memory pairs) a same-host peer that
       // failed first and closed its end: without the store nobody can say more.
@@ -240,15 +242,36 @@ void FaultOneRankMidCollective(Route route, Fault fault, Op op) {
   }
   store::TcpStoreServerOptions so;
   so.token = testing::kToken;
-  auto owned_server = std::make_unique<store::TcpStoreServer>(so);
-  store::TcpStoreServer& server = *owned_server;
+  // The store in a process of its own when it is to be stopped; else in this one.
+  std::unique_ptr<store::TcpStoreServer> owned_server;
+  pid_t store_pid = -1;
+  uint16_t store_port = 0;
+  if (fault == Fault::kKillWithStoreStopped) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    store_pid = fork();
+    ASSERT_GE(store_pid, 0);
+    if (store_pid == 0) {
+      close(fds[0]);
+      store::TcpStoreServer server(so);
+      const uint16_t port = server.port();
+      if (write(fds[1], &port, sizeof port) != sizeof port) _exit(1);
+      for (;;) pause();  // killed by the parent
+    }
+    close(fds[1]);
+    ASSERT_EQ(read(fds[0], &store_port, sizeof store_port),
+              static_cast<ssize_t>(sizeof store_port));
+    close(fds[0]);
+  } else {
+    owned_server = std::make_unique<store::TcpStoreServer>(so);
+    store_port = owned_server->port();
+  }
   for (int fd : port_pipes) {
-    const uint16_t port = server.port();
-    ASSERT_EQ(write(fd, &port, sizeof port), static_cast<ssize_t>(sizeof port));
+    ASSERT_EQ(write(fd, &store_port, sizeof store_port), static_cast<ssize_t>(sizeof store_port));
     close(fd);
   }
   store::TcpStoreOptions co;
-  co.port = server.port();
+  co.port = store_port;
   co.token = testing::kToken;
   store::TcpStore client(co);
   client.set_timeout(std::chrono::seconds(60));
@@ -256,14 +279,16 @@ void FaultOneRankMidCollective(Route route, Fault fault, Op op) {
   while (client.add("warm", 0) < size) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));   // every rank is in a collective
   if (fault == Fault::kKillWithoutStore) owned_server.reset();  // closes every connection
+  if (fault == Fault::kKillWithStoreStopped) kill(store_pid, SIGSTOP);
   const int64_t killed_at = NowNs();
   kill(pids[kVictim], fault == Fault::kStop ? SIGSTOP : SIGKILL);
-  if (fault != Fault::kKillWithoutStore) client.set_string("killed-at", std::to_string(killed_at));
+  const bool no_store = fault == Fault::kKillWithoutStore || fault == Fault::kKillWithStoreStopped;
+  if (!no_store) client.set_string("killed-at", std::to_string(killed_at));
   // Past the survivors' timeout, so that one that only times out reports it (exit code 5).
-  // Without the store the survivors cannot report their time: they must end within kDetectWithin.
-  auto deadline = std::chrono::steady_clock::now() + (fault == Fault::kKillWithoutStore
-                                                          ? Duration(kDetectWithin)
-                                                          : kTimeout + std::chrono::seconds(30));
+  // Without the store the survivors cannot report their time: they must end within kDetectWithin
+  // (the store's own timeout is kTimeout).
+  auto deadline = std::chrono::steady_clock::now() +
+                  (no_store ? Duration(kDetectWithin) : kTimeout + std::chrono::seconds(30));
   // The survivors first: a stopped victim is killed once they have ended.
   std::vector<int> order;
   for (int r = 0; r < size; ++r) {
@@ -292,6 +317,10 @@ void FaultOneRankMidCollective(Route route, Fault fault, Op op) {
           << "rank " << r << " exit status " << status;
     }
   }
+  if (store_pid > 0) {
+    kill(store_pid, SIGKILL);
+    waitpid(store_pid, nullptr, 0);
+  }
 }
 
 // route x fault x collective.
@@ -309,9 +338,10 @@ TEST_P(FaultMatrixTest, EverySurvivorNamesTheRank) {
 
 std::string FaultCaseName(const ::testing::TestParamInfo<FaultCase>& info) {
   const auto& [route, fault, op] = info.param;
-  const char* what = fault == Fault::kKill   ? "Sigkill"
-                     : fault == Fault::kStop ? "Sigstop"
-                                             : "SigkillWithoutStore";
+  const char* what = fault == Fault::kKill               ? "Sigkill"
+                     : fault == Fault::kStop             ? "Sigstop"
+                     : fault == Fault::kKillWithoutStore ? "SigkillWithoutStore"
+                                                         : "SigkillWithStoreStopped";
   const char* how = route == Route::kShm     ? "Shm"
                     : route == Route::kTcp   ? "Tcp"
                     : route == Route::kHosts ? "Hosts"
@@ -356,6 +386,15 @@ INSTANTIATE_TEST_SUITE_P(Hosts, FaultMatrixTest,
                                             ::testing::Values(Fault::kKill, Fault::kStop,
                                                               Fault::kKillWithoutStore),
                                             ::testing::Values(Op::kAllreduceHierarchical)),
+                         FaultCaseName);
+
+// The store's process stopped (SIGSTOP) when a rank dies: over the ring, and across two pretend
+// hosts in the hierarchical allreduce (two levels, each failing in turn).
+INSTANTIATE_TEST_SUITE_P(StoreStopped, FaultMatrixTest,
+                         ::testing::Values(FaultCase{Route::kTcp, Fault::kKillWithStoreStopped,
+                                                     Op::kAllreduceRing},
+                                           FaultCase{Route::kHosts, Fault::kKillWithStoreStopped,
+                                                     Op::kAllreduceHierarchical}),
                          FaultCaseName);
 
 // The store's process dies while rank 0 waits in the rendezvous for rank 1: the error blames the
