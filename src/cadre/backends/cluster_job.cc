@@ -423,8 +423,9 @@ int ClusterJob::Finish(const EngineState& end, int stop_signal, const std::strin
   if (!st.ok()) Message("warning: " + st.message());
   const std::string where = layout_.job_dir.string();
   if (status_.state == launch::JobState::kCompleted) {
-    Message("job " + layout_.training_id + " completed (" + std::to_string(status_.slots.size()) +
-            " slots on " + engine_ + "); results in " + where);
+    const size_t n = status_.slots.size();
+    Message("job " + layout_.training_id + " completed (" + std::to_string(n) +
+            (n == 1 ? " slot on " : " slots on ") + engine_ + "); results in " + where);
   } else {
     std::string text = "job " + layout_.training_id + " " + launch::JobStateName(status_.state) +
                        ": " + status_.failure;
