@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -273,7 +274,12 @@ std::string ClusterJob::RecordedFailure() const {
 
 std::string ClusterJob::LostSlots() {
   const auto now = HeartbeatWatch::Clock::now();
-  if (!watch_ || !beats_ || now - beats_read_ < std::chrono::seconds(1)) return "";
+  // As often as the slots beat (at least a second apart): one store round trip per slot.
+  if (!watch_ || !beats_ ||
+      now - beats_read_ < std::max<std::chrono::milliseconds>(std::chrono::seconds(1),
+                                                              HeartbeatPeriod(watch_->timeout()))) {
+    return "";
+  }
   beats_read_ = now;
   try {
     for (size_t i = 0; i < status_.slots.size(); ++i) {

@@ -109,8 +109,8 @@ class ClusterJob {
   // The first slot in the job directory's records that failed by itself, described; "" if none.
   std::string RecordedFailure() const;
   // The slots whose heartbeats stopped while they left no exit record (their node lost or cut
-  // off), described with their learners and nodes; "" if none. Reads the store at most once a
-  // second.
+  // off), described with their learners and nodes; "" if none. Reads the store as often as the
+  // slots beat, at most once a second.
   std::string LostSlots();
   // Ends the job's record: the state, the failure (naming the learner) and the exit code.
   int Finish(const EngineState& end, int stop_signal, const std::string& stop_reason);
