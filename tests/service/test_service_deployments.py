@@ -192,6 +192,9 @@ def test_model_stored_deployed_scored_deleted_and_back_after_a_restart(make_serv
     # The deployment's own checks come back as they are: the field and the expected shape.
     r = score(ada, did, [[1, 2, 3]])
     assert r.status == 400 and "4" in r.body, r
+    # ... in the service's one error shape, as every /ml/v4 route answers.
+    assert set(r.json()) == {"trace", "errors"} and r.json()["trace"], r
+    assert r.error_codes() == ["invalid_input_data"], r
     # The service's own refusals.
     assert score(ada, "deployment-nope", [[1, 2, 3, 4]]).status == 404
     assert score(bob, did, [[1, 2, 3, 4]]).status == 404

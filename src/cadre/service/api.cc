@@ -17,19 +17,21 @@ void SendJson(httplib::Response& res, int status, const nlohmann::json& body) {
                   "application/json");
 }
 
-void SendErrors(httplib::Response& res, int status, const std::vector<ApiError>& errors) {
+std::string SendErrors(httplib::Response& res, int status, const std::vector<ApiError>& errors) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& e : errors) {
     nlohmann::json item = {{"code", e.code}, {"message", e.message}};
     if (!e.target.empty()) item["target"] = {{"type", "field"}, {"name", e.target}};
     list.push_back(item);
   }
-  SendJson(res, status, {{"trace", RandomHex(16)}, {"errors", list}});
+  std::string trace = RandomHex(16);
+  SendJson(res, status, {{"trace", trace}, {"errors", list}});
+  return trace;
 }
 
-void SendError(httplib::Response& res, int status, const std::string& code,
-               const std::string& message, const std::string& target) {
-  SendErrors(res, status, {ApiError{code, message, target}});
+std::string SendError(httplib::Response& res, int status, const std::string& code,
+                      const std::string& message, const std::string& target) {
+  return SendErrors(res, status, {ApiError{code, message, target}});
 }
 
 void CheckFields(const nlohmann::json& object, const std::string& path,

@@ -54,9 +54,10 @@ struct ApiError {
 };
 
 void SendJson(httplib::Response& res, int status, const nlohmann::json& body);
-void SendErrors(httplib::Response& res, int status, const std::vector<ApiError>& errors);
-void SendError(httplib::Response& res, int status, const std::string& code,
-               const std::string& message, const std::string& target = "");
+// Both return the answer's trace id (for the server's log).
+std::string SendErrors(httplib::Response& res, int status, const std::vector<ApiError>& errors);
+std::string SendError(httplib::Response& res, int status, const std::string& code,
+                      const std::string& message, const std::string& target = "");
 
 // Refuses what a JSON body must not silently ignore: one invalid_parameter error for each key
 // of `object` that is not in `known`, at its path ("training_data_references[0].conection"),

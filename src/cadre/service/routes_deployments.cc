@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <regex>
 
+#include "cadre/base/logging.h"
 #include "cadre/base/printable.h"
 #include "cadre/service/api.h"
 #include "cadre/service/clock.h"
@@ -243,8 +244,34 @@ void Forward(ApiContext& ctx, const ScoringTarget& target, const std::string& id
              "deleted, try again");
     return;
   }
-  res.status = r->status;
-  res.set_content(r->body, "application/json");
+  if (v2 || (r->status >= 200 && r->status < 300)) {
+    res.status = r->status;
+    res.set_content(r->body, "application/json");
+    return;
+  }
+  // The scorer's own WML errors ({"errors": [{"code", "message"}], "status_code"}) in the
+  // service's one shape, with a trace; the deployment's message is kept as it is.
+  json answer = json::parse(r->body, nullptr, false);
+  std::vector<ApiError> errors;
+  if (answer.is_object() && answer.contains("errors") && answer["errors"].is_array()) {
+    for (const json& e : answer["errors"]) {
+      if (!e.is_object() || !e.contains("message") || !e["message"].is_string()) continue;
+      std::string code = e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>()
+                                                                     : "prediction_failed";
+      errors.push_back({code, e["message"].get<std::string>(), ""});
+    }
+  }
+  if (errors.empty()) {
+    errors.push_back({"prediction_failed",
+                      "deployment '" + id + "' answered " + std::to_string(r->status) + ": " +
+                          r->body.substr(0, 1000),
+                      ""});
+  }
+  const std::string trace = SendErrors(res, r->status, errors);
+  if (r->status >= 500) {
+    CADRE_LOG(ERROR) << "cadre server: deployment " << id << " answered " << r->status << ", trace "
+                     << trace << ": " << errors.front().message;
+  }
 }
 
 // POST /ml/v4/deployments/{id}/predictions (WML) and POST /v2/models/{id}/infer (KServe v2).
