@@ -170,7 +170,8 @@ def kill_processes_mentioning(text, what):
 class Server:
     """A `cadre server` process on a free loopback port with its own data directory."""
 
-    def __init__(self, data_dir, slots=2, grace=2, extra=(), env=None):
+    def __init__(self, data_dir, slots=2, grace=2, extra=(), env=None, preexec_fn=None):
+        self.preexec_fn = preexec_fn  # run in the server's process before it starts
         self.data_dir = str(data_dir)
         self.slots = slots
         self.grace = grace
@@ -187,7 +188,8 @@ class Server:
         self.proc = subprocess.Popen(
             [CADRE, "server", "--data-dir", self.data_dir, "--listen", listen,
              "--slots", str(self.slots), "--grace", str(self.grace), *self.extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
+            preexec_fn=self.preexec_fn)
         found = threading.Event()
 
         def read():

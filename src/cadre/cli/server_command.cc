@@ -10,6 +10,7 @@
 // The token is printed once, alone on the last line of stdout, so scripts can take it with
 // `| tail -n 1`.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -149,6 +150,14 @@ int RunServer(const ServerFlags& flags) {
   if (int code = ChooseBackend(flags, &options); code != 0) return code;
   std::error_code ec;
   options.cadre = std::filesystem::read_symlink("/proc/self/exe", ec);
+
+  // Each client connection is a file descriptor: as many as the system allows this process
+  // (the soft limit is often 1024, the hard one far more).
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = std::min<rlim_t>(files.rlim_max, 1 << 16);
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   // Every thread the service starts inherits this mask, so only the waiter below sees them.
   sigset_t stop;

@@ -14,6 +14,7 @@
 #include "cadre/service/api.h"
 #include "cadre/service/data_dir_lock.h"
 #include "cadre/service/db.h"
+#include "cadre/service/http_server.h"
 #include "cadre/service/routes.h"
 
 namespace cadre::service {
@@ -60,7 +61,7 @@ struct Service::Parts {
   std::unique_ptr<DeploymentStore> deployment_store;
   std::unique_ptr<Deployments> deployments;
   std::unique_ptr<ApiContext> ctx;
-  httplib::Server server;
+  std::unique_ptr<HttpServer> http;
   int listen_fd = -1;
 };
 
@@ -124,11 +125,11 @@ Status Service::Start() {
                                   stopping_,
                                   {}});
 
-  httplib::Server& server = parts->server;
-  int threads = options_.threads;
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  HttpLimits limits;
+  limits.threads = static_cast<size_t>(options_.threads);
+  parts->http = std::make_unique<HttpServer>(limits);
+  HttpServer& server = *parts->http;
   server.set_payload_max_length(options_.max_body);
-  server.set_keep_alive_max_count(10000);
   // cpp-httplib writes a response's headers and body separately: with Nagle's algorithm on, the
   // body waits for the client's delayed ACK (40 ms on Linux) on every kept-alive request.
   server.set_tcp_nodelay(true);
@@ -178,8 +179,11 @@ Status Service::Start() {
       SendBodyTooLarge(res, max_body);
     } else if (res.status == 404) {
       SendError(res, 404, "not_found", "no route " + req.method + " " + Quoted(req.path));
+    } else if (res.status == 414) {
+      SendError(res, 414, "uri_too_long", "the request's URI is longer than this server reads");
     } else {
-      SendError(res, res.status, "bad_request", "the request could not be handled");
+      SendError(res, res.status, "bad_request",
+                "the request could not be handled (a malformed request line or header?)");
     }
   });
   // A route that throws is the server's fault: the client gets a trace to quote, the server's
@@ -218,6 +222,7 @@ Status Service::Start() {
     port_ = options_.port;
   }
   if (parts->listen_fd >= 0) listen(parts->listen_fd, kListenBacklog);
+  server.Start();
   parts->scheduler->Start();
   parts->deployments->Start();
   parts_ = std::move(parts);
@@ -228,13 +233,13 @@ const launch::MachineGpus& Service::gpus() const { return parts_->scheduler->gpu
 
 void Service::Run() {
   if (!parts_) return;
-  parts_->server.listen_after_bind();
+  parts_->http->listen_after_bind();
   parts_->deployments->StopAll();
 }
 
 void Service::Stop() {
   stopping_ = true;
-  if (parts_) parts_->server.stop();
+  if (parts_) parts_->http->Stop();
 }
 
 Status AddUser(const fs::path& data_dir, const std::string& name, const std::string& plan,

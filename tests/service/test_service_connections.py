@@ -1,0 +1,159 @@
+"""The server's connections over real sockets: clients that connect and send nothing, or send a
+request's head a byte at a time, do not hold its worker threads; a huge request line or header
+is refused without the server reading it into memory; kept-alive and pipelined requests are
+served. No timed assertions: every wait is bounded, none is measured."""
+import http.client
+import resource
+import socket
+import threading
+
+import pytest
+
+
+def port_of(server):
+    return int(server.url.rsplit(":", 1)[1])
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def read_answer(sock):
+    """What the server sent until it closed (or reset) the connection."""
+    data = b""
+    sock.settimeout(60)
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
+
+
+def test_idle_and_slow_clients_do_not_stall_the_server(make_server):
+    server = make_server(extra=["--threads", "4"])
+    port = port_of(server)
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
+    slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
+    stop = threading.Event()
+
+    def trickle():
+        # A head a byte at a time, each byte well within the server's read timeout: with a
+        # thread per connection these would hold every worker for as long as they go on.
+        for s in slow:
+            s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        while not stop.wait(0.5):
+            for s in slow:
+                s.sendall(b"a")
+    trickler = threading.Thread(target=trickle)
+    trickler.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/v2/health/live")
+        answer = conn.getresponse()
+        assert answer.status == 200 and answer.read() == b'{"live":true}'
+        conn.close()
+        # ... while the slow clients are still sending (their connections are open).
+        for s in slow:
+            s.sendall(b"a")
+    finally:
+        stop.set()
+        trickler.join(timeout=60)
+        for s in idle + slow:
+            s.close()
+
+
+def test_waiting_connections_never_use_up_the_servers_files(make_server):
+    # With 256 files: past what the server keeps waiting, the longest waiting is closed, and
+    # a new client is still accepted (accept() failed with EMFILE once 256 were open).
+    def few_files():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    server = make_server(preexec_fn=few_files)
+    port = port_of(server)
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(300)]
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/v2/health/live")
+        assert conn.getresponse().status == 200
+        conn.close()
+        # The first ones were closed to make room: they read the end of their connection.
+        idle[0].settimeout(60)
+        assert idle[0].recv(1) == b""
+    finally:
+        for s in idle:
+            s.close()
+
+
+@pytest.mark.parametrize("head, status", [
+    (b"GET /", 414),                                  # a request line without end
+    (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ", 431),  # a header line without end
+])
+def test_a_huge_head_is_refused_without_being_read_into_memory(make_server, head, status):
+    server = make_server()
+    port = port_of(server)
+    before = rss_kib(server.proc.pid)
+    sock = socket.create_connection(("127.0.0.1", port))
+    chunk = b"a" * (1 << 20)
+    sent = 0
+    try:
+        sock.sendall(head)
+        while sent < 100 << 20:  # 100 MiB, as long as the server takes it
+            sock.sendall(chunk)
+            sent += len(chunk)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    answer = read_answer(sock)
+    sock.close()
+    grown = rss_kib(server.proc.pid) - before
+    assert grown < 32 << 10, f"the server grew by {grown} KiB reading a {sent >> 20} MiB head"
+    # The answer (when the connection was not reset under it) says why.
+    if answer:
+        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
+    # A head just over the limit, sent whole before the client reads: the answer is seen.
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(head + b"a" * (64 << 10))
+    answer = read_answer(sock)
+    sock.close()
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
+    assert b'"errors"' in answer and b'"trace"' in answer, answer
+    # And the server carries on.
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/v2/health/live")
+    assert conn.getresponse().status == 200
+
+
+def test_a_long_uri_is_refused_in_the_services_error_shape(server):
+    # Longer than cpp-httplib's own limit (8 KiB), shorter than the lobby's: its 414.
+    sock = socket.create_connection(("127.0.0.1", port_of(server)))
+    sock.settimeout(60)
+    sock.sendall(b"GET /" + b"a" * (16 << 10) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = http.client.HTTPResponse(sock)
+    answer.begin()
+    body = answer.read()
+    sock.close()
+    assert answer.status == 414 and b'"uri_too_long"' in body, body
+
+
+def test_kept_alive_and_pipelined_requests_are_served(server):
+    port = port_of(server)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    for _ in range(3):  # one connection, one request after another
+        conn.request("GET", "/v2/health/live")
+        answer = conn.getresponse()
+        assert answer.status == 200 and answer.read() == b'{"live":true}'
+    conn.close()
+    # Two requests sent at once, before either answer: both answered, in order.
+    sock = socket.create_connection(("127.0.0.1", port))
+    request = b"GET /v2/health/%s HTTP/1.1\r\nHost: x\r\n%s\r\n"
+    sock.sendall(request % (b"live", b"") + request % (b"ready", b"Connection: close\r\n"))
+    answer = read_answer(sock)
+    sock.close()
+    assert answer.count(b"HTTP/1.1 200 OK") == 2, answer
+    assert answer.index(b'{"live":true}') < answer.index(b'{"ready":true}'), answer
