@@ -136,6 +136,13 @@ def test_deployment_fields_wml_clients_send_are_accepted(ada):
     assert r.status == 404 and r.error_targets() == ["asset.id"], r
 
 
+def test_the_client_prints_no_list_for_a_wrong_token(ada):
+    out = subprocess.run([CADRE, "jobs", "list", "--server", ada.url, "--token", "cadre_x_y"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert out.returncode == 1 and "not valid" in out.stderr, out.stderr
+    assert out.stdout == "", out.stdout
+
+
 def test_missing_or_wrong_token(ada):
     anonymous = ada.__class__(ada.url)
     r = anonymous.api("GET", "")

@@ -207,7 +207,6 @@ int List(const ClientFlags& flags) {
   const char* who = "cadre jobs list";
   Connection c;
   if (!Connect(flags, who, &c)) return 2;
-  std::printf("%-36s %-10s %-24s %s\n", "ID", "STATE", "CREATED", "NAME");
   std::string path = std::string("/ml/v4/trainings?limit=200&") + kVersion;
   std::set<std::string> seen;
   while (seen.insert(path).second) {
@@ -219,6 +218,8 @@ int List(const ClientFlags& flags) {
                 << " is not a list of trainings\n";
       return 1;
     }
+    // Once the server has answered: a refused token prints no list, not even its header.
+    if (seen.size() == 1) std::printf("%-36s %-10s %-24s %s\n", "ID", "STATE", "CREATED", "NAME");
     for (const auto& t : body["resources"]) {
       const json& meta = t.value("metadata", json::object());
       const json& status = t.value("entity", json::object()).value("status", json::object());
