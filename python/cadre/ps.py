@@ -195,6 +195,13 @@ class _Buffers:
         return [_entry(n, recv) for n, _, _, recv in self.entries]
 
 
+def _persistent_buffers(model):
+    """The model's buffers that are part of its state dict: non-persistent ones are caches
+    (masks, tables) that every worker computes alike, not statistics to share."""
+    kept = set(model.state_dict(keep_vars=True))
+    return [(n, b) for n, b in model.named_buffers() if n in kept]
+
+
 def _is_integer(t):
     import torch
     return t.dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
@@ -275,7 +282,7 @@ class DistributedOptimizer:
                 self._params.append((name, p))
                 self._group_of[name] = gi
                 configs.append(config)
-        self._buffers = _Buffers(model.named_buffers() if model is not None and
+        self._buffers = _Buffers(_persistent_buffers(model) if model is not None and
                                  sync_buffers is not False else [])
         all_names = [n for n, _ in self._params] + [n for n, *_ in self._buffers.entries]
         if len(set(all_names)) != len(all_names):

@@ -601,3 +601,35 @@ def test_state_of_a_variable_split_across_servers_comes_back_whole():
     finally:
         for s in servers:
             s.shutdown()
+
+
+def test_only_state_dict_buffers_are_shared():
+    # Non-persistent buffers are caches every worker computes alike; bool ones cannot travel.
+    server = ps.PsServer("127.0.0.1:0", 1, "tok", 30.0)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+        model.register_buffer("table", torch.arange(4.0), persistent=False)
+        model.register_buffer("mask", torch.ones(4, dtype=torch.bool))
+        opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                      servers=["127.0.0.1:%d" % server.port], worker_id=0,
+                                      token="tok")
+        shared = sorted(name for name, *_ in opt._buffers.entries)
+        assert shared == ["1.num_batches_tracked", "1.running_mean", "1.running_var"]
+        x = torch.randn(8, 3)
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+        assert int(model[1].num_batches_tracked) == 1  # came back from the server, rounded
+        assert torch.equal(model.table, torch.arange(4.0))
+        opt.done()
+        unshared = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                           model=model, servers=["127.0.0.1:%d" % server.port],
+                                           worker_id=0, token="tok", sync_buffers=False)
+        assert not unshared._buffers.entries
+        with pytest.raises(ValueError, match="sync_buffers=True needs model="):
+            ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters(),
+                                    servers=["127.0.0.1:%d" % server.port], worker_id=0,
+                                    token="tok", sync_buffers=True)
+    finally:
+        server.shutdown()
