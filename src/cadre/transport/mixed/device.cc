@@ -269,7 +269,10 @@ Status MixedDevice::RunStreaming(std::span<const Transfer> transfers, Deadline d
         if (int fd = mesh_->pidfd(peer); fd >= 0) fds.push_back({fd, POLLIN, 0});
       }
     }
-    int n = poll(fds.data(), fds.size(), std::min(deadline.poll_timeout_ms(), 1000));
+    // At most a second, even without a deadline: a same-host peer without a pidfd (an old
+    // kernel) is only seen gone by looking.
+    const int ms = deadline.poll_timeout_ms();
+    int n = poll(fds.data(), fds.size(), ms < 0 ? 1000 : std::min(ms, 1000));
     if (asleep) mesh_->Wake();
     asleep = yielding = false;
     if (n < 0 && errno != EINTR)
