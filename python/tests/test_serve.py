@@ -1,8 +1,10 @@
 """`cadre serve`: a model saved by cadre.save_model, scored over HTTP by the C++ scorer (libtorch,
 dynamic batching) through the KServe v2 and WML routes; bad input gets clear errors; and the
 Fashion-MNIST example trained by `cadre run` is served with the accuracy it printed."""
+import http.client
 import json
 import os
+import signal
 import subprocess
 import threading
 
@@ -202,6 +204,75 @@ def test_cuda_without_a_gpu_is_a_clear_error(classifier):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 2
     assert "--device cuda: no CUDA device" in proc.stdout, proc.stdout
+
+
+class Slow(torch.nn.Module):
+    """Runs tanh as many times as its first input says: a model still busy when the stop comes."""
+
+    def forward(self, x):
+        y = x
+        for _ in range(int(x[0, 0])):
+            y = torch.tanh(y)
+        return y
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("models") / "slow")
+    cadre.save_model(Slow(), torch.zeros(1, 4), path=path, method="script")
+    return path
+
+
+def send_infer(port, first):
+    """A keep-alive connection that has sent one v2 request (the answer is left to read)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4],
+                                   "data": [first, 0.5, 0.5, 0.5]}]})
+    conn.request("POST", "/v2/models/slow/infer", body, {"Content-Type": "application/json"})
+    return conn
+
+
+def read_stdout_until(server, text):
+    lines = []
+    for line in server.proc.stdout:
+        lines.append(line)
+        if text in line:
+            return "".join(lines)
+    raise AssertionError("cadre serve ended without printing %r:\n%s" % (text, "".join(lines)))
+
+
+def test_sigterm_answers_every_prediction_already_sent(slow):
+    """One HTTP thread: one request in the model, two on connections waiting for the thread when
+    SIGTERM comes. cpp-httplib's stop closed the waiting ones unread: two lost predictions."""
+    s = Server(slow, "--http-threads", "1")
+    conns = [send_infer(s.port, 300000)] + [send_infer(s.port, 2) for _ in range(2)]
+    s.proc.send_signal(signal.SIGTERM)
+    read_stdout_until(s, "stopping (signal")
+    for conn in conns:
+        resp = conn.getresponse()
+        doc = json.loads(resp.read())
+        assert resp.status == 200, doc
+        assert resp.getheader("Connection") == "close"
+        assert doc["outputs"][0]["shape"] == [1, 4]
+        conn.close()
+    s.proc.wait(timeout=120)  # it ends by itself once they are answered
+    assert s.stop() == 0, s.output
+    with pytest.raises(OSError):  # the listener is closed
+        send_infer(s.port, 1).getresponse()
+
+
+def test_a_second_signal_stops_at_once(slow):
+    s = Server(slow)
+    conn = send_infer(s.port, 10 ** 12)  # would run for days
+    status, _ = s.request("GET", "/v2/health/ready")
+    assert status == 200
+    s.proc.send_signal(signal.SIGINT)
+    read_stdout_until(s, "again to stop at once")
+    s.proc.send_signal(signal.SIGINT)
+    assert s.stop() == 1
+    assert "stopping at once" in s.output, s.output
+    with pytest.raises((http.client.HTTPException, OSError)):
+        conn.getresponse()  # its request is dropped, as asked
 
 
 @pytest.mark.parametrize("args, message", [

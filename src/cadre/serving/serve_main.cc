@@ -8,10 +8,12 @@
 //
 // The bearer token, when required, comes from the environment (CADRE_SERVE_TOKEN), never the
 // command line, where other users could read it. SIGTERM or SIGINT: readiness turns 503, the
-// listener closes, queued requests are answered, and the program exits 0.
+// listener closes, every request already sent is answered, and the program exits 0; a second
+// signal exits 1 at once.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -157,16 +159,26 @@ int main(int argc, char** argv) {
             << "cadre-serve: listening on http://" << f.host << ":" << port << " (POST /v2/models/"
             << f.name << "/infer, /ml/v4/deployments/" << f.name << "/predictions)" << std::endl;
 
+  // The first signal stops the server gracefully; a second one (Ctrl-C again) ends the program
+  // at once, dropping what is still in flight.
+  std::atomic<bool> listening{true};
   std::thread stopper([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    std::cout << "cadre-serve: stopping (signal " << sig << ")" << std::endl;
-    server.Stop();
+    for (int seen = 0;; ++seen) {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      if (!listening) return;
+      if (seen > 0) {
+        std::cout << "cadre-serve: stopping at once (signal " << sig << " again)" << std::endl;
+        std::_Exit(1);
+      }
+      std::cout << "cadre-serve: stopping (signal " << sig << "): answering the requests "
+                << "already sent; again to stop at once" << std::endl;
+      server.Stop();
+    }
   });
   bool ok = server.Listen();
-  if (!ok) {
-    pthread_kill(stopper.native_handle(), SIGTERM);
-  }
+  listening = false;
+  pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
   batcher.Stop();
   return ok ? 0 : Fail("the server stopped with an error");

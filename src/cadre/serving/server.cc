@@ -2,16 +2,14 @@
 
 #include <httplib.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "cadre/serving/codec.h"
+#include "cadre/serving/http_server.h"
 
 namespace cadre::serving {
 namespace {
@@ -129,22 +127,6 @@ bool SameToken(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// cpp-httplib 0.11 listens with a backlog of 5: connections beyond it while the accept thread
-// is busy are reset. Listening again on the bound socket widens the backlog.
-class WideServer final : public httplib::Server {
- public:
-  bool WidenBacklog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
-  // cpp-httplib's stop() does nothing until listen_after_bind() has marked the server running:
-  // a stop that came first (a SIGTERM right at start) was lost, and the server listened on.
-  // Closing the bound socket stops it whenever it comes: listening ends at its next look.
-  void Close() {
-    socket_t sock = svr_sock_.exchange(INVALID_SOCKET);
-    if (sock == INVALID_SOCKET) return;
-    ::shutdown(sock, SHUT_RDWR);
-    ::close(sock);
-  }
-};
-
 }  // namespace
 
 ScoringServer::ScoringServer(ServerOptions options, const ModelSignature& signature,
@@ -153,9 +135,7 @@ ScoringServer::ScoringServer(ServerOptions options, const ModelSignature& signat
       signature_(signature),
       batcher_(batcher),
       metrics_(metrics),
-      http_(new WideServer) {
-  int threads = std::max(1, options_.http_threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+      http_(new GracefulServer) {
   http_->set_payload_max_length(options_.max_request_bytes);
   http_->set_keep_alive_max_count(1000000);
   http_->set_tcp_nodelay(true);
@@ -174,24 +154,12 @@ ScoringServer::~ScoringServer() {
 }
 
 int ScoringServer::Bind(const std::string& host, int port, std::string* error) {
-  int bound =
-      port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
-  if (bound < 0) {
-    *error = "cannot listen on " + host + ":" + std::to_string(port) +
-             " (in use, or not an address of this machine)";
-  } else if (!static_cast<WideServer*>(http_)->WidenBacklog()) {
-    *error = std::string("cannot widen the listen backlog: ") + std::strerror(errno);
-    return -1;
-  }
-  return bound;
+  return http_->Bind(host, port, error);
 }
 
-bool ScoringServer::Listen() { return http_->listen_after_bind(); }
+bool ScoringServer::Listen() { return http_->Serve(options_.http_threads); }
 
-void ScoringServer::Stop() {
-  stopping_ = true;
-  static_cast<WideServer*>(http_)->Close();
-}
+void ScoringServer::Stop() { http_->Stop(); }
 
 void ScoringServer::Register() {
   httplib::Server& http = *http_;
@@ -266,8 +234,9 @@ void ScoringServer::Register() {
     res.set_content(R"({"live":true})", kJson);
   });
   http.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
-    res.status = stopping_ ? 503 : 200;
-    res.set_content(stopping_ ? R"({"ready":false})" : R"({"ready":true})", kJson);
+    const bool stopping = http_->stopping();
+    res.status = stopping ? 503 : 200;
+    res.set_content(stopping ? R"({"ready":false})" : R"({"ready":true})", kJson);
   });
   http.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"name":"cadre-serve","version":"1","extensions":[]})", kJson);
@@ -280,8 +249,9 @@ void ScoringServer::Register() {
   http.Get(R"(/v2/models/([^/]+)/ready)",
            [this, name, unknown](const httplib::Request& req, httplib::Response& res) {
              if (req.matches[1] != name) return unknown(req, res, req.matches[1]);
-             res.status = stopping_ ? 503 : 200;
-             res.set_content(json({{"name", name}, {"ready", !stopping_}}).dump(), kJson);
+             const bool stopping = http_->stopping();
+             res.status = stopping ? 503 : 200;
+             res.set_content(json({{"name", name}, {"ready", !stopping}}).dump(), kJson);
            });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.Render(), "text/plain; version=0.0.4");

@@ -17,7 +17,6 @@
 // an exception out.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <string>
 
@@ -25,11 +24,9 @@
 #include "cadre/serving/metrics.h"
 #include "cadre/serving/signature.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace cadre::serving {
+
+class GracefulServer;
 
 struct ServerOptions {
   std::string model_name;
@@ -51,7 +48,9 @@ class ScoringServer {
   int Bind(const std::string& host, int port, std::string* error);
   // Serves until Stop(); returns false if the server could not run.
   bool Listen();
-  // Readiness turns 503, then the listener closes; in-flight requests finish.
+  // Readiness turns 503 and the listener closes; every request already sent is answered (with
+  // `Connection: close`), idle keep-alive connections are closed, and Listen() returns
+  // (http_server.h). Any thread, any time, more than once.
   void Stop();
 
  private:
@@ -61,8 +60,7 @@ class ScoringServer {
   const ModelSignature& signature_;
   Batcher& batcher_;
   Metrics& metrics_;
-  std::atomic<bool> stopping_{false};
-  httplib::Server* http_;  // owned; a pointer so that this header does not include httplib
+  GracefulServer* http_;  // owned; a pointer so that this header does not include httplib
 };
 
 }  // namespace cadre::serving

@@ -140,32 +140,118 @@ TEST_F(ServerTest, ErrorsAreJsonWithTheRightStatus) {
   EXPECT_EQ(Post("/v2/models/fake/infer", kV2)->status, 200);
 }
 
-// The first answer the server gives on one raw connection after `request` (headers and the
-// body of its Content-Length, which may come in separate segments): for what cpp-httplib's
-// client cannot send, such as Expect: 100-continue.
-std::string RawAnswer(int port, const std::string& request) {
-  std::string answer;
+// A loopback connection to `port` that has sent `request` (when not empty); -1 if it could
+// not. Reads on it give up after 30 s.
+int SendOn(int port, const std::string& request) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval timeout{10, 0};
+  timeval timeout{30, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
-    char buf[4096];
-    for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
-      answer.append(buf, static_cast<size_t>(n));
-      size_t end = answer.find("\r\n\r\n");
-      if (end == std::string::npos) continue;
-      size_t length = answer.find("Content-Length: ");
-      size_t body = length < end ? std::stoul(answer.substr(length + 16)) : 0;
-      if (answer.size() >= end + 4 + body) break;
-    }
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
+    close(fd);
+    return -1;
   }
+  return fd;
+}
+
+// The next answer on `fd` (headers and the body of its Content-Length, which may come in
+// separate segments); empty when the server closed the connection without one.
+std::string ReadAnswer(int fd) {
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
+    answer.append(buf, static_cast<size_t>(n));
+    size_t end = answer.find("\r\n\r\n");
+    if (end == std::string::npos) continue;
+    size_t length = answer.find("Content-Length: ");
+    size_t body = length < end ? std::stoul(answer.substr(length + 16)) : 0;
+    if (answer.size() >= end + 4 + body) break;
+  }
+  return answer;
+}
+
+// The first answer the server gives on one raw connection after `request`: for what
+// cpp-httplib's client cannot send, such as Expect: 100-continue.
+std::string RawAnswer(int port, const std::string& request) {
+  int fd = SendOn(port, request);
+  if (fd < 0) return "";
+  std::string answer = ReadAnswer(fd);
   close(fd);
   return answer;
+}
+
+// A keep-alive v2 request of one row [v, -v]; FakeModel answers [2v + 1, -2v + 1].
+std::string KeepAliveInfer(int v) {
+  std::string body =
+      json({{"inputs",
+             {{{"name", "x"}, {"shape", {1, 2}}, {"datatype", "FP32"}, {"data", {v, -v}}}}}})
+          .dump();
+  return "POST /v2/models/fake/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         "Content-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+std::string AnswerData(const std::string& answer) {
+  size_t body = answer.find("\r\n\r\n");
+  if (answer.rfind("HTTP/1.1 200 ", 0) != 0 || body == std::string::npos) return answer;
+  return json::parse(answer.substr(body + 4))["outputs"][0]["data"].dump();
+}
+
+TEST_F(ServerTest, AStopAnswersEveryRequestAlreadySentAndClosesIdleConnections) {
+  // Keep-alive clients predicting when the stop (SIGTERM) comes: one request inside the model,
+  // one queued for it, two sent on connections still waiting for an HTTP thread, and an idle
+  // keep-alive connection. cpp-httplib's own stop closed the waiting connections unread (those
+  // predictions were lost), and held the exit for the idle one's keep-alive timeout.
+  ServerOptions options;
+  options.http_threads = 3;
+  Start(options);
+  std::vector<int> busy;  // connections that answered once, and will send another request
+  for (int v = 0; v < 2; ++v) {
+    busy.push_back(SendOn(port_, KeepAliveInfer(v)));
+    ASSERT_GE(busy.back(), 0);
+    EXPECT_EQ(AnswerData(ReadAnswer(busy.back())), json({2.0 * v + 1, -2.0 * v + 1}).dump());
+  }
+  int idle = SendOn(port_, KeepAliveInfer(7));
+  ASSERT_GE(idle, 0);
+  EXPECT_EQ(AnswerData(ReadAnswer(idle)), "[15.0,-13.0]");
+
+  model_.Close();
+  std::vector<int> pending;  // connections with a request sent and not answered
+  for (int v = 10; v < 12; ++v) {
+    ASSERT_GT(send(busy[v - 10], KeepAliveInfer(v).data(), KeepAliveInfer(v).size(), 0), 0);
+    pending.push_back(busy[v - 10]);
+    // Three answered above, then one request inside (the next is not batched with it).
+    if (v == 10) {
+      ASSERT_TRUE(model_.WaitEntered(4));
+    }
+  }
+  for (int i = 0; i < 3000 && batcher_->queued_rows() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(batcher_->queued_rows(), 1);  // the other one, queued behind it
+  for (int v = 12; v < 14; ++v) {         // every HTTP thread is taken: these wait
+    pending.push_back(SendOn(port_, KeepAliveInfer(v)));
+    ASSERT_GE(pending.back(), 0);
+  }
+
+  server_->Stop();
+  model_.Open();
+  for (size_t i = 0; i < pending.size(); ++i) {
+    int v = 10 + static_cast<int>(i);
+    std::string answer = ReadAnswer(pending[i]);
+    EXPECT_EQ(AnswerData(answer), json({2.0 * v + 1, -2.0 * v + 1}).dump()) << "request " << v;
+    EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
+    EXPECT_EQ(ReadAnswer(pending[i]), "");  // then the connection is closed
+    close(pending[i]);
+  }
+  EXPECT_EQ(ReadAnswer(idle), "");  // closed, without an answer to a request never sent
+  close(idle);
+  thread_.join();  // Listen() returned (without it, ctest's timeout ends this test)
+  EXPECT_LT(SendOn(port_, KeepAliveInfer(1)), 0);
 }
 
 TEST_F(ServerTest, OversizedBodiesAre413HoweverTheyAreSent) {
