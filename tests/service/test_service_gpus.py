@@ -2,7 +2,9 @@
 (the server counts the machine's GPUs as `cadre run` does): concurrent jobs get disjoint GPUs
 through their runners' CUDA_VISIBLE_DEVICES, a job waits in `queued`, saying why, until enough are
 free, GPUs come back however a job ends (completed, failed, canceled, across a restart of the
-server), a job without GPUs sees none, and a job needing more than the machine has is refused."""
+server), a job without GPUs sees none, and a job needing more than the machine has is refused.
+A queued job that no longer fits a restarted server (fewer GPUs or fewer slots) fails saying
+why instead of holding back the queue forever."""
 import os
 import subprocess
 import sys
@@ -155,6 +157,31 @@ def test_a_queued_job_that_no_longer_fits_after_a_restart_fails_saying_why(make_
             in status["failure"]["errors"][0]["message"]), status
     jobs.release(holder)
     assert jobs.client.wait_state(holder, FINAL)["state"] == "completed"
+
+
+def test_a_queued_job_needing_more_slots_than_a_restarted_server_has_fails_saying_why(
+        make_server, tmp_path):
+    server = make_server(slots=4)
+    jobs = GpuJobs(server.client(server.add_user("ada")), tmp_path)
+    holder = jobs.submit(compute="cpu", name="holder")
+    jobs.gpus_seen(holder)
+    big = jobs.submit(compute="cpu", nodes=4, name="big")  # 4 slots, 3 free
+    jobs.wait_queued_for(big, "waiting for slots")
+    behind = jobs.submit(compute="cpu", name="behind")
+    jobs.wait_queued_for(behind, "waiting behind training " + big)
+    server.kill()
+    server.slots = 2
+    server.start()
+    jobs.client.url = server.url
+    status = jobs.client.wait_state(big, FINAL)
+    assert status["state"] == "failed", status
+    assert ("the job runs 4 processes (slots) at once, but the server now has 2 (--slots)"
+            in status["failure"]["errors"][0]["message"]), status
+    # The job behind it is no longer held back: 1 slot next to the holder's fits in 2.
+    jobs.gpus_seen(behind)
+    for training_id in (holder, behind):
+        jobs.release(training_id)
+        assert jobs.client.wait_state(training_id, FINAL)["state"] == "completed"
 
 
 def test_a_job_needing_more_gpus_than_the_machine_has_is_refused_naming_the_field(make_server,

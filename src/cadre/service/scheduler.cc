@@ -130,6 +130,17 @@ bool Scheduler::Pass() {
                    "); submit it again with fewer learners or GPUs per learner");
       continue;
     }
+    if (record.slots > options_.slots) {
+      // Submitted before a restart with fewer --slots: it would wait forever, and every job
+      // behind it with it.
+      Conclude(record, kFailed, "the job needs more slots than the server has",
+               "the job runs " + std::to_string(record.slots) +
+                   " processes (slots) at once, but the server now has " +
+                   std::to_string(options_.slots) +
+                   " (--slots); submit it again with fewer learners or slots per learner, or "
+                   "restart the server with more slots");
+      continue;
+    }
     std::string reason;
     if (!first_waiting.empty()) {
       // Strictly in order: a job that does not fit holds back the ones behind it.
