@@ -182,6 +182,71 @@ def test_a_partition_that_would_break_the_batch_script_is_refused(cadre_run, par
     assert "nothing was started" in job.stderr
 
 
+@pytest.mark.parametrize("args,line", [
+    (["-n", "3", "--framework", "pytorch", "--results", "out", "--", "python3", "launcher.py",
+      "ps_train.py", "--max-batches", "30"],
+     "cadre run: unknown option --results (did you mean --results-dir?)"),
+    (["--results=out", "--", "true"],
+     "cadre run: unknown option --results (did you mean --results-dir?)"),
+    (["-n", "2", "python3", "train.py", "--epochs", "3"],
+     "cadre run: unknown option --epochs; the learners' command and its own options go after --"),
+    (["-qx", "--", "true"], "cadre run: unknown option -x"),
+])
+def test_an_unknown_option_is_named_in_one_line(cadre_run, tmp_path, args, line):
+    # CLI11 listed every leftover word in reverse ("1 --epochs 30 --max-batches ...") without
+    # saying which one was the mistake.
+    job = cadre_run(*args)
+    assert job.returncode == 2, job.stderr
+    assert job.stderr.splitlines() == [line], job.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args,line", [
+    (["server", "--slot", "3"], "cadre server: unknown option --slot (did you mean --slots?)"),
+    # Named before the required --ranks is missed.
+    (["bench", "allreduce", "--sizez", "3"],
+     "cadre bench allreduce: unknown option --sizez (did you mean --sizes?)"),
+    (["version", "--frobnicate"], "cadre version: unknown option --frobnicate"),
+])
+def test_an_unknown_option_of_any_subcommand_is_named_with_it(tmp_path, args, line):
+    proc = subprocess.run([CADRE, *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [line], proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no server data directory, nothing run
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--parameter-servers", ""], "--parameter-servers"),
+    (["--parameter-servers="], "--parameter-servers"),
+    (["-n", ""], "-n"),
+    (["-qn", ""], "-n"),
+    (["--max-restarts", ""], "--max-restarts"),
+    (["--grace", ""], "--grace"),
+    (["--queue-timeout", ""], "--queue-timeout"),
+])
+def test_an_empty_number_is_refused_naming_the_flag(cadre_run, tmp_path, args, flag):
+    # CLI11 reads an empty value as no value: --parameter-servers '' quietly ran with 1.
+    job = cadre_run(*args, "--", "true")
+    assert job.returncode == 2, job.stderr
+    assert job.stderr.splitlines() == [
+        f"cadre run: {flag} was given an empty value; it takes a number"], job.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args,line", [
+    (["server", "--slots", ""], "cadre server: --slots was given an empty value; it takes a number"),
+    (["deploy", "training-1", "--timeout="],
+     "cadre deploy: --timeout was given an empty value; it takes a number"),
+])
+def test_an_empty_number_of_another_subcommand_is_refused_naming_it(tmp_path, args, line):
+    proc = subprocess.run([CADRE, *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [line], proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_failing_slot_stops_the_job_with_a_summary(cadre_run):
     # Rank 3 fails once the others are ready; they would run for a minute, and rank 0 even
     # ignores SIGTERM.

@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "cadre/base/status.h"
 #include "cadre/cli/commands.h"
+#include "cadre/cli/support.h"
 
 namespace {
 
@@ -45,9 +47,21 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   for (AddCommand add : kCommands) add(app, &exit_code);
+  if (std::string problem = cadre::cli::ArgvProblems(app, argc, argv); !problem.empty()) {
+    std::cerr << problem << "\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // An unknown option first, named with its subcommand: CLI11 lists the leftover words in
+    // reverse without naming either, or reports a missing required option instead.
+    std::string problem =
+        e.get_exit_code() == 0 ? "" : cadre::cli::UnknownOptionProblem(app, argc, argv);
+    if (!problem.empty()) {
+      std::cerr << problem << "\n";
+      return 2;
+    }
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   } catch (const cadre::Error& e) {

@@ -2,7 +2,145 @@
 
 #include <pthread.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#include "cadre/launch/problems.h"
+
 namespace cadre::cli {
+
+namespace {
+
+bool LooksLikeNumber(const std::string& word) {
+  if (word.size() < 2 || word[0] != '-') return false;
+  char* end = nullptr;
+  std::strtod(word.c_str(), &end);
+  return end != nullptr && *end == '\0';
+}
+
+// "--name" of "--name=value", "-n" of "-n3"; "" when `word` is not an option.
+std::string OptionName(const std::string& word) {
+  if (word.size() < 2 || word[0] != '-' || LooksLikeNumber(word)) return "";
+  if (word[1] != '-') return word.substr(0, 2);
+  return word.substr(0, word.find('='));
+}
+
+std::string CommandPath(const CLI::App& app) {
+  std::string path;
+  for (const CLI::App* a = &app; a != nullptr; a = a->get_parent()) {
+    std::string name = a->get_parent() == nullptr ? "cadre" : a->get_name();
+    if (name.empty()) continue;
+    path = path.empty() ? name : name + " " + path;
+  }
+  return path;
+}
+
+const CLI::App* Subcommand(const CLI::App& app, const std::string& word) {
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (!sub->get_name().empty() && sub->check_name(word)) return sub;
+  }
+  return nullptr;
+}
+
+// The long option of `app` closest to `name`: the shortest one it begins (--results for
+// --results-dir), else a likely typo of one; "" when none is that close.
+std::string ClosestOption(const CLI::App& app, const std::string& name) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options({})) {
+    for (const std::string& lname : opt->get_lnames()) names.push_back("--" + lname);
+  }
+  std::string begun;
+  for (const std::string& candidate : names) {
+    if (name.size() > 3 && candidate.starts_with(name) &&
+        (begun.empty() || candidate.size() < begun.size())) {
+      begun = candidate;
+    }
+  }
+  if (!begun.empty()) return begun;
+  return launch::DidYouMean(name, std::vector<std::string_view>(names.begin(), names.end()));
+}
+
+bool IsNumeric(const CLI::Option& opt) {
+  std::string type = opt.get_type_name();
+  type = type.substr(0, type.find_first_of(": "));
+  return type == "INT" || type == "UINT" || type == "FLOAT";
+}
+
+// The walk both checks share: calls `visit(command, option, name, value)` for each option
+// word (option null when the command has no such option; value null when the option's value
+// is not in argv), and stops at the first non-empty answer.
+template <typename Visit>
+std::string WalkArgv(const CLI::App& app, int argc, const char* const* argv, Visit visit) {
+  const CLI::App* command = &app;
+  bool positional_seen = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--" || command->get_prefix_command()) break;
+    std::string name = OptionName(word);
+    if (name.empty()) {
+      const CLI::App* sub = positional_seen ? nullptr : Subcommand(*command, word);
+      if (sub != nullptr) {
+        command = sub;
+      } else {
+        positional_seen = true;
+      }
+      continue;
+    }
+    const CLI::Option* opt = command->get_option_no_throw(name);
+    // Short flags run together (-qv): each letter is one, until one that takes a value (-qn2).
+    size_t end = name.size();
+    while (opt != nullptr && opt->get_items_expected_max() == 0 && word[1] != '-' &&
+           end < word.size()) {
+      name = std::string("-") + word[end++];
+      opt = command->get_option_no_throw(name);
+    }
+    const char* value = nullptr;
+    std::string attached;
+    if (opt != nullptr && opt->get_items_expected_max() > 0) {
+      if (end < word.size()) {
+        attached = word.substr(end + (word[end] == '=' ? 1 : 0));
+        value = attached.c_str();
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      }
+    }
+    std::string problem = visit(*command, opt, name, value, positional_seen);
+    if (!problem.empty()) return problem;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string ArgvProblems(const CLI::App& app, int argc, const char* const* argv) {
+  return WalkArgv(app, argc, argv,
+                  [](const CLI::App& command, const CLI::Option* opt, const std::string& name,
+                     const char* value, bool) -> std::string {
+                    if (opt == nullptr || value == nullptr || *value != '\0' || !IsNumeric(*opt)) {
+                      return "";
+                    }
+                    return CommandPath(command) + ": " + name +
+                           " was given an empty value; it takes a number";
+                  });
+}
+
+std::string UnknownOptionProblem(const CLI::App& app, int argc, const char* const* argv) {
+  return WalkArgv(app, argc, argv,
+                  [](const CLI::App& command, const CLI::Option* opt, const std::string& name,
+                     const char*, bool positional_seen) -> std::string {
+                    if (opt != nullptr) return "";
+                    std::string line = CommandPath(command) + ": unknown option " + name;
+                    if (std::string closest = ClosestOption(command, name); !closest.empty()) {
+                      line += " (did you mean " + closest + "?)";
+                    }
+                    if (positional_seen && command.get_name() == "run") {
+                      line += "; the learners' command and its own options go after --";
+                    }
+                    return line;
+                  });
+}
 
 CLI::App* BenchGroup(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; }))

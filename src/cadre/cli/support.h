@@ -4,12 +4,22 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace cadre::cli {
 
 // The `bench` group, shared by several subcommands (allreduce, ps, ...): whoever registers
 // first creates it.
 CLI::App* BenchGroup(CLI::App& app);
+
+// Reads argv as CLI11 will, subcommand by subcommand, up to `--` (or a subcommand that takes
+// the rest unparsed). ArgvProblems: an empty value given to a numeric option (`-n ''`), which
+// CLI11 reads as absent, leaving the default. UnknownOptionProblem: the first option its
+// subcommand does not have, for CLI11's ExtrasError, which lists the leftovers without saying
+// which subcommand they were meant for. Each returns one line naming the command and the flag
+// ("cadre run: unknown option --results (did you mean --results-dir?)"), or "" for none.
+std::string ArgvProblems(const CLI::App& app, int argc, const char* const* argv);
+std::string UnknownOptionProblem(const CLI::App& app, int argc, const char* const* argv);
 
 // Blocks SIGINT/SIGTERM/SIGHUP for its lifetime, so that a Ctrl-C while an emulated network is
 // built or removed does not leave it half made; RunOnEveryHost forwards them to the processes
