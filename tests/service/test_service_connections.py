@@ -46,10 +46,12 @@ def test_idle_and_slow_clients_do_not_stall_the_server(make_server):
     stop = threading.Event()
 
     def trickle():
-        # A head a byte at a time, each byte well within the server's read timeout: with a
-        # thread per connection these would hold every worker for as long as they go on.
-        for s in slow:
-            s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        # A head, or a small body, a byte at a time, each byte well within the server's read
+        # timeout: with a thread per connection these would hold every worker for as long as
+        # they go on.
+        for i, s in enumerate(slow):
+            s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Slow: " if i % 2 else
+                      b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
         while not stop.wait(0.5):
             for s in slow:
                 s.sendall(b"a")

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -31,11 +33,37 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kDrainBytes = 64 << 20;
 constexpr auto kDrainFor = std::chrono::seconds(2);
 
-// Where the head ends: cpp-httplib reads lines up to '\n' and ends the head at a line that is
-// "\r\n" alone. npos while it has not ended; otherwise the offset just past it.
-size_t HeadEnd(const std::string& bytes) {
-  size_t at = bytes.find("\n\r\n");
-  return at == std::string::npos ? at : at + 3;
+// A body the lobby waits for along with its head, so that a client sending a small body slowly
+// does not hold a worker either: API bodies are small; larger ones, chunked ones and those whose
+// client waits for 100 Continue are read by the worker.
+constexpr size_t kLobbyBody = 64 << 10;
+
+// The body to wait for with the head `head` (lower case), when it is small.
+size_t SmallBody(const std::string& head) {
+  if (head.find("\nexpect:") != std::string::npos ||
+      head.find("\ntransfer-encoding:") != std::string::npos) {
+    return 0;
+  }
+  size_t at = head.find("\ncontent-length:");
+  if (at == std::string::npos) return 0;
+  at += std::strlen("\ncontent-length:");
+  while (at < head.size() && (head[at] == ' ' || head[at] == '\t')) ++at;
+  size_t length = 0;
+  auto [end, ec] = std::from_chars(head.data() + at, head.data() + head.size(), length);
+  (void)end;
+  return ec == std::errc() && length <= kLobbyBody ? length : 0;
+}
+
+// How many bytes of `bytes` make the request a worker can serve without waiting: its head
+// (cpp-httplib reads lines up to '\n' and ends the head at a line that is "\r\n" alone) and its
+// small body. npos while the head has not ended within `max_head`.
+size_t RequestSize(const std::string& bytes, size_t max_head) {
+  size_t end = bytes.find("\n\r\n");
+  if (end == std::string::npos || end + 3 > max_head) return std::string::npos;
+  std::string head = bytes.substr(0, end + 3);
+  std::transform(head.begin(), head.end(), head.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return end + 3 + SmallBody(head);
 }
 
 bool Wait(int fd, short events, time_t sec, time_t usec) {
@@ -160,10 +188,11 @@ struct HttpServer::Connection {
   Connection& operator=(const Connection&) = delete;
 
   int fd;
-  std::string buffer;       // read and not yet served: the start of the next request
-  size_t requests = 0;      // served on this connection
-  Clock::time_point since;  // waiting since (idle), or its head's first byte came
-  bool draining = false;    // refused: what the client still sends is thrown away
+  std::string buffer;               // read and not yet served: the start of the next request
+  size_t requests = 0;              // served on this connection
+  Clock::time_point since;          // waiting since (idle), or its head's first byte came
+  size_t want = std::string::npos;  // the request's size, once its head has ended
+  bool draining = false;            // refused: what the client still sends is thrown away
   size_t drained = 0;
   Clock::time_point drain_until;
 };
@@ -285,18 +314,18 @@ class HttpServer::Lobby {
         if (c.drained > kDrainBytes) return Drop(it);
         continue;
       }
-      if (c.buffer.empty()) c.since = Clock::now();  // the head's time starts
-      const size_t searched = c.buffer.size() < 2 ? 0 : c.buffer.size() - 2;
+      if (c.buffer.empty()) c.since = Clock::now();  // the request's time starts
       c.buffer.append(buffer, static_cast<size_t>(n));
-      size_t end = c.buffer.find("\n\r\n", searched);
-      if (end != std::string::npos && end + 3 <= limits_.max_head) {
+      if (c.want == std::string::npos) c.want = RequestSize(c.buffer, limits_.max_head);
+      if (c.want != std::string::npos && c.buffer.size() >= c.want) {
         epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
         std::unique_ptr<Connection> ready = std::move(it->second);
         waiting_.erase(it);
+        ready->want = std::string::npos;
         dispatch_(std::move(ready));
         return;
       }
-      if (c.buffer.size() > limits_.max_head) {
+      if (c.want == std::string::npos && c.buffer.size() > limits_.max_head) {
         const bool line_ended = c.buffer.find('\n') < limits_.max_head;
         Refuse(c, line_ended ? 431 : 414,
                line_ended ? "request_header_fields_too_large" : "uri_too_long",
@@ -340,7 +369,7 @@ class HttpServer::Lobby {
         if (now - c.since > limits_.idle_timeout) Drop(it);
       } else if (now - c.since > limits_.head_timeout) {
         Refuse(c, 408, "request_timeout",
-               "the request's head did not arrive within " +
+               "the request did not arrive whole within " +
                    std::to_string(limits_.head_timeout.count()) + " s");
       }
       it = next;
@@ -435,9 +464,9 @@ void HttpServer::Serve(std::unique_ptr<Connection> c) {
         process_request(stream, last, closed, [&stream](httplib::Request&) { stream.HeadRead(); });
     c->buffer = stream.TakeUnread();
     if (!ok || closed || last) return;  // closes it
-    const size_t end = HeadEnd(c->buffer);
-    if (end == std::string::npos || end > limits_.max_head) break;
-    // The client sent its next request's head already: served at once.
+    const size_t size = RequestSize(c->buffer, limits_.max_head);
+    if (size == std::string::npos || c->buffer.size() < size) break;
+    // The client sent its next request already: served at once.
   }
   c->since = Clock::now();
   lobby_->Add(std::move(c));

@@ -8,13 +8,15 @@
 // server; and it reads a request line or header line into memory until its newline, however
 // long.
 //
-// Here a connection reaches a worker only with a whole request head in hand. Until then it
-// waits in the lobby, one thread with epoll over every such connection (new ones, and kept-alive
-// ones between requests), which costs a socket and at most `max_head` bytes each:
+// Here a connection reaches a worker only with a whole request head in hand (and its body, when
+// Content-Length announces at most 64 KiB and the client does not wait for 100 Continue). Until
+// then it waits in the lobby, one thread with epoll over every such connection (new ones, and
+// kept-alive ones between requests), which costs a socket and at most `max_head` bytes (and the
+// small body) each:
 //   - a head longer than `max_head` is answered 414 (no end to the request line) or 431, and the
 //     connection closed (after reading and throwing away what the client still sends, for a
 //     little while, so that it sees the answer);
-//   - a head not complete within `head_timeout` of its first byte is answered 408 and closed;
+//   - a request not complete within `head_timeout` of its first byte is answered 408, closed;
 //   - a connection with no request for `idle_timeout` is closed, and past `max_idle` waiting
 //     connections the one waiting longest is closed first.
 // A worker serves the request (cpp-httplib's own parsing, routing, handlers and body reading,
