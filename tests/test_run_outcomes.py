@@ -234,8 +234,31 @@ def test_an_empty_number_is_refused_naming_the_flag(cadre_run, tmp_path, args, f
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("flag", ["-o", "--output-dir=", "--results-dir", "--data-dir"])
+def test_an_empty_folder_is_refused_naming_the_flag(cadre_run, tmp_path, flag):
+    # -o '' was an unnamed filesystem error (exit 1); --results-dir '' put the job directory in
+    # the working directory itself; --data-dir '' was no data folder at all.
+    job = cadre_run(*([flag] if flag.endswith("=") else [flag, ""]), "--", "true")
+    assert job.returncode == 2, job.stderr
+    assert job.stderr.splitlines() == [
+        f"cadre run: {flag.rstrip('=')} was given an empty value; it takes a folder"], job.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [[""], ["--", "", "x"]])
+def test_an_empty_program_is_refused_before_any_learner_starts(cadre_run, tmp_path, args):
+    job = cadre_run(*args)
+    assert job.returncode == 2, job.stderr
+    assert "command (after --): the program to run is an empty word" in job.stderr, job.stderr
+    assert "nothing was started" in job.stderr and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("args,line", [
     (["server", "--slots", ""], "cadre server: --slots was given an empty value; it takes a number"),
+    (["server", "--data-dir", ""],
+     "cadre server: --data-dir was given an empty value; it takes a folder"),
+    (["users", "add", "ada", "--plan", "lite", "--data-dir="],
+     "cadre users add: --data-dir was given an empty value; it takes a folder"),
     (["deploy", "training-1", "--timeout="],
      "cadre deploy: --timeout was given an empty value; it takes a number"),
 ])

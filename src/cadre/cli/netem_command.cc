@@ -92,6 +92,7 @@ void AddNetemCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   exec->add_option("--timeout", args->timeout_s, "Kill the processes after this many seconds");
   exec->add_option("--state-dir", args->state_dir, "Where ownership records live")
+      ->type_name(kDirType)
       ->capture_default_str();
   exec->add_option("command", args->command, "The command to run on every host (after --)")
       ->required();
@@ -101,6 +102,7 @@ void AddNetemCommand(CLI::App& app, int* exit_code) {
   auto* sweep = netem->add_subcommand(
       "sweep", "Remove the namespaces of emulated networks whose owning process is gone");
   sweep->add_option("--state-dir", *state_dir, "Where ownership records live")
+      ->type_name(kDirType)
       ->capture_default_str();
   sweep->callback([state_dir, exit_code] {
     std::vector<std::string> removed;

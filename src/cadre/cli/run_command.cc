@@ -22,6 +22,7 @@
 #include "cadre/base/env.h"
 #include "cadre/base/printable.h"
 #include "cadre/cli/commands.h"
+#include "cadre/cli/support.h"
 #include "cadre/launch/cpu_binding.h"
 #include "cadre/launch/hosts.h"
 #include "cadre/launch/job_spec.h"
@@ -101,6 +102,10 @@ int Run(const RunFlags& flags) {
                                              " is a manifest; give either a manifest or a "
                                              "command after --, not both");
     } else if (!flags.args.empty()) {
+      // sh would fail every learner with "exec: : Permission denied".
+      if (flags.args[0].empty()) {
+        problems.Add("command (after --)", "the program to run is an empty word");
+      }
       request.command.Set(ShellJoin(flags.args), "command (after --)");
       request.command_argv = flags.args;
     }
@@ -346,10 +351,12 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                   "Horovod elastic: take a lost learner back after S seconds, at the learners' "
                   "next commit (rejoin_after; default 30, -1 never)");
   cmd->add_option("--name", flags->name, "The job's name");
-  cmd->add_option("--data-dir", flags->data_dir, "DATA_DIR for the learners");
+  cmd->add_option("--data-dir", flags->data_dir, "DATA_DIR for the learners")->type_name(kDirType);
   cmd->add_option("--results-dir", flags->results_dir,
-                  "Folder for job directories (default ./runs)");
-  cmd->add_option("-o,--output-dir", flags->output_dir, "The job directory itself");
+                  "Folder for job directories (default ./runs)")
+      ->type_name(kDirType);
+  cmd->add_option("-o,--output-dir", flags->output_dir, "The job directory itself")
+      ->type_name(kDirType);
   cmd->add_option("--training-id", flags->training_id,
                   "The job's TRAINING_ID (default: a new one); the job service sets it");
   cmd->add_option("--grace", flags->grace_seconds,

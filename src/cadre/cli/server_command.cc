@@ -23,6 +23,7 @@
 #include "cadre/backends/backend.h"
 #include "cadre/backends/slurm_backend.h"
 #include "cadre/cli/commands.h"
+#include "cadre/cli/support.h"
 #include "cadre/service/service.h"
 
 namespace cadre::cli {
@@ -210,8 +211,8 @@ void AddServerCommand(CLI::App& app, int* exit_code) {
       "server",
       "The job service: WML v4 trainings API, accounts and plans, live logs and a "
       "dashboard, with its state in SQLite (docs/service.md)");
-  cmd->add_option("--data-dir", flags->data_dir,
-                  "State and job directories (default ./cadre-data)");
+  cmd->add_option("--data-dir", flags->data_dir, "State and job directories (default ./cadre-data)")
+      ->type_name(kDirType);
   cmd->add_option("--listen", flags->listen,
                   "HOST:PORT to listen on (default 127.0.0.1:" +
                       std::to_string(service::kDefaultPort) + "; port 0 picks a free one)");
@@ -255,7 +256,8 @@ void AddServerCommand(CLI::App& app, int* exit_code) {
   auto data_dir = std::make_shared<std::string>("cadre-data");
   add->add_option("name", *name, "The user's name")->required();
   add->add_option("--plan", *plan, "lite, standard or premium")->required();
-  add->add_option("--data-dir", *data_dir, "The server's data directory (default ./cadre-data)");
+  add->add_option("--data-dir", *data_dir, "The server's data directory (default ./cadre-data)")
+      ->type_name(kDirType);
   add->callback([name, plan, data_dir, exit_code] {
     std::string token;
     Status st = service::AddUser(*data_dir, *name, *plan, &token);

@@ -62,10 +62,14 @@ std::string ClosestOption(const CLI::App& app, const std::string& name) {
   return launch::DidYouMean(name, std::vector<std::string_view>(names.begin(), names.end()));
 }
 
-bool IsNumeric(const CLI::Option& opt) {
+// What an option takes when an empty value cannot be meant: "a number" (CLI11's numeric types)
+// or "a folder" (options typed kDirType); "" for the others.
+std::string NonEmptyKind(const CLI::Option& opt) {
   std::string type = opt.get_type_name();
   type = type.substr(0, type.find_first_of(": "));
-  return type == "INT" || type == "UINT" || type == "FLOAT";
+  if (type == "INT" || type == "UINT" || type == "FLOAT") return "a number";
+  if (type == kDirType) return "a folder";
+  return "";
 }
 
 // The walk both checks share: calls `visit(command, option, name, value)` for each option
@@ -118,11 +122,11 @@ std::string ArgvProblems(const CLI::App& app, int argc, const char* const* argv)
   return WalkArgv(app, argc, argv,
                   [](const CLI::App& command, const CLI::Option* opt, const std::string& name,
                      const char* value, bool) -> std::string {
-                    if (opt == nullptr || value == nullptr || *value != '\0' || !IsNumeric(*opt)) {
-                      return "";
-                    }
+                    if (opt == nullptr || value == nullptr || *value != '\0') return "";
+                    const std::string kind = NonEmptyKind(*opt);
+                    if (kind.empty()) return "";
                     return CommandPath(command) + ": " + name +
-                           " was given an empty value; it takes a number";
+                           " was given an empty value; it takes " + kind;
                   });
 }
 

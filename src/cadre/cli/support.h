@@ -12,11 +12,16 @@ namespace cadre::cli {
 // first creates it.
 CLI::App* BenchGroup(CLI::App& app);
 
+// The type name of an option whose value is a folder: an empty one is refused (ArgvProblems),
+// rather than meaning the working directory or failing as an unnamed filesystem error.
+inline constexpr const char* kDirType = "DIR";
+
 // Reads argv as CLI11 will, subcommand by subcommand, up to `--` (or a subcommand that takes
 // the rest unparsed). ArgvProblems: an empty value given to a numeric option (`-n ''`), which
-// CLI11 reads as absent, leaving the default. UnknownOptionProblem: the first option its
-// subcommand does not have, for CLI11's ExtrasError, which lists the leftovers without saying
-// which subcommand they were meant for. Each returns one line naming the command and the flag
+// CLI11 reads as absent, leaving the default, or to a folder option (kDirType).
+// UnknownOptionProblem: the first option its subcommand does not have, for CLI11's ExtrasError,
+// which lists the leftovers without saying which subcommand they were meant for. Each returns one
+// line naming the command and the flag
 // ("cadre run: unknown option --results (did you mean --results-dir?)"), or "" for none.
 std::string ArgvProblems(const CLI::App& app, int argc, const char* const* argv);
 std::string UnknownOptionProblem(const CLI::App& app, int argc, const char* const* argv);
