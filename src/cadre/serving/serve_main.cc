@@ -9,7 +9,7 @@
 // The bearer token, when required, comes from the environment (CADRE_SERVE_TOKEN), never the
 // command line, where other users could read it. SIGTERM or SIGINT: readiness turns 503, the
 // listener closes, every request already sent is answered, and the program exits 0; a second
-// signal exits 1 at once.
+// signal exits 130 at once, as `cadre server` does.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
       if (!listening) return;
       if (seen > 0) {
         std::cout << "cadre-serve: stopping at once (signal " << sig << " again)" << std::endl;
-        std::_Exit(1);
+        std::_Exit(130);
       }
       std::cout << "cadre-serve: stopping (signal " << sig << "): answering the requests "
                 << "already sent; again to stop at once" << std::endl;
