@@ -9,33 +9,11 @@ import threading
 
 import pytest
 
+from socket_helpers import peak_rss_kib, read_answer, send_endless_head
+
 
 def port_of(server):
     return int(server.url.rsplit(":", 1)[1])
-
-
-def peak_rss_kib(pid):
-    """The process's largest resident size so far (memory freed since counts too)."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmHWM")
-
-
-def read_answer(sock):
-    """What the server sent until it closed (or reset) the connection."""
-    data = b""
-    sock.settimeout(60)
-    try:
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    except ConnectionResetError:
-        pass
-    return data
 
 
 def test_idle_and_slow_clients_do_not_stall_the_server(make_server):
@@ -102,21 +80,10 @@ def test_a_huge_head_is_refused_without_being_read_into_memory(make_server, head
     server = make_server()
     port = port_of(server)
     before = peak_rss_kib(server.proc.pid)
-    sock = socket.create_connection(("127.0.0.1", port))
-    chunk = b"a" * (1 << 20)
-    sent = 0
-    try:
-        sock.sendall(head)
-        while sent < 100 << 20:  # 100 MiB, as long as the server takes it
-            sock.sendall(chunk)
-            sent += len(chunk)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    answer = read_answer(sock)
-    sock.close()
+    answer, sent = send_endless_head(port, head)
     grown = peak_rss_kib(server.proc.pid) - before
-    print(f"peak resident size grew by {grown} KiB; {sent >> 20} MiB sent")
-    assert grown < 32 << 10, f"the server grew by {grown} KiB at its peak, sent a {sent >> 20} MiB head"
+    print(f"peak resident size grew by {grown} KiB; {sent} MiB sent")
+    assert grown < 32 << 10, f"the server grew by {grown} KiB at its peak, sent a {sent} MiB head"
     # The answer (when the connection was not reset under it) says why.
     if answer:
         assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]

@@ -9,12 +9,12 @@
 
 #include "cadre/base/logging.h"
 #include "cadre/base/printable.h"
+#include "cadre/http/server.h"
 #include "cadre/launch/learner_env.h"
 #include "cadre/launch/python_env.h"
 #include "cadre/service/api.h"
 #include "cadre/service/data_dir_lock.h"
 #include "cadre/service/db.h"
-#include "cadre/service/http_server.h"
 #include "cadre/service/routes.h"
 
 namespace cadre::service {
@@ -22,9 +22,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// cpp-httplib 0.11 (Debian) listens with a backlog of 5, compiled into its library: bursts of
-// connections beyond that are reset. listen(2) again on the bound socket raises it.
-constexpr int kListenBacklog = 1024;
+// The lobby's own refusals (408, 414, 431) in the service's error shape.
+std::string LobbyRefusal(int, const std::string& code, const std::string& message) {
+  nlohmann::json body = {
+      {"trace", RandomHex(16)},
+      {"errors", nlohmann::json::array({{{"code", code}, {"message", message}}})}};
+  return body.dump();
+}
 
 void SendBodyTooLarge(httplib::Response& res, uint64_t max_body) {
   SendError(res, 413, "payload_too_large",
@@ -61,8 +65,7 @@ struct Service::Parts {
   std::unique_ptr<DeploymentStore> deployment_store;
   std::unique_ptr<Deployments> deployments;
   std::unique_ptr<ApiContext> ctx;
-  std::unique_ptr<HttpServer> http;
-  int listen_fd = -1;
+  std::unique_ptr<http::Server> http;
 };
 
 Service::Service(ServiceOptions options) : options_(std::move(options)) {}
@@ -125,20 +128,15 @@ Status Service::Start() {
                                   stopping_,
                                   {}});
 
-  HttpLimits limits;
+  http::Limits limits;
   limits.threads = static_cast<size_t>(options_.threads);
-  parts->http = std::make_unique<HttpServer>(limits);
-  HttpServer& server = *parts->http;
+  parts->http = std::make_unique<http::Server>(limits, LobbyRefusal);
+  http::Server& server = *parts->http;
   server.set_payload_max_length(options_.max_body);
-  // cpp-httplib writes a response's headers and body separately: with Nagle's algorithm on, the
-  // body waits for the client's delayed ACK (40 ms on Linux) on every kept-alive request.
-  server.set_tcp_nodelay(true);
   server.set_read_timeout(30, 0);
-  int* listen_fd = &parts->listen_fd;
-  server.set_socket_options([listen_fd](socket_t sock) {
+  server.set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    *listen_fd = sock;
   });
   // A client that asks before it sends (Expect: 100-continue, as curl does for a large upload)
   // learns from the Content-Length alone that the body is too large, and never sends it: over
@@ -211,18 +209,12 @@ Status Service::Start() {
   AddDeploymentRoutes(server, *parts->ctx);
   AddDashboardRoutes(server, *parts->ctx);
 
-  if (options_.port == 0) {
-    port_ = server.bind_to_any_port(options_.host.c_str());
-    if (port_ < 0) return IoError("cannot listen on " + options_.host + " (any port)");
-  } else {
-    if (!server.bind_to_port(options_.host.c_str(), options_.port)) {
-      return IoError("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
-                     " (in use? choose another with --listen HOST:PORT)");
-    }
-    port_ = options_.port;
+  std::string bind_error;
+  port_ = server.Bind(options_.host, options_.port, &bind_error);
+  if (port_ < 0) {
+    return IoError(options_.port == 0 ? "cannot listen on " + options_.host + " (any port)"
+                                      : bind_error + "; choose another with --listen HOST:PORT");
   }
-  if (parts->listen_fd >= 0) listen(parts->listen_fd, kListenBacklog);
-  server.Start();
   parts->scheduler->Start();
   parts->deployments->Start();
   parts_ = std::move(parts);
@@ -233,7 +225,7 @@ const launch::MachineGpus& Service::gpus() const { return parts_->scheduler->gpu
 
 void Service::Run() {
   if (!parts_) return;
-  parts_->http->listen_after_bind();
+  parts_->http->Serve();
   parts_->deployments->StopAll();
 }
 

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   app.add_option("--inter-op-threads", f.inter_op_threads, "libtorch inter-op threads (0: default)")
       ->check(CLI::Range(0, 1024));
-  app.add_option("--http-threads", f.http_threads, "Connections served at once")
+  app.add_option("--http-threads", f.http_threads, "Requests served at once")
       ->check(CLI::Range(1, 4096));
   app.add_option("--max-request-bytes", f.max_request_bytes, "Larger request bodies get 413")
       ->check(CLI::Range(size_t{1}, size_t{1} << 62));

@@ -3,13 +3,14 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "cadre/http/server.h"
 #include "cadre/serving/codec.h"
-#include "cadre/serving/http_server.h"
 
 namespace cadre::serving {
 namespace {
@@ -127,6 +128,13 @@ bool SameToken(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+http::Limits LimitsOf(const ServerOptions& options) {
+  http::Limits limits;
+  limits.threads = static_cast<size_t>(std::max(1, options.http_threads));
+  limits.max_requests = 1000000;
+  return limits;
+}
+
 }  // namespace
 
 ScoringServer::ScoringServer(ServerOptions options, const ModelSignature& signature,
@@ -135,10 +143,8 @@ ScoringServer::ScoringServer(ServerOptions options, const ModelSignature& signat
       signature_(signature),
       batcher_(batcher),
       metrics_(metrics),
-      http_(new GracefulServer) {
+      http_(new http::Server(LimitsOf(options_))) {
   http_->set_payload_max_length(options_.max_request_bytes);
-  http_->set_keep_alive_max_count(1000000);
-  http_->set_tcp_nodelay(true);
   // Not cpp-httplib's default, which adds SO_REUSEPORT: a second scorer on a port in use would
   // bind too, and the kernel would share the connections between the two models.
   http_->set_socket_options([](socket_t sock) {
@@ -157,7 +163,7 @@ int ScoringServer::Bind(const std::string& host, int port, std::string* error) {
   return http_->Bind(host, port, error);
 }
 
-bool ScoringServer::Listen() { return http_->Serve(options_.http_threads); }
+bool ScoringServer::Listen() { return http_->Serve(); }
 
 void ScoringServer::Stop() { http_->Stop(); }
 

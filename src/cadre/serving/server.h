@@ -24,15 +24,17 @@
 #include "cadre/serving/metrics.h"
 #include "cadre/serving/signature.h"
 
-namespace cadre::serving {
+namespace cadre::http {
+class Server;
+}  // namespace cadre::http
 
-class GracefulServer;
+namespace cadre::serving {
 
 struct ServerOptions {
   std::string model_name;
   std::string device = "cpu";           // reported in the model's metadata
   size_t max_request_bytes = 32 << 20;  // larger bodies: 413
-  int http_threads = 64;                // connections served at once (keep-alive holds one)
+  int http_threads = 64;                // requests served at once (waiting connections hold none)
   std::string token;                    // when set: "Authorization: Bearer TOKEN" required
                                         // (health routes excepted)
 };
@@ -50,7 +52,7 @@ class ScoringServer {
   bool Listen();
   // Readiness turns 503 and the listener closes; every request already sent is answered (with
   // `Connection: close`), idle keep-alive connections are closed, and Listen() returns
-  // (http_server.h). Any thread, any time, more than once.
+  // (cadre/http/server.h). Any thread, any time, more than once.
   void Stop();
 
  private:
@@ -60,7 +62,7 @@ class ScoringServer {
   const ModelSignature& signature_;
   Batcher& batcher_;
   Metrics& metrics_;
-  GracefulServer* http_;  // owned; a pointer so that this header does not include httplib
+  http::Server* http_;  // owned; a pointer so that this header does not include httplib
 };
 
 }  // namespace cadre::serving

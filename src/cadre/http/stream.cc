@@ -1,0 +1,112 @@
+#include "cadre/http/stream.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace cadre::http {
+namespace {
+
+constexpr size_t kReadBuffer = 16384;
+
+void Address(int fd, bool peer, std::string& ip, int& port) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  int rc = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                : getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (rc != 0) return;
+  char host[NI_MAXHOST], service[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), service,
+                  sizeof(service), NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+    ip = host;
+    port = std::atoi(service);
+  }
+}
+
+}  // namespace
+
+bool WaitReady(int fd, short events, int timeout_ms) {
+  pollfd p{fd, events, 0};
+  int n;
+  do {
+    n = ::poll(&p, 1, timeout_ms);
+  } while (n < 0 && errno == EINTR);
+  return n > 0;
+}
+
+ConnectionStream::ConnectionStream(int fd, Bytes& pending, size_t max_head, int read_timeout_ms,
+                                   int write_timeout_ms)
+    : fd_(fd),
+      pending_(pending),
+      max_head_(max_head),
+      read_timeout_ms_(read_timeout_ms),
+      write_timeout_ms_(write_timeout_ms) {}
+
+bool ConnectionStream::is_readable() const {
+  return !pending_.empty() || WaitReady(fd_, POLLIN, read_timeout_ms_);
+}
+
+bool ConnectionStream::is_writable() const {
+  if (!WaitReady(fd_, POLLOUT, write_timeout_ms_)) return false;
+  if (!WaitReady(fd_, POLLIN, 0)) return true;
+  char byte;
+  ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+}
+
+ssize_t ConnectionStream::read(char* ptr, size_t size) {
+  if (!head_read_) {
+    if (consumed_ >= max_head_) return -1;
+    size = std::min(size, max_head_ - consumed_);
+  }
+  if (pending_.empty()) {
+    // Large reads (a body) go straight to the caller; small ones fill the buffer.
+    if (size >= kReadBuffer) {
+      ssize_t n = Receive(ptr, size);
+      if (n > 0) consumed_ += static_cast<size_t>(n);
+      return n;
+    }
+    ssize_t n = Receive(pending_.Room(kReadBuffer), kReadBuffer);
+    if (n <= 0) return n;
+    pending_.Commit(static_cast<size_t>(n));
+  }
+  size_t n = std::min(size, pending_.size());
+  pending_.Take(ptr, n);
+  consumed_ += n;
+  return static_cast<ssize_t>(n);
+}
+
+ssize_t ConnectionStream::write(const char* ptr, size_t size) {
+  for (;;) {
+    ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+    if (!WaitReady(fd_, POLLOUT, write_timeout_ms_)) return -1;
+  }
+}
+
+void ConnectionStream::get_remote_ip_and_port(std::string& ip, int& port) const {
+  Address(fd_, true, ip, port);
+}
+
+void ConnectionStream::get_local_ip_and_port(std::string& ip, int& port) const {
+  Address(fd_, false, ip, port);
+}
+
+ssize_t ConnectionStream::Receive(char* ptr, size_t size) {
+  for (;;) {
+    ssize_t n = ::recv(fd_, ptr, size, MSG_DONTWAIT);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+    if (!WaitReady(fd_, POLLIN, read_timeout_ms_)) return -1;
+  }
+}
+
+}  // namespace cadre::http
