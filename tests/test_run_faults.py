@@ -3,7 +3,10 @@ never someone else's, files are not written through planted symlinks."""
 import json
 import os
 import re
+import shutil
 import subprocess
+
+import pytest
 
 from runner_helpers import CADRE
 
@@ -69,15 +72,19 @@ def test_an_empty_folder_made_for_the_job_is_taken(tmp_path):
 
 
 def test_a_job_that_cannot_be_set_up_says_why_in_its_directory(tmp_path):
-    # A failure after the job directory was made (here a CADRE_HOSTS_METHOD nobody offers) once
-    # left the folder with a hosts file and no status.json: a follower such as cadre server
-    # could only say that the runner died unrecorded.
-    proc = run_shell('CADRE_HOSTS_METHOD=chroot "$CADRE" run -q -o out -- true', tmp_path)
+    # A failure after the job directory was made once left the folder with a hosts file and no
+    # status.json: a follower such as cadre server could only say that the runner died
+    # unrecorded. Here the failure is a hosts method that does not work: a mount namespace, for a
+    # runner without the capabilities to make one.
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop the capabilities a mount namespace needs")
+    proc = run_shell('CADRE_HOSTS_METHOD=mount-namespace setpriv --inh-caps=-all '
+                     '--bounding-set=-all "$CADRE" run -q -o out -- true', tmp_path)
     assert proc.returncode == 1, proc.stderr
-    assert "CADRE_HOSTS_METHOD=chroot is not one of" in proc.stderr, proc.stderr
+    assert "CADRE_HOSTS_METHOD=mount-namespace does not work" in proc.stderr, proc.stderr
     status = json.loads((tmp_path / "out" / "status.json").read_text())
     assert status["state"] == "failed" and status["exit_code"] == 1, status
-    assert "CADRE_HOSTS_METHOD=chroot" in status["failure"] and status["end_time"], status
+    assert "CADRE_HOSTS_METHOD=mount-namespace" in status["failure"] and status["end_time"], status
 
 
 def test_a_closed_console_loses_no_message(tmp_path):
