@@ -1,5 +1,4 @@
 #include "cadre/transport/shm/group.h"
-#include "cadre/store/store_util.h"
 
 #include <linux/futex.h>
 #include <poll.h>
@@ -58,8 +57,7 @@ void ReadCpus(uint64_t (&words)[kCpuWords]) {
 }  // namespace
 
 struct ShmGroup::Header {
-  uint32_t magic;
-  uint32_t version;
+  SegmentStamp stamp;
   uint32_t size;
   uint32_t pad;
   uint64_t slot_bytes;
@@ -122,36 +120,22 @@ Status ShmGroup::Create(store::Store& store, int rank, int size, std::vector<std
       std::chrono::duration_cast<std::chrono::nanoseconds>(options.spin_max).count();
   g->slots_offset_ =
       AlignUp(AlignUp(sizeof(Header), 64) + sizeof(RankState) * static_cast<size_t>(size), 4096);
-  size_t total = g->slots_offset_ + static_cast<size_t>(size) * 2 * g->slot_bytes_;
-
-  const std::string key = "shm-segment";
-  if (rank == 0) {
-    CADRE_RETURN_IF_ERROR(SharedSegment::Create(total, &g->segment_));
+  SegmentRendezvous r;
+  r.key = "shm-segment";
+  r.creator = g->names_[0];
+  r.bytes = g->slots_offset_ + static_cast<size_t>(size) * 2 * g->slot_bytes_;
+  r.stamp = {kMagic, kLayoutVersion};
+  r.init = [&] {
     Header* h = g->header();
     h->size = static_cast<uint32_t>(size);
     h->slot_bytes = g->slot_bytes_;
-    h->version = kLayoutVersion;
-    for (int r = 0; r < size; ++r) new (g->state(r)) RankState();
-    std::atomic_thread_fence(std::memory_order_release);
-    h->magic = kMagic;
-    store.set_string(key, g->segment_.name());
-  } else {
-    try {
-      store.wait({key}, deadline.remaining());
-    } catch (const Error& e) {
-      return store::StoreWaitError(
-          e, "shared memory rendezvous: " + g->names_[0] + " did not publish its segment",
-          g->names_[0] + " published its shared memory segment");
-    }
-    std::string name = store.get_string(key);
-    CADRE_RETURN_IF_ERROR(SharedSegment::Open(name, total, &g->segment_));
-    Header* h = g->header();
-    if (h->magic != kMagic || h->version != kLayoutVersion || h->size != uint32_t(size) ||
-        h->slot_bytes != g->slot_bytes_) {
-      return ProtocolError("shared memory segment " + name + " of " + g->names_[0] +
-                           " has another layout (different cadre version or settings)");
-    }
-  }
+    for (int i = 0; i < size; ++i) new (g->state(i)) RankState();
+  };
+  r.matches = [&] {
+    const Header* h = g->header();
+    return h->size == uint32_t(size) && h->slot_bytes == g->slot_bytes_;
+  };
+  CADRE_RETURN_IF_ERROR(RendezvousSegment(store, r, rank == 0, deadline, &g->segment_));
   ReadCpus(g->state(rank)->cpus);  // published by the release of `attached` below
   g->state(rank)->pid.store(static_cast<int32_t>(getpid()), std::memory_order_release);
   g->header()->attached.value.fetch_add(1, std::memory_order_acq_rel);

@@ -1,5 +1,4 @@
 #include "cadre/transport/shm/mesh.h"
-#include "cadre/store/store_util.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -37,8 +36,7 @@ sockaddr_un DoorbellAddress(const std::string& segment, int index, socklen_t* le
 }  // namespace
 
 struct ShmMesh::Header {
-  uint32_t magic;
-  uint32_t version;
+  SegmentStamp stamp;
   uint32_t ranks;
   uint32_t pad;
   uint64_t channel_bytes;
@@ -81,42 +79,28 @@ Status ShmMesh::Create(store::Store& store, const MeshOptions& o, Deadline deadl
   m->channels_offset_ =
       AlignUp(AlignUp(sizeof(Header), 64) + sizeof(RankState) * static_cast<size_t>(n), 4096);
   const size_t channel = AlignUp(Channel::Footprint(m->channel_bytes_), 4096);
-  const size_t total = m->channels_offset_ + channel * static_cast<size_t>(n) * (n - 1);
   m->pidfds_.assign(n, -1);
 
-  const std::string key = "shm-mesh/" + std::to_string(o.ranks[0]);
-  const std::string& first = o.names[o.ranks[0]];
-  if (m->me_ == 0) {
-    CADRE_RETURN_IF_ERROR(SharedSegment::Create(total, &m->segment_));
+  SegmentRendezvous r;
+  r.key = "shm-mesh/" + std::to_string(o.ranks[0]);
+  r.creator = o.names[o.ranks[0]];
+  r.bytes = m->channels_offset_ + channel * static_cast<size_t>(n) * (n - 1);
+  r.stamp = {kMagic, kLayoutVersion};
+  r.init = [&] {
     Header* h = new (m->header()) Header();
     h->ranks = static_cast<uint32_t>(n);
     h->channel_bytes = m->channel_bytes_;
-    h->version = kLayoutVersion;
     for (int i = 0; i < n; ++i) new (m->state(i)) RankState();
     for (int i = 0; i < n * (n - 1); ++i) {
       new (static_cast<uint8_t*>(m->segment_.data()) + m->channels_offset_ + channel * i)
           ChannelCounters();
     }
-    std::atomic_thread_fence(std::memory_order_release);
-    h->magic = kMagic;
-    store.set_string(key, m->segment_.name());
-  } else {
-    try {
-      store.wait({key}, deadline.remaining());
-    } catch (const Error& e) {
-      return store::StoreWaitError(
-          e, "shared memory rendezvous: " + first + " did not publish its segment",
-          first + " published its shared memory segment");
-    }
-    const std::string name = store.get_string(key);
-    CADRE_RETURN_IF_ERROR(SharedSegment::Open(name, total, &m->segment_));
+  };
+  r.matches = [&] {
     const Header* h = m->header();
-    if (h->magic != kMagic || h->version != kLayoutVersion || h->ranks != uint32_t(n) ||
-        h->channel_bytes != m->channel_bytes_) {
-      return ProtocolError("shared memory segment " + name + " of " + first +
-                           " has another layout (different cadre version or settings)");
-    }
-  }
+    return h->ranks == uint32_t(n) && h->channel_bytes == m->channel_bytes_;
+  };
+  CADRE_RETURN_IF_ERROR(RendezvousSegment(store, r, m->me_ == 0, deadline, &m->segment_));
 
   // The doorbell exists before this rank says it attached, so a peer can always ring it.
   m->doorbell_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -1,10 +1,12 @@
 #include "cadre/transport/shm/segment.h"
+#include "cadre/store/store_util.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -102,6 +104,35 @@ Status SharedSegment::Open(const std::string& name, size_t bytes, SharedSegment*
   seg.size_ = bytes;
   seg.name_ = name;
   *out = std::move(seg);
+  return Status::Ok();
+}
+
+Status RendezvousSegment(store::Store& store, const SegmentRendezvous& r, bool create,
+                         Deadline deadline, SharedSegment* out) {
+  if (create) {
+    CADRE_RETURN_IF_ERROR(SharedSegment::Create(r.bytes, out));
+    r.init();
+    auto* stamp = static_cast<SegmentStamp*>(out->data());
+    stamp->version = r.stamp.version;
+    std::atomic_thread_fence(std::memory_order_release);
+    stamp->magic = r.stamp.magic;
+    store.set_string(r.key, out->name());
+    return Status::Ok();
+  }
+  try {
+    store.wait({r.key}, deadline.remaining());
+  } catch (const Error& e) {
+    return store::StoreWaitError(
+        e, "shared memory rendezvous: " + r.creator + " did not publish its segment",
+        r.creator + " published its shared memory segment");
+  }
+  const std::string name = store.get_string(r.key);
+  CADRE_RETURN_IF_ERROR(SharedSegment::Open(name, r.bytes, out));
+  const auto* stamp = static_cast<const SegmentStamp*>(out->data());
+  if (stamp->magic != r.stamp.magic || stamp->version != r.stamp.version || !r.matches()) {
+    return ProtocolError("shared memory segment " + name + " of " + r.creator +
+                         " has another layout (different cadre version or settings)");
+  }
   return Status::Ok();
 }
 
