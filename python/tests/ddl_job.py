@@ -89,6 +89,7 @@ def main():
         assert torch.equal(everyone[q], flat), "rank %d's weights differ from rank %d's" % (q, r)
 
     check_wrap_matches_one_process(r, n)
+    check_wrap_step_closure(r, n)
 
     ddl.shutdown()
     print("OK %d" % r)
@@ -134,6 +135,52 @@ def check_wrap_matches_one_process(r, n):
             ref_opt.step()
         for p, q in zip(model.parameters(), reference.parameters()):
             assert torch.allclose(p, q, rtol=1e-5, atol=1e-6), (average, micros, p, q)
+
+
+def check_wrap_step_closure(r, n):
+    """step(closure) through wrap(): every evaluation reduces its gradients and the loss, so
+    LBFGS (several evaluations per step, and a line search comparing losses) steps as one
+    process on every rank's batch would, and every rank evaluates as often. A closure that
+    clears the gradients with model.zero_grad() (not the optimizer's) sums correctly too."""
+    xs = [shard(0, 0, k) for k in range(n)]
+    for average, line_search in [(True, None), (True, "strong_wolfe"), (False, None)]:
+        torch.manual_seed(7)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(),
+                                    torch.nn.Linear(4, 2)).double()
+        reference = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(),
+                                        torch.nn.Linear(4, 2)).double()
+        reference.load_state_dict(model.state_dict())
+        opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5,
+                                line_search_fn=line_search)
+        ref_opt = torch.optim.LBFGS(reference.parameters(), lr=0.5, max_iter=5,
+                                    line_search_fn=line_search)
+        model, opt = ddl.wrap(model, opt, average=average)
+        x, y = (t.double() for t in xs[r])
+        calls = [0, 0]
+
+        def closure():
+            calls[0] += 1
+            model.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+
+        def ref_closure():
+            calls[1] += 1
+            ref_opt.zero_grad()
+            losses = [torch.nn.functional.mse_loss(reference(a.double()), b.double())
+                      for a, b in xs]
+            loss = sum(losses) / (n if average else 1)
+            loss.backward()
+            return loss
+
+        for step in range(2):
+            loss = opt.step(closure)
+            ref_loss = ref_opt.step(ref_closure)
+            assert abs(float(loss) - float(ref_loss)) < 1e-9, (average, step, loss, ref_loss)
+        assert calls[0] == calls[1] > 2, (average, line_search, calls)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            assert torch.allclose(p, q, rtol=1e-9, atol=1e-10), (average, line_search, p, q)
 
 
 if __name__ == "__main__":

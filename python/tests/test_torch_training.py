@@ -11,7 +11,8 @@ pytest.importorskip("torch")
 REQUIRED = [
     "optimizer.averages_gradients", "optimizer.fp16_compression", "optimizer.float64_model",
     "optimizer.gradient_predivide_factor", "optimizer.failed_step_frees_its_names",
-    "optimizer.op_sum",
+    "optimizer.op_sum", "optimizer.step_closure_matches_one_process",
+    "optimizer.step_closure_edge_cases",
     "optimizer.backward_passes_per_step", "optimizer.gradients_submitted_during_backward",
     "optimizer.synchronize_clip_skip_synchronize",
     "optimizer.parameter_unused_on_some_ranks", "optimizer.layers_unfrozen_or_frozen_later",

@@ -23,6 +23,7 @@ import types
 import torch
 
 import cadre.torch as _hvd
+from cadre.torch import closure as _closure
 from cadre.torch import submission as _submission
 from cadre.ddl import options as _options
 
@@ -323,21 +324,43 @@ def wrap(model, optimizer, average=True):
     model = model.to(_S.device)
     for t in model.state_dict().values():
         bcast(t, 0)
-    _hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    if isinstance(optimizer, torch.optim.LBFGS):
+        # No step without a closure to initialize its state with, and nothing Horovod's
+        # broadcast_optimizer_state handles: the state_dict travels whole.
+        optimizer.load_state_dict(_hvd.broadcast_object(optimizer.state_dict(), 0,
+                                                        name="ddl.wrap.optimizer_state"))
+    else:
+        _hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     reducer = _BackwardReducer(model, average)
     step = optimizer.step
     zero_grad = optimizer.zero_grad
 
-    def reducing_step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def reduce_evaluation():
+        # A backward pass through the model reduced the gradients when it ended; a rank whose
+        # closure did not reach the model reduces them here, as the other ranks did theirs.
         if not reducer.reduced:
             reducer.reduce()
+
+    def evaluate_closure(closure):
+        # Every evaluation computes the gradients afresh (torch's closures clear them first).
+        def evaluate():
+            reducer.start_step()
+            return closure()
+        return _closure.reducing_closure(evaluate, reduce_evaluation,
+                                         _hvd.Average if average else _hvd.Sum,
+                                         _hvd.global_process_set, "ddl.closure_loss")
+
+    def reducing_step(self, closure=None):
+        if closure is not None:
+            # The wrapped optimizer evaluates it as often as it needs (LBFGS: several times),
+            # each evaluation with its gradients and its loss reduced across the ranks.
+            try:
+                return step(evaluate_closure(closure))
+            finally:
+                reducer.start_step()
+        reduce_evaluation()
         reducer.start_step()
-        step()
-        return loss
+        return step()
 
     def resetting_zero_grad(self, *args, **kwargs):
         reducer.start_step()

@@ -20,6 +20,7 @@ import torch
 from cadre.torch import backward_passes, cuda_staging, mpi_ops, submission
 from cadre.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from cadre.torch.basics import global_process_set
+from cadre.torch.closure import reducing_closure
 from cadre.torch.compression import Compression
 from cadre.torch.functions import broadcast_object
 from cadre.torch.parameter_names import named_parameter_table
@@ -246,13 +247,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._should_synchronize = True
 
     def step(self, closure=None):
-        if self._should_synchronize:
+        """Horovod's step: waits for the gradients of the backward passes so far (unless inside
+        skip_synchronize) and runs the wrapped optimizer's step. With a closure, every
+        evaluation of it reduces the gradients it computed and returns the loss reduced across
+        the ranks (closure.py), so LBFGS and other closure optimizers step as one process would
+        on the whole batch; gradients from before step(closure) are reduced first only when
+        some are in flight."""
+        if self._should_synchronize and (closure is None or self._handles):
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
                               "after optimizer.synchronize(); this can cause training slowdown.")
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        if closure is not None and self.process_set.included() and self.process_set.size() > 1:
+            closure = reducing_closure(closure, self.synchronize, self.op, self.process_set,
+                                       "optimizer.closure_loss")
+        try:
+            return super(self.__class__, self).step(closure)
+        finally:
+            self._synchronized = False
 
     def zero_grad(self, *args, **kwargs):
         backward_passes.check_no_reductions_in_flight(self)
@@ -280,6 +293,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                    sparse_as_dense, process_set)
     if process_set is not global_process_set:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
+    if isinstance(optimizer, torch.optim.LBFGS):
+        # The delta optimizer steps each parameter alone from its gradient hook, without a
+        # closure; LBFGS cannot step without one.
+        raise ValueError("DistributedOptimizer(op=Adasum) cannot wrap torch.optim.LBFGS, which "
+                         "needs a closure at every step: use op=Average or op=Sum")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedAdasumOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
