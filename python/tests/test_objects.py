@@ -2,6 +2,7 @@
 carries that the standard pickle does not (a lambda, a closure, a class defined in a function),
 the hint without cloudpickle, and an object that cannot be pickled at all. The same at 4 ranks,
 with the failure reported on every rank, is torch_job_api.py's "objects" checks."""
+import io
 import pickle
 import threading
 
@@ -62,3 +63,33 @@ def test_an_unpicklable_object_fails_naming_the_rank_and_the_engine_goes_on(sing
             call()
         assert "rank 0 could not pickle its object (TypeError: cannot pickle" in str(info.value)
     assert hvd.broadcast_object([1, 2], root_rank=0) == [1, 2]
+
+
+@pytest.mark.parametrize("location, cuda, count, current, want", [
+    ("cpu", False, 0, 0, "cpu"),
+    ("cuda:0", False, 0, 0, "cpu"),        # a rank without CUDA: the CPU
+    ("cuda:3", False, 0, 0, "cpu"),
+    ("cuda:1", True, 2, 0, "cuda:1"),      # a GPU this rank has: kept
+    ("cuda:1", True, 1, 0, "cuda:0"),      # one GPU per slot: this rank's own
+    ("cuda:5", True, 4, 2, "cuda:2"),
+    ("cuda", True, 2, 1, "cuda"),          # no index: torch's current device
+    ("mps", False, 0, 0, "mps"),           # not CUDA: left to torch
+])
+def test_tensors_go_to_a_device_this_rank_has(location, cuda, count, current, want):
+    assert objects._restore_device(location, cuda, count, current) == want
+
+
+def test_an_object_saved_with_cuda_tensors_loads_without_cuda(monkeypatch):
+    # What another rank's GPU tensors look like in the pickle; torch.load alone refuses them
+    # here ("Attempting to deserialize object on a CUDA device").
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the CPU fallback is not what happens here")
+    monkeypatch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:1")
+    status, data = objects._dumps({"w": torch.arange(4.0), "n": 2})
+    monkeypatch.undo()
+    assert status == objects._OK
+    with pytest.raises(RuntimeError, match="CUDA"):
+        torch.load(io.BytesIO(data))
+    got = objects._loads(data)
+    assert got["n"] == 2 and got["w"].device.type == "cpu"
+    assert torch.equal(got["w"], torch.arange(4.0))

@@ -2,6 +2,7 @@
 # capability queries before init, the ranks the runner gave, errors (mismatches on every rank,
 # duplicate names, bad arguments) with the engine usable afterwards, objects, process sets,
 # Adasum, sparse allreduce, SyncBatchNorm, the timeline, and shutdown followed by init again.
+import contextlib
 import json
 import os
 
@@ -372,6 +373,43 @@ def _():
         assert "rank 1 could not pickle its object" in str(e), str(e)
         assert "rank 0 could not" not in str(e), str(e)
     engine_still_works("objects")
+
+
+@contextlib.contextmanager
+def saved_as_cuda(index):
+    """torch.save records every storage as being on cuda:<index>, as it would for a GPU rank's
+    tensors: what a rank without that GPU (every rank here: no CUDA) receives."""
+    real = torch.serialization.location_tag
+    torch.serialization.location_tag = lambda storage: "cuda:%d" % index
+    try:
+        yield
+    finally:
+        torch.serialization.location_tag = real
+
+
+@suite.check("objects.cuda_tensors_load_on_ranks_without_the_gpu")
+def _():
+    # Horovod's broadcast_object unpickles as saved: a rank without the GPU fails ("Attempting
+    # to deserialize object on a CUDA device"); cadre maps them to a device the rank has.
+    root = n - 1
+    obj = {"w": torch.arange(6.0).reshape(2, 3) * (r + 1), "step": 3}
+    with saved_as_cuda(1) if r == root else contextlib.nullcontext():
+        got = hvd.broadcast_object(obj, root_rank=root, name="cuda.obj")
+    assert got["step"] == 3
+    assert got["w"].device == torch.device("cpu"), got["w"].device
+    assert torch.equal(got["w"], torch.arange(6.0).reshape(2, 3) * (root + 1)), got["w"]
+    with saved_as_cuda(r):
+        everyone = hvd.allgather_object(torch.full((2,), float(r)), name="cuda.all")
+    assert [t.device.type for t in everyone] == ["cpu"] * n
+    assert [t.tolist() for t in everyone] == [[float(k)] * 2 for k in range(n)], everyone
+    # broadcast_optimizer_state sends the state_dict as an object: a GPU root's Adam moments.
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1))
+    with saved_as_cuda(0) if r == 0 else contextlib.nullcontext():
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert opt.param_groups[0]["lr"] == 0.01, opt.param_groups[0]["lr"]
+    assert all(v.device.type == "cpu" for st in opt.state.values() for v in st.values()
+               if torch.is_tensor(v))
 
 
 # ---------------------------------------------------------------- process sets

@@ -7,7 +7,11 @@ defined inside functions or in the script travel too; without cloudpickle (Debia
 python3-cloudpickle) the standard pickle is used and such objects fail with a hint to install it.
 An object that cannot be pickled fails on every rank, naming the rank that had it: the header
 says whether the data that follows is the pickle or the error, so no rank waits for data that
-will never come."""
+will never come.
+
+Tensors in the object arrive on the device they were on where this rank has it, else on this
+rank's current GPU, else on the CPU (_restore_device): an object holding another rank's CUDA
+tensors loads on a rank without that GPU or without CUDA, where torch.load alone would fail."""
 import io
 import pickle
 
@@ -37,9 +41,31 @@ def _dumps(obj):
     return _OK, buf.getvalue()
 
 
+def _restore_device(location, cuda_available, device_count, current_device):
+    """Where a tensor saved on `location` by another rank goes on this rank: its own device when
+    this rank has it; another rank's GPU this rank does not see (each slot of `cadre run` sees
+    its own GPU only, and ranks may have none) goes to this rank's current GPU, or to the CPU
+    on a rank without CUDA. Other locations are left to torch."""
+    if not location.startswith("cuda"):
+        return location
+    if not cuda_available:
+        return "cpu"
+    index = int(location.split(":", 1)[1]) if ":" in location else current_device
+    return location if 0 <= index < device_count else "cuda:%d" % current_device
+
+
+def _map_location(storage, location):
+    available = torch.cuda.is_available()
+    target = _restore_device(location, available, torch.cuda.device_count() if available else 0,
+                             torch.cuda.current_device() if available else 0)
+    if target == "cpu":
+        return storage
+    return torch.serialization.default_restore_location(storage, target)
+
+
 def _loads(data):
     # cloudpickle's output is a standard pickle (that imports cloudpickle where it needs to).
-    return torch.load(io.BytesIO(data), pickle_module=pickle)
+    return torch.load(io.BytesIO(data), pickle_module=pickle, map_location=_map_location)
 
 
 def _failure(what, errors):

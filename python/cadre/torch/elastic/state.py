@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from cadre.torch import functions
+from cadre.torch import functions, objects
 from cadre.torch.basics import HostsUpdatedInterrupt, is_initialized, rank
 from cadre.torch.elastic.sampler import ElasticSampler
 
@@ -119,7 +119,8 @@ class State:
         path = commit_file()
         if path is None or not os.path.exists(path):
             return False
-        saved = torch.load(path)
+        # Rank 0 wrote it: its CUDA tensors load where this rank has CUDA (objects.py).
+        saved = torch.load(path, map_location=objects._map_location)
         self.load_saved_state(saved["state"])
         self.commits = saved["commits"]
         self.restore()
