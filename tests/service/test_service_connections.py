@@ -128,3 +128,82 @@ def test_kept_alive_and_pipelined_requests_are_served(server):
     sock.close()
     assert answer.count(b"HTTP/1.1 200 OK") == 2, answer
     assert answer.index(b'{"live":true}') < answer.index(b'{"ready":true}'), answer
+
+
+SLOW_BODIES = {
+    # A chunked body, a chunk of one byte at a time.
+    "chunked": (b"Transfer-Encoding: chunked\r\n", b"1\r\na\r\n"),
+    # A body over the 64 KiB the lobby waits for, a byte at a time.
+    "large": (b"Content-Length: 1000000\r\n", b"a"),
+}
+
+
+def trickle(socks, stop):
+    """Sends each socket a byte of its body every 0.2 s until `stop`, or until the server has
+    closed it; each byte well within the server's read timeout."""
+    while not stop.wait(0.2):
+        for s, byte in socks:
+            try:
+                s.sendall(byte)
+            except OSError:
+                pass
+
+
+@pytest.mark.parametrize("kind", sorted(SLOW_BODIES))
+def test_slow_bodies_are_cut_off_and_free_the_threads(make_server, kind):
+    # One worker thread reads a large, chunked or 100-continue body; a client that sent it a
+    # byte at a time held that thread for as long as it went on: four of them, and a server
+    # with four threads answered nobody.
+    server = make_server(extra=["--threads", "4", "--request-timeout", "2"])
+    port = port_of(server)
+    header, byte = SLOW_BODIES[kind]
+    slow = []
+    for _ in range(4):
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        # Expect: 100-continue makes the server say when a worker has taken the request.
+        s.sendall(b"POST /nowhere HTTP/1.1\r\nHost: x\r\n" + header +
+                  b"Expect: 100-continue\r\n\r\n")
+        slow.append(s)
+    for s in slow:
+        assert s.recv(64).startswith(b"HTTP/1.1 100 Continue")
+    stop = threading.Event()
+    trickler = threading.Thread(target=trickle, args=([(s, byte) for s in slow], stop))
+    trickler.start()
+    try:
+        # Every worker is taken; this one is served once the slow ones have been cut off (it
+        # waited for as long as they trickled).
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=90)
+        conn.request("GET", "/v2/health/live")
+        answer = conn.getresponse()
+        assert answer.status == 200 and answer.read() == b'{"live":true}'
+        conn.close()
+        for s in slow:
+            answer = read_answer(s)
+            assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer
+            assert b'"request_timeout"' in answer and b"arrived too slowly" in answer, answer
+    finally:
+        stop.set()
+        trickler.join(timeout=60)
+        for s in slow:
+            s.close()
+
+
+def test_a_large_body_sent_slowly_without_expect_gets_408(make_server):
+    server = make_server(extra=["--request-timeout", "2"])
+    s = socket.create_connection(("127.0.0.1", port_of(server)), timeout=60)
+    s.sendall(b"POST /ml/v4/trainings HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n" +
+              b"a" * (70 << 10))
+    stop = threading.Event()
+    trickler = threading.Thread(target=trickle, args=([(s, b"a")], stop))
+    trickler.start()
+    try:
+        answer = read_answer(s)
+    finally:
+        stop.set()
+        trickler.join(timeout=60)
+        s.close()
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer
+    # The server carries on.
+    conn = http.client.HTTPConnection("127.0.0.1", port_of(server), timeout=60)
+    conn.request("GET", "/v2/health/live")
+    assert conn.getresponse().status == 200

@@ -1,7 +1,8 @@
 // `cadre server`: the job service (REST API, SQLite, scheduler, dashboard) on this machine.
 // `cadre users add NAME --plan PLAN`: a user of that server, and their bearer token.
 //
-//   cadre server [--data-dir DIR] [--listen HOST:PORT] [--slots N] [--grace S]
+//   cadre server [--data-dir DIR] [--listen HOST:PORT] [--slots N] [--grace S] [--threads N]
+//                [--request-timeout S] [--min-upload-kib N]
 //                [--deployment-restarts N] [--max-deployments N] [--max-prediction-mib N]
 //                [--backend local|slurm|mpi|kubernetes [--store-host H] [--partition P]
 //                 [--hostfile F] [--namespace NS] [--queue-timeout S]]
@@ -35,6 +36,8 @@ struct ServerFlags {
   int64_t slots = 0;
   double grace_seconds = 10;
   int threads = 64;
+  int64_t request_timeout_seconds = 30;
+  int64_t min_upload_kib = 16;
   int64_t max_code_mib = 1024;
   int64_t deployment_restarts = 3;
   int64_t max_deployments = 16;
@@ -144,6 +147,19 @@ int RunServer(const ServerFlags& flags) {
   options.slots = flags.slots;
   options.grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_seconds * 1000));
   options.threads = flags.threads;
+  if (flags.request_timeout_seconds < 1 || flags.request_timeout_seconds > 3600) {
+    std::cerr << "cadre server: --request-timeout must be 1..3600 seconds, got "
+              << flags.request_timeout_seconds << "\n";
+    return 2;
+  }
+  if (flags.min_upload_kib < 0 || flags.min_upload_kib > (1 << 20)) {
+    std::cerr << "cadre server: --min-upload-kib must be 0..1048576 (KiB a second; 0: no "
+                 "limit), got "
+              << flags.min_upload_kib << "\n";
+    return 2;
+  }
+  options.request_timeout = std::chrono::seconds(flags.request_timeout_seconds);
+  options.min_upload_rate = static_cast<uint64_t>(flags.min_upload_kib) << 10;
   options.max_unzipped = static_cast<uint64_t>(std::max<int64_t>(1, flags.max_code_mib)) << 20;
   options.max_deployment_restarts = flags.deployment_restarts;
   options.max_deployments = flags.max_deployments;
@@ -222,6 +238,12 @@ void AddServerCommand(CLI::App& app, int* exit_code) {
       "--grace", flags->grace_seconds,
       "Seconds between SIGTERM and SIGKILL when stopping a job's learners (default 10)");
   cmd->add_option("--threads", flags->threads, "HTTP worker threads (default 64)");
+  cmd->add_option("--request-timeout", flags->request_timeout_seconds,
+                  "Seconds a request's head may take to arrive, and a large body after it "
+                  "(plus a second for every --min-upload-kib); slower ones get 408 (default 30)");
+  cmd->add_option("--min-upload-kib", flags->min_upload_kib,
+                  "KiB a second a large request body must keep up after --request-timeout, or "
+                  "408; 0: only the read timeout (default 16)");
   cmd->add_option("--max-code-mib", flags->max_code_mib,
                   "Largest a job's uploaded code may expand to, in MiB (default 1024)");
   cmd->add_option("--deployment-restarts", flags->deployment_restarts,

@@ -24,6 +24,24 @@ constexpr size_t kReadChunk = 16384;
 
 }  // namespace
 
+void Refuse(Connection& c, const RefusalBody& body, int status, const std::string& code,
+            const std::string& message) {
+  const std::string text = body(status, code, message);
+  const std::string reason = status == 408   ? "Request Timeout"
+                             : status == 414 ? "URI Too Long"
+                                             : "Request Header Fields Too Large";
+  const std::string answer = "HTTP/1.1 " + std::to_string(status) + " " + reason +
+                             "\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             "Content-Length: " +
+                             std::to_string(text.size()) + "\r\n\r\n" + text;
+  ssize_t ignored = send(c.fd, answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)ignored;
+  shutdown(c.fd, SHUT_WR);
+  c.buffer.Release();
+  c.draining = true;
+  c.drain_until = Clock::now() + kDrainFor;
+}
+
 void Tally::Add() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++open_;
@@ -201,30 +219,13 @@ bool Lobby::Readable(Waiting::iterator it) {
     if (c.want == std::string::npos && c.buffer.size() > limits_.max_head) {
       const bool line_ended = c.buffer.view().find('\n') < limits_.max_head;
       const std::string kib = std::to_string(limits_.max_head >> 10);
-      Refuse(c, line_ended ? 431 : 414,
+      Refuse(c, refusal_, line_ended ? 431 : 414,
              line_ended ? "request_header_fields_too_large" : "uri_too_long",
              line_ended
                  ? "the request's headers are larger than this server reads (" + kib + " KiB)"
                  : "the request line is longer than this server reads (" + kib + " KiB)");
     }
   }
-}
-
-void Lobby::Refuse(Connection& c, int status, const std::string& code, const std::string& message) {
-  const std::string text = refusal_(status, code, message);
-  const std::string reason = status == 408   ? "Request Timeout"
-                             : status == 414 ? "URI Too Long"
-                                             : "Request Header Fields Too Large";
-  const std::string answer = "HTTP/1.1 " + std::to_string(status) + " " + reason +
-                             "\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                             "Content-Length: " +
-                             std::to_string(text.size()) + "\r\n\r\n" + text;
-  ssize_t ignored = send(c.fd, answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  (void)ignored;
-  shutdown(c.fd, SHUT_WR);
-  c.buffer.Release();
-  c.draining = true;
-  c.drain_until = Clock::now() + kDrainFor;
 }
 
 void Lobby::Expire() {
@@ -237,7 +238,7 @@ void Lobby::Expire() {
     } else if (c.buffer.empty()) {
       if (now - c.since > limits_.idle_timeout) Drop(it);
     } else if (now - c.since > limits_.head_timeout) {
-      Refuse(c, 408, "request_timeout",
+      Refuse(c, refusal_, 408, "request_timeout",
              "the request did not arrive whole within " +
                  std::to_string(limits_.head_timeout.count()) + " s");
     }

@@ -62,6 +62,12 @@ struct LobbyLimits {
 using RefusalBody =
     std::function<std::string(int status, const std::string& code, const std::string& message)>;
 
+// Answers `c` with `status` (408, 414 or 431) and `Connection: close`, shuts its sending side and
+// sets it draining: once in the lobby, what the client still sends is read and thrown away for a
+// little while, so that closing does not reset the connection under the answer.
+void Refuse(Connection& c, const RefusalBody& body, int status, const std::string& code,
+            const std::string& message);
+
 class Lobby {
  public:
   using Dispatch = std::function<void(std::unique_ptr<Connection>)>;
@@ -72,7 +78,8 @@ class Lobby {
   Lobby& operator=(const Lobby&) = delete;
 
   void Start();
-  // A connection that comes after Stop() is closed.
+  // A connection that comes after Stop() is closed. One that is draining (Refuse) is closed once
+  // its client stops sending, or after a little while.
   void Add(std::unique_ptr<Connection> c);
   // From now on a connection with nothing sent is closed (those waiting now, and those that come
   // back from a worker); one whose request has begun to arrive is dispatched once it is whole.
@@ -89,7 +96,6 @@ class Lobby {
   void Drop(Waiting::iterator it);
   // Reads what `it` has sent; false when it left the lobby (dispatched or dropped).
   bool Readable(Waiting::iterator it);
-  void Refuse(Connection& c, int status, const std::string& code, const std::string& message);
   void Expire();
   // Closing: reads what each waiting connection has sent and closes those that sent nothing.
   void CloseIdle();

@@ -32,6 +32,16 @@ std::string DefaultRefusal(int, const std::string&, const std::string& message) 
   return "{\"error\":\"" + message + "\"}";
 }
 
+std::string SlowBodyMessage(const BodyPace& pace, int read_timeout_ms) {
+  if (pace.min_rate == 0) {
+    return "the request body stopped arriving: nothing came for " +
+           std::to_string(read_timeout_ms / 1000) + " s";
+  }
+  return "the request body arrived too slowly: this server waits " +
+         std::to_string(pace.grace.count() / 1000) + " s for a body, and one more second for " +
+         "every " + std::to_string(pace.min_rate >> 10) + " KiB of it that arrives";
+}
+
 LobbyLimits LobbyLimitsOf(const Limits& limits) {
   LobbyLimits lobby;
   lobby.max_head = limits.max_head;
@@ -52,6 +62,7 @@ LobbyLimits LobbyLimitsOf(const Limits& limits) {
 
 Server::Server(Limits limits, RefusalBody refusal)
     : limits_(limits),
+      refusal_(refusal ? std::move(refusal) : RefusalBody(DefaultRefusal)),
       stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       demand_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE)) {
   // What cpp-httplib says in its Keep-Alive header; the lobby keeps to it.
@@ -61,9 +72,9 @@ Server::Server(Limits limits, RefusalBody refusal)
   set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
     if (stopping_ && !res.has_header("Connection")) res.set_header("Connection", "close");
   });
-  lobby_ = std::make_unique<Lobby>(
-      LobbyLimitsOf(limits_), refusal ? std::move(refusal) : RefusalBody(DefaultRefusal),
-      [this](std::unique_ptr<Connection> c) { Dispatch(std::move(c)); });
+  lobby_ =
+      std::make_unique<Lobby>(LobbyLimitsOf(limits_), refusal_,
+                              [this](std::unique_ptr<Connection> c) { Dispatch(std::move(c)); });
 }
 
 Server::~Server() {
@@ -177,13 +188,20 @@ void Server::Dispatch(std::unique_ptr<Connection> c) {
 
 void Server::ServeConnection(std::unique_ptr<Connection> c) {
   for (;;) {
+    const BodyPace pace{limits_.head_timeout, limits_.body_min_rate};
     ConnectionStream stream(c->fd, c->buffer, limits_.max_head,
                             Millis(read_timeout_sec_, read_timeout_usec_),
-                            Millis(write_timeout_sec_, write_timeout_usec_));
+                            Millis(write_timeout_sec_, write_timeout_usec_), pace);
     const bool last = ++c->requests >= limits_.max_requests || stopping_;
     bool closed = false;
     const bool ok =
         process_request(stream, last, closed, [&stream](httplib::Request&) { stream.HeadRead(); });
+    if (stream.timed_out()) {
+      // cpp-httplib's answer (400) was not sent: the lobby drains the connection under a 408.
+      Refuse(*c, refusal_, 408, "request_timeout",
+             SlowBodyMessage(pace, Millis(read_timeout_sec_, read_timeout_usec_)));
+      break;
+    }
     if (!ok || closed || last) return;  // closes it
     c->since = Clock::now();
     const size_t size = RequestSize(c->buffer.view(), limits_.max_head);

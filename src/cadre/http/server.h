@@ -22,9 +22,14 @@
 //   - a request not complete within `head_timeout` of its first byte is answered 408, closed;
 //   - a connection with no request for `idle_timeout` is closed, and past `max_idle` waiting
 //     connections the one waiting longest is closed first.
-// A worker serves the request (cpp-httplib's own parsing, routing, handlers and body reading,
-// whose reads still wait up to the read timeout each), then gives the connection back to the
-// lobby, or serves the next request at once when the client had already sent it.
+// A worker serves the request (cpp-httplib's own parsing, routing, handlers and body reading),
+// then gives the connection back to the lobby, or serves the next request at once when the
+// client had already sent it. A body the worker reads (over 64 KiB, chunked, or after
+// 100 Continue) has a deadline that grows with what arrives: `head_timeout` from the end of the
+// head, plus one second for every `body_min_rate` bytes (stream.h). A client that sends it
+// slower, or stops for the read timeout, is answered 408 and its connection closed (after the
+// same draining as above), so that a few clients trickling large uploads cannot hold the
+// workers for long.
 //
 // A Stop():
 //   - accepts what the kernel has already completed, then closes the listener (new connections
@@ -58,8 +63,9 @@ struct Limits {
   size_t max_head = 32 << 10;  // request line and headers together
   std::chrono::seconds head_timeout{30};
   std::chrono::seconds idle_timeout{60};
-  size_t max_idle = 4096;       // connections waiting in the lobby
-  size_t max_requests = 10000;  // per connection
+  size_t max_idle = 4096;           // connections waiting in the lobby
+  size_t max_requests = 10000;      // per connection
+  size_t body_min_rate = 16 << 10;  // bytes a second a streamed body keeps up, after head_timeout
 };
 
 class Server final : public httplib::Server {
@@ -90,6 +96,7 @@ class Server final : public httplib::Server {
   bool Hold(Connection& c);
 
   const Limits limits_;
+  const RefusalBody refusal_;
   std::atomic<bool> stopping_{false};
   int stop_fd_;    // an eventfd, readable from the stop on: wakes the accept loop and holders
   int demand_fd_;  // a semaphore eventfd: each count asks one holder to let go of its connection

@@ -40,12 +40,32 @@ bool WaitReady(int fd, short events, int timeout_ms) {
 }
 
 ConnectionStream::ConnectionStream(int fd, Bytes& pending, size_t max_head, int read_timeout_ms,
-                                   int write_timeout_ms)
+                                   int write_timeout_ms, BodyPace pace)
     : fd_(fd),
       pending_(pending),
       max_head_(max_head),
+      pace_(pace),
       read_timeout_ms_(read_timeout_ms),
       write_timeout_ms_(write_timeout_ms) {}
+
+void ConnectionStream::HeadRead() {
+  head_read_ = true;
+  head_size_ = consumed_;
+  body_since_ = std::chrono::steady_clock::now();
+}
+
+int ConnectionStream::WaitMillis() const {
+  if (!head_read_ || pace_.min_rate == 0) return read_timeout_ms_;
+  using std::chrono::milliseconds;
+  const size_t body = consumed_ - head_size_;
+  const auto deadline = body_since_ + pace_.grace + milliseconds(body / pace_.min_rate * 1000) +
+                        milliseconds(body % pace_.min_rate * 1000 / pace_.min_rate);
+  const auto left =
+      std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+  if (left <= 0) return 0;
+  return read_timeout_ms_ < 0 ? static_cast<int>(std::min<int64_t>(left, INT32_MAX))
+                              : static_cast<int>(std::min<int64_t>(left, read_timeout_ms_));
+}
 
 bool ConnectionStream::is_readable() const {
   return !pending_.empty() || WaitReady(fd_, POLLIN, read_timeout_ms_);
@@ -82,6 +102,7 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
 }
 
 ssize_t ConnectionStream::write(const char* ptr, size_t size) {
+  if (timed_out_) return -1;
   for (;;) {
     ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return n;
@@ -100,12 +121,20 @@ void ConnectionStream::get_local_ip_and_port(std::string& ip, int& port) const {
 }
 
 ssize_t ConnectionStream::Receive(char* ptr, size_t size) {
+  if (timed_out_) return -1;
   for (;;) {
     ssize_t n = ::recv(fd_, ptr, size, MSG_DONTWAIT);
     if (n >= 0) return n;
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-    if (!WaitReady(fd_, POLLIN, read_timeout_ms_)) return -1;
+    const int wait = WaitMillis();
+    if (wait != 0 && WaitReady(fd_, POLLIN, wait)) continue;
+    // The body's deadline came before the read timeout: looked at again (it has passed now).
+    if (wait != 0 && wait != read_timeout_ms_) continue;
+    // Nothing came within the read timeout, or the body fell behind: for a body, the caller
+    // answers 408.
+    timed_out_ = head_read_;
+    return -1;
   }
 }
 

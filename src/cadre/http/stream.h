@@ -5,11 +5,18 @@
 // (up to its timeout) only when it is not ready. Until HeadRead() at most `max_head` bytes are
 // given out.
 //
+// From HeadRead() on, the body has a deadline that grows with what arrives: `grace` from the end
+// of the head, plus one second for every `min_rate` bytes read since. A client that sends its
+// body slower (a byte at a time, each well within the read timeout) is cut off once it falls
+// behind: reads fail, timed_out() says so, and writes send nothing (cpp-httplib's own answer
+// to a failed read, 400, would be a lie), so that the caller answers 408 itself.
+//
 // Thread-safety: one thread at a time.
 #pragma once
 
 #include <httplib.h>
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 
@@ -21,14 +28,23 @@ namespace cadre::http {
 // or error.
 bool WaitReady(int fd, short events, int timeout_ms);
 
+// How slowly a body may arrive (see ConnectionStream).
+struct BodyPace {
+  std::chrono::milliseconds grace{30000};
+  size_t min_rate = 16 << 10;  // bytes a second; 0: no deadline
+};
+
 class ConnectionStream final : public httplib::Stream {
  public:
   // `pending` (the connection's buffer) must outlive the stream; what this request does not use
   // stays in it.
   ConnectionStream(int fd, Bytes& pending, size_t max_head, int read_timeout_ms,
-                   int write_timeout_ms);
+                   int write_timeout_ms, BodyPace pace = {});
 
-  void HeadRead() { head_read_ = true; }
+  // The head has been parsed: the body's clock starts.
+  void HeadRead();
+  // The body fell behind its deadline; nothing was written since.
+  bool timed_out() const { return timed_out_; }
 
   bool is_readable() const override;
   // And the client is still there: a follower whose client has gone is told so here (as
@@ -42,12 +58,19 @@ class ConnectionStream final : public httplib::Stream {
 
  private:
   ssize_t Receive(char* ptr, size_t size);
+  // How long a read may wait for the socket: the read timeout, or less as the body's deadline
+  // nears; 0 once it has passed.
+  int WaitMillis() const;
 
   const int fd_;
   Bytes& pending_;  // read from the socket, not yet given out
   size_t consumed_ = 0;
   const size_t max_head_;
   bool head_read_ = false;
+  const BodyPace pace_;
+  std::chrono::steady_clock::time_point body_since_;
+  size_t head_size_ = 0;  // consumed_ when the head was read: the body is what follows
+  bool timed_out_ = false;
   const int read_timeout_ms_;
   const int write_timeout_ms_;
 };

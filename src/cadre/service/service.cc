@@ -130,10 +130,12 @@ Status Service::Start() {
 
   http::Limits limits;
   limits.threads = static_cast<size_t>(options_.threads);
+  limits.head_timeout = options_.request_timeout;
+  limits.body_min_rate = options_.min_upload_rate;
   parts->http = std::make_unique<http::Server>(limits, LobbyRefusal);
   http::Server& server = *parts->http;
   server.set_payload_max_length(options_.max_body);
-  server.set_read_timeout(30, 0);
+  server.set_read_timeout(options_.request_timeout.count(), 0);
   server.set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));

@@ -41,7 +41,12 @@ struct ServiceOptions {
   std::string backend = "local";
   std::vector<std::string> run_args;
   std::chrono::milliseconds grace{10000};
-  int threads = 64;                    // HTTP worker threads (log followers hold one each)
+  int threads = 64;  // HTTP worker threads (log followers hold one each)
+  // A request's head must arrive within `request_timeout` of its first byte; a large body (read
+  // by a worker thread) within `request_timeout` of its head, plus a second for every
+  // `min_upload_rate` bytes (408 otherwise).
+  std::chrono::seconds request_timeout{30};
+  uint64_t min_upload_rate = 16 << 10;
   uint64_t max_body = 256ull << 20;    // larger requests are refused (413, from Content-Length)
   uint64_t max_unzipped = 1ull << 30;  // a job's code, expanded
   std::filesystem::path web_dir;       // the dashboard's files
