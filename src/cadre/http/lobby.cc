@@ -28,6 +28,7 @@ void Refuse(Connection& c, const RefusalBody& body, int status, const std::strin
             const std::string& message) {
   const std::string text = body(status, code, message);
   const std::string reason = status == 408   ? "Request Timeout"
+                             : status == 413 ? "Payload Too Large"
                              : status == 414 ? "URI Too Long"
                                              : "Request Header Fields Too Large";
   const std::string answer = "HTTP/1.1 " + std::to_string(status) + " " + reason +

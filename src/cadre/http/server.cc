@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -194,12 +195,23 @@ void Server::ServeConnection(std::unique_ptr<Connection> c) {
                             Millis(write_timeout_sec_, write_timeout_usec_), pace);
     const bool last = ++c->requests >= limits_.max_requests || stopping_;
     bool closed = false;
-    const bool ok =
-        process_request(stream, last, closed, [&stream](httplib::Request&) { stream.HeadRead(); });
+    bool too_large = false;  // cpp-httplib reads the body and throws it away, then answers 413
+    const bool ok = process_request(stream, last, closed, [&](httplib::Request& req) {
+      stream.HeadRead();
+      too_large = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) >
+                  payload_max_length_;
+    });
     if (stream.timed_out()) {
-      // cpp-httplib's answer (400) was not sent: the lobby drains the connection under a 408.
-      Refuse(*c, refusal_, 408, "request_timeout",
-             SlowBodyMessage(pace, Millis(read_timeout_sec_, read_timeout_usec_)));
+      // cpp-httplib's answer (400, or its 413 after the body) was not sent: the lobby drains
+      // the connection under this one.
+      if (too_large) {
+        Refuse(*c, refusal_, 413, "payload_too_large",
+               "the request body is larger than this server accepts (" +
+                   std::to_string(payload_max_length_ >> 20) + " MiB)");
+      } else {
+        Refuse(*c, refusal_, 408, "request_timeout",
+               SlowBodyMessage(pace, Millis(read_timeout_sec_, read_timeout_usec_)));
+      }
       break;
     }
     if (!ok || closed || last) return;  // closes it
