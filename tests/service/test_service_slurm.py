@@ -2,6 +2,7 @@
 started on this machine (tests/slurm_cluster.py), through `cadre run --backend slurm`. The
 server sizes itself from the cluster, the learners get the contract from Slurm's facts, a
 cancel ends the Slurm job, and a manifest that names another backend is refused."""
+import json
 import os
 import subprocess
 
@@ -17,9 +18,10 @@ REPORT = ("import os\n"
 
 @pytest.fixture
 def slurm_server(make_server, slurm):
-    # --slots 0: the server asks the cluster how many CPUs it has.
-    return make_server(slots=0, extra=["--backend", "slurm", "--store-host", "127.0.0.1"],
-                       env=slurm.env)
+    # --slots 0: the server asks the cluster how many CPUs it has. --heartbeat-timeout reaches
+    # every job's cadre run (the server passed none: each ran with cadre run's default).
+    return make_server(slots=0, extra=["--backend", "slurm", "--store-host", "127.0.0.1",
+                                       "--heartbeat-timeout", "7"], env=slurm.env)
 
 
 def training_log(server, tid):
@@ -52,6 +54,9 @@ def test_jobs_run_on_the_cluster_with_slurms_facts(slurm, slurm_server):
     assert "submitted Slurm job" in log, log
     with open(os.path.join(server.data_dir, "jobs", tid, "slurm", "job_id")) as f:
         job_id = f.read().strip()
+    # The plan every slot's cadre task read: the server's --heartbeat-timeout.
+    with open(os.path.join(server.data_dir, "jobs", tid, "task.json")) as f:
+        assert json.load(f)["heartbeat_timeout_ms"] == 7000
     # Every slot ran under that Slurm job, learner k on node k.
     for learner, rank in ((1, 0), (1, 1), (2, 2), (2, 3)):
         assert (f"learner {learner} rank {rank} slurm job {job_id} node node{learner}"
@@ -120,3 +125,14 @@ def test_a_server_without_its_engine_says_so_before_serving(tmp_path):
                                text=True)
     assert partition.returncode == 2, partition
     assert "--partition is for --backend slurm, not mpi" in partition.stderr, partition
+    local = subprocess.run([CADRE, "server", "--data-dir", str(tmp_path / "d"),
+                            "--heartbeat-timeout", "5"], timeout=60, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    assert local.returncode == 2, local
+    assert "--heartbeat-timeout is for --backend slurm or mpi, not local" in local.stderr, local
+    beat = subprocess.run([CADRE, "server", "--data-dir", str(tmp_path / "d"), "--backend",
+                           "mpi", "--hostfile", str(tmp_path / "hosts"), "--slots", "1",
+                           "--heartbeat-timeout", "0.5"], timeout=60, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    assert beat.returncode == 2, beat
+    assert "--heartbeat-timeout must be 0 (no heartbeats) or 1..86400 seconds" in beat.stderr, beat

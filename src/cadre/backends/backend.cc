@@ -91,6 +91,15 @@ std::vector<MisplacedFlag> FlagsForOtherEngines(BackendKind kind, const EngineFl
   return misplaced;
 }
 
+Status ParseHeartbeatTimeout(double seconds, std::chrono::milliseconds* timeout) {
+  if (!(seconds == 0 || (seconds >= 1 && seconds <= 86400))) {
+    return InvalidArgument("must be 0 (no heartbeats) or 1..86400 seconds, got " +
+                           std::to_string(seconds));
+  }
+  *timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  return Status();
+}
+
 std::string_view BackendName(BackendKind kind) {
   switch (kind) {
     case BackendKind::kLocal:

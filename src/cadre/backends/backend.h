@@ -85,6 +85,10 @@ struct MisplacedFlag {
 // ignored is a job that does not run where or as its user meant.
 std::vector<MisplacedFlag> FlagsForOtherEngines(BackendKind kind, const EngineFlagsGiven& given);
 
+// --heartbeat-timeout S of `cadre run` and `cadre server`: 0 (no heartbeats) or 1..86400
+// seconds; *timeout is set when it is one of those.
+Status ParseHeartbeatTimeout(double seconds, std::chrono::milliseconds* timeout);
+
 // kUnavailable naming the first of `programs` that is not on PATH, and what needs it.
 Status RequirePrograms(std::string_view engine, std::initializer_list<const char*> programs);
 

@@ -165,13 +165,9 @@ int Run(const RunFlags& flags) {
         std::chrono::seconds(static_cast<int64_t>(flags.queue_timeout_seconds + 0.999));
   }
   if (flags.heartbeat_timeout_seconds) {
-    const double h = *flags.heartbeat_timeout_seconds;
-    if (!(h == 0 || (h >= 1 && h <= 86400))) {
-      problems.Add("--heartbeat-timeout",
-                   "must be 0 (no heartbeats) or 1..86400 seconds, got " + std::to_string(h));
-    } else {
-      backend.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(h * 1000));
-    }
+    Status st = backends::ParseHeartbeatTimeout(*flags.heartbeat_timeout_seconds,
+                                                &backend.heartbeat_timeout);
+    if (!st.ok()) problems.Add("--heartbeat-timeout", st.message());
   }
   if (flags.time_limit) {
     int minutes = 0;

@@ -5,7 +5,7 @@
 //                [--request-timeout S] [--min-upload-kib N]
 //                [--deployment-restarts N] [--max-deployments N] [--max-prediction-mib N]
 //                [--backend local|slurm|mpi|kubernetes [--store-host H] [--partition P]
-//                 [--hostfile F] [--namespace NS] [--queue-timeout S]]
+//                 [--hostfile F] [--namespace NS] [--queue-timeout S] [--heartbeat-timeout S]]
 //   cadre users add NAME --plan PLAN [--data-dir DIR]
 //
 // The token is printed once, alone on the last line of stdout, so scripts can take it with
@@ -14,10 +14,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -49,6 +51,7 @@ struct ServerFlags {
   std::string hostfile;
   std::string name_space;
   double queue_timeout_seconds = 0;
+  std::optional<double> heartbeat_timeout_seconds;
 };
 
 // The `cadre run` flags for the chosen engine; checks that the engine is here and, when --slots
@@ -66,6 +69,7 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
   given.store_host = !flags.store_host.empty();
   given.queue_timeout = flags.queue_timeout_seconds != 0;
   given.name_space = !flags.name_space.empty();
+  given.heartbeat_timeout = flags.heartbeat_timeout_seconds.has_value();
   std::vector<backends::MisplacedFlag> misplaced =
       backends::FlagsForOtherEngines(engine.kind, given);
   for (const auto& m : misplaced)
@@ -80,6 +84,14 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
   if (flags.queue_timeout_seconds < 0) {
     std::cerr << "cadre server: --queue-timeout must not be negative\n";
     return 2;
+  }
+  std::chrono::milliseconds heartbeat{};
+  if (flags.heartbeat_timeout_seconds) {
+    Status st = backends::ParseHeartbeatTimeout(*flags.heartbeat_timeout_seconds, &heartbeat);
+    if (!st.ok()) {
+      std::cerr << "cadre server: --heartbeat-timeout " << st.message() << "\n";
+      return 2;
+    }
   }
   if (options->slots == 0 && engine.kind != backends::BackendKind::kSlurm) {
     // Kubernetes: what the cluster would run for this server (quotas, other tenants, autoscaling)
@@ -103,6 +115,12 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
   }
   if (flags.queue_timeout_seconds > 0) {
     args.insert(args.end(), {"--queue-timeout", std::to_string(flags.queue_timeout_seconds)});
+  }
+  if (flags.heartbeat_timeout_seconds) {
+    // In milliseconds' precision, as cadre run keeps it.
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.3f", static_cast<double>(heartbeat.count()) / 1000);
+    args.insert(args.end(), {"--heartbeat-timeout", seconds});
   }
   if (options->slots == 0) {
     if (Status st = backends::SlurmClusterCpus(&options->slots); !st.ok()) {
@@ -266,6 +284,10 @@ void AddServerCommand(CLI::App& app, int* exit_code) {
                   "kubernetes: the namespace jobs run in (default: default)");
   cmd->add_option("--queue-timeout", flags->queue_timeout_seconds,
                   "slurm, kubernetes: cancel a job still pending after S seconds (default: wait)");
+  cmd->add_option("--heartbeat-timeout", flags->heartbeat_timeout_seconds,
+                  "slurm, mpi: every job's cadre run --heartbeat-timeout: a learner's node not "
+                  "heard from for S seconds ends the job, and a job whose cadre run is not "
+                  "heard from for S seconds stops itself (default 60, 0 for no heartbeats)");
   cmd->callback([flags, exit_code] { *exit_code = RunServer(*flags); });
 
   auto* users = app.add_subcommand("users", "Users of a cadre server");
