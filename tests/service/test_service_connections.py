@@ -16,24 +16,29 @@ def port_of(server):
     return int(server.url.rsplit(":", 1)[1])
 
 
+def trickle(socks, stop):
+    """Sends each socket its byte every 0.2 s until `stop` (not once the server has closed it)."""
+    while not stop.wait(0.2):
+        for s, byte in socks:
+            try:
+                s.sendall(byte)
+            except OSError:
+                pass
+
+
 def test_idle_and_slow_clients_do_not_stall_the_server(make_server):
     server = make_server(extra=["--threads", "4"])
     port = port_of(server)
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
     slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
+    # A head, or a small body, a byte at a time, each byte well within the server's read
+    # timeout: with a thread per connection these would hold every worker for as long as they
+    # go on.
+    for i, s in enumerate(slow):
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Slow: " if i % 2 else
+                  b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
     stop = threading.Event()
-
-    def trickle():
-        # A head, or a small body, a byte at a time, each byte well within the server's read
-        # timeout: with a thread per connection these would hold every worker for as long as
-        # they go on.
-        for i, s in enumerate(slow):
-            s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Slow: " if i % 2 else
-                      b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
-        while not stop.wait(0.5):
-            for s in slow:
-                s.sendall(b"a")
-    trickler = threading.Thread(target=trickle)
+    trickler = threading.Thread(target=trickle, args=([(s, b"a") for s in slow], stop))
     trickler.start()
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -136,17 +141,6 @@ SLOW_BODIES = {
     # A body over the 64 KiB the lobby waits for, a byte at a time.
     "large": (b"Content-Length: 1000000\r\n", b"a"),
 }
-
-
-def trickle(socks, stop):
-    """Sends each socket a byte of its body every 0.2 s until `stop`, or until the server has
-    closed it; each byte well within the server's read timeout."""
-    while not stop.wait(0.2):
-        for s, byte in socks:
-            try:
-                s.sendall(byte)
-            except OSError:
-                pass
 
 
 @pytest.mark.parametrize("kind", sorted(SLOW_BODIES))
