@@ -299,8 +299,9 @@ def test_serve_without_a_model_folder_is_a_usage_error():
     proc = subprocess.run([CADRE, "serve"], timeout=60, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "model_dir is required" in proc.stderr, proc.stderr
-    assert "Usage: cadre serve [OPTIONS] model_dir" in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "cadre serve: the argument model_dir is required (the model folder saved by "
+        "cadre.save_model)"], proc.stderr
     assert subprocess.run([CADRE, "serve", "--help"], timeout=60,
                           stdout=subprocess.DEVNULL).returncode == 0
 

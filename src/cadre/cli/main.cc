@@ -54,16 +54,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
     // An unknown option first, named with its subcommand: CLI11 lists the leftover words in
-    // reverse without naming either, or reports a missing required option instead.
-    std::string problem =
-        e.get_exit_code() == 0 ? "" : cadre::cli::UnknownOptionProblem(app, argc, argv);
-    if (!problem.empty()) {
-      std::cerr << problem << "\n";
-      return 2;
-    }
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    // reverse without naming either, or reports a missing required option instead. Then any
+    // other mistake, as one line naming the subcommand and the option or argument.
+    std::string problem = cadre::cli::UnknownOptionProblem(app, argc, argv);
+    if (problem.empty()) problem = cadre::cli::UsageErrorLine(app, argc, argv, e);
+    std::cerr << problem << "\n";
+    return 2;
   } catch (const cadre::Error& e) {
     std::cerr << "cadre: " << e.what() << "\n";
     return e.code() == cadre::Code::kInvalidArgument ? 2 : 1;

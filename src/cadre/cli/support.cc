@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cadre/base/printable.h"
 #include "cadre/launch/problems.h"
 
 namespace cadre::cli {
@@ -65,23 +66,34 @@ std::string ClosestOption(const CLI::App& app, const std::string& name) {
 // What an option takes when an empty value cannot be meant: "a number" (CLI11's numeric types)
 // or "a folder" (options typed kDirType); "" for the others.
 std::string NonEmptyKind(const CLI::Option& opt) {
-  std::string type = opt.get_type_name();
-  type = type.substr(0, type.find_first_of(": "));
-  if (type == "INT" || type == "UINT" || type == "FLOAT") return "a number";
-  if (type == kDirType) return "a folder";
-  return "";
+  std::string kind = ValueKind(opt);
+  return kind == "a value" ? "" : kind;
 }
 
-// The walk both checks share: calls `visit(command, option, name, value)` for each option
+// Where argv ends up: the (sub)command it reached and the words that command got as
+// positional arguments, in order.
+struct ArgvEnd {
+  const CLI::App* command = nullptr;
+  std::vector<std::string> positionals;
+};
+
+// The walk the checks share: calls `visit(command, option, name, value)` for each option
 // word (option null when the command has no such option; value null when the option's value
-// is not in argv), and stops at the first non-empty answer.
+// is not in argv), and stops at the first non-empty answer; `end` (optional) is where it stopped.
 template <typename Visit>
-std::string WalkArgv(const CLI::App& app, int argc, const char* const* argv, Visit visit) {
-  const CLI::App* command = &app;
+std::string WalkArgv(const CLI::App& app, int argc, const char* const* argv, Visit visit,
+                     ArgvEnd* end_of_argv = nullptr) {
+  ArgvEnd here;
+  here.command = &app;
+  const CLI::App*& command = here.command;
   bool positional_seen = false;
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
-    if (word == "--" || command->get_prefix_command()) break;
+    if (command->get_prefix_command()) break;
+    if (word == "--") {
+      here.positionals.insert(here.positionals.end(), argv + i + 1, argv + argc);
+      break;
+    }
     std::string name = OptionName(word);
     if (name.empty()) {
       const CLI::App* sub = positional_seen ? nullptr : Subcommand(*command, word);
@@ -89,6 +101,7 @@ std::string WalkArgv(const CLI::App& app, int argc, const char* const* argv, Vis
         command = sub;
       } else {
         positional_seen = true;
+        here.positionals.push_back(word);
       }
       continue;
     }
@@ -113,7 +126,17 @@ std::string WalkArgv(const CLI::App& app, int argc, const char* const* argv, Vis
     std::string problem = visit(*command, opt, name, value, positional_seen);
     if (!problem.empty()) return problem;
   }
+  if (end_of_argv != nullptr) *end_of_argv = std::move(here);
   return "";
+}
+
+// The subcommands a user may type (hidden ones, as `task`, have no group).
+std::vector<std::string> VisibleSubcommands(const CLI::App& command) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : command.get_subcommands({})) {
+    if (!sub->get_group().empty()) names.push_back(sub->get_name());
+  }
+  return names;
 }
 
 }  // namespace
@@ -144,6 +167,45 @@ std::string UnknownOptionProblem(const CLI::App& app, int argc, const char* cons
                     }
                     return line;
                   });
+}
+
+std::string UsageErrorLine(const CLI::App& app, int argc, const char* const* argv,
+                           const CLI::ParseError& error) {
+  ArgvEnd end;
+  WalkArgv(
+      app, argc, argv,
+      [](const CLI::App&, const CLI::Option*, const std::string&, const char*, bool) {
+        return std::string();
+      },
+      &end);
+  const CLI::App& command = *end.command;
+  size_t takes = 0;
+  for (const CLI::Option* opt : command.get_options({})) {
+    if (opt->get_positional()) takes += static_cast<size_t>(opt->get_items_expected_max());
+  }
+  const std::string prefix = CommandPath(command) + ": ";
+  const std::vector<std::string> subcommands = VisibleSubcommands(command);
+  // A word where a subcommand goes: CLI11 says only that a subcommand is required.
+  if (takes == 0 && !subcommands.empty() && !end.positionals.empty()) {
+    const std::string& word = end.positionals.front();
+    std::string line = prefix + "unknown subcommand " + QuotedText(word);
+    std::string closest = launch::DidYouMean(
+        word, std::vector<std::string_view>(subcommands.begin(), subcommands.end()));
+    if (!closest.empty()) line += " (did you mean " + closest + "?)";
+    line += "; one of:";
+    const char* sep = " ";
+    for (const std::string& name : subcommands) {
+      line += sep + name;
+      sep = ", ";
+    }
+    return line;
+  }
+  std::vector<std::string> surplus;
+  if (end.positionals.size() > takes) {
+    surplus.assign(end.positionals.begin() + static_cast<std::ptrdiff_t>(takes),
+                   end.positionals.end());
+  }
+  return prefix + DescribeParseError(error, command, surplus);
 }
 
 CLI::App* BenchGroup(CLI::App& app) {

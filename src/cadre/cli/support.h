@@ -6,15 +6,13 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "cadre/cli/usage.h"
+
 namespace cadre::cli {
 
 // The `bench` group, shared by several subcommands (allreduce, ps, ...): whoever registers
 // first creates it.
 CLI::App* BenchGroup(CLI::App& app);
-
-// The type name of an option whose value is a folder: an empty one is refused (ArgvProblems),
-// rather than meaning the working directory or failing as an unnamed filesystem error.
-inline constexpr const char* kDirType = "DIR";
 
 // Reads argv as CLI11 will, subcommand by subcommand, up to `--` (or a subcommand that takes
 // the rest unparsed). ArgvProblems: an empty value given to a numeric option (`-n ''`), which
@@ -25,6 +23,12 @@ inline constexpr const char* kDirType = "DIR";
 // ("cadre run: unknown option --results (did you mean --results-dir?)"), or "" for none.
 std::string ArgvProblems(const CLI::App& app, int argc, const char* const* argv);
 std::string UnknownOptionProblem(const CLI::App& app, int argc, const char* const* argv);
+
+// Any other parse error of CLI11 as one line naming the (sub)command argv reached and the
+// option or argument at fault (usage.h), or the word given where a subcommand goes
+// ("cadre: unknown subcommand 'rn' (did you mean run?); one of: version, run, ...").
+std::string UsageErrorLine(const CLI::App& app, int argc, const char* const* argv,
+                           const CLI::ParseError& error);
 
 // Blocks SIGINT/SIGTERM/SIGHUP for its lifetime, so that a Ctrl-C while an emulated network is
 // built or removed does not leave it half made; RunOnEveryHost forwards them to the processes

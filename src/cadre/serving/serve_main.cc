@@ -21,6 +21,7 @@
 #include <iostream>
 #include <thread>
 
+#include "cadre/cli/usage.h"
 #include "cadre/serving/batcher.h"
 #include "cadre/serving/server.h"
 #include "cadre/serving/signature.h"
@@ -79,13 +80,15 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", f.port_file, "Write the port listened on to this file");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::RequiredError& e) {
-    // `cadre serve` alone: what is missing, and the usage, as a mistake (exit 2), not as help.
-    std::cerr << "cadre-serve: " << e.what() << " (the model folder saved by cadre.save_model)\n\n"
-              << app.help();
-    return 2;
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // One line naming the option or argument, as `cadre` does (cli/usage.h); `cadre serve`
+    // execs this program with that argv[0], so the line names what the user typed.
+    const std::string program = std::filesystem::path(argv[0]).filename().string();
+    std::string line = program + ": " + cadre::cli::DescribeParseError(e, app, app.remaining());
+    if (e.get_name() == "RequiredError") line += " (the model folder saved by cadre.save_model)";
+    std::cerr << line << "\n";
+    return 2;
   }
 
   // Signals go to one thread that stops the server; block them before any thread starts.

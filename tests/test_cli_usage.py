@@ -1,0 +1,95 @@
+"""Usage errors of every `cadre` subcommand: one line naming the subcommand and the option or
+argument at fault, exit code 2, nothing done. CLI11's own messages named neither the
+subcommand nor, for a surplus word, which one it was, and added a second line."""
+import os
+import subprocess
+
+import pytest
+
+from runner_helpers import CADRE
+
+SUBCOMMANDS = ("version, run, bench, netem, ps-server, k8s, server, users, submit, jobs, deploy, "
+               "score, serve")
+
+USAGE_ERRORS = [
+    (["version", "extra"], "cadre version: unexpected argument 'extra' (it takes no arguments)"),
+    (["run", "--nodes"], "cadre run: --nodes was given no value; it takes a number"),
+    (["run", "-n", "abc", "--", "true"], "cadre run: --nodes takes a number, not 'abc'"),
+    (["run", "--grace"], "cadre run: --grace was given no value; it takes a number"),
+    (["run", "--data-dir"], "cadre run: --data-dir was given no value; it takes a folder"),
+    ([], "cadre: a subcommand is required: " + SUBCOMMANDS),
+    (["rn"], "cadre: unknown subcommand 'rn' (did you mean run?); one of: " + SUBCOMMANDS),
+    (["bench"], "cadre bench: a subcommand is required: allreduce, ps, server"),
+    (["bench", "alreduce"],
+     "cadre bench: unknown subcommand 'alreduce' (did you mean allreduce?); one of: allreduce, "
+     "ps, server"),
+    (["bench", "allreduce"], "cadre bench allreduce: --ranks is required"),
+    (["bench", "allreduce", "-n", "2", "--transport", "udp"],
+     "cadre bench allreduce: --transport: must be one of shm, tcp, got 'udp'"),
+    (["bench", "ps", "--servers", "0"], "cadre bench ps: --servers: must be 1..64, got 0"),
+    (["bench", "server", "--clients"],
+     "cadre bench server: --clients was given no value; it takes a number"),
+    (["netem"], "cadre netem: a subcommand is required: exec, sweep"),
+    (["netem", "exec", "--link", "1gbit"], "cadre netem exec: the argument command is required"),
+    (["netem", "sweep", "extra"],
+     "cadre netem sweep: unexpected argument 'extra' (it takes no arguments)"),
+    # CLI::PositiveNumber printed its bound, the largest double, in 300 digits.
+    (["ps-server", "--workers", "0"], "cadre ps-server: --workers: must be above 0, got 0"),
+    (["ps-server", "--worker-timeout", "0"],
+     "cadre ps-server: --worker-timeout: must be 0.001..30000000, got 0"),
+    (["k8s", "render"], "cadre k8s render: the argument manifest is required"),
+    (["k8s", "render", "a.yaml", "b.yaml", "c.yaml"],
+     "cadre k8s render: unexpected argument 'b.yaml' (it takes only manifest)"),
+    (["server", "--slots", "many"], "cadre server: --slots takes a number, not 'many'"),
+    (["users", "frob"], "cadre users: unknown subcommand 'frob'; one of: add"),
+    (["users", "add", "ada"], "cadre users add: --plan is required"),
+    (["users", "add", "ada", "--plan"], "cadre users add: --plan was given no value; it takes a value"),
+    (["submit"], "cadre submit: the argument manifest is required"),
+    (["jobs", "get", "a", "b"], "cadre jobs get: unexpected argument 'b' (it takes only id)"),
+    (["jobs", "--server"], "cadre jobs: --server was given no value; it takes a value"),
+    (["deploy", "training-1", "--timeout", "0"],
+     "cadre deploy: --timeout: must be 0.1..1000000, got 0"),
+    (["score", "deployment-1"], "cadre score: the argument input is required"),
+    (["task", "--engine"], "cadre task: --engine was given no value; it takes a value"),
+    # What a line repeats from argv is quoted and escaped.
+    (["version", "a\x1bb"], "cadre version: unexpected argument 'a\\x1bb' (it takes no arguments)"),
+]
+
+
+@pytest.mark.parametrize("args,line", USAGE_ERRORS)
+def test_a_usage_error_is_one_line_naming_the_subcommand(tmp_path, args, line):
+    proc = subprocess.run([CADRE, *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [line], proc.stderr
+    assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # no job directory, no server data, nothing run
+
+
+SERVE = os.path.join(os.path.dirname(CADRE), "cadre-serve")
+
+
+@pytest.mark.skipif(not os.path.exists(SERVE), reason="cadre-serve is not built (no libtorch)")
+@pytest.mark.parametrize("args,line", [
+    ([], "cadre serve: the argument model_dir is required (the model folder saved by "
+         "cadre.save_model)"),
+    (["model", "other"], "cadre serve: unexpected argument 'other' (it takes only model_dir)"),
+    (["model", "--frob"], "cadre serve: unknown option --frob"),
+    (["model", "--port", "70000"], "cadre serve: --port: must be 0..65535, got 70000"),
+    (["model", "--port"], "cadre serve: --port was given no value; it takes a number"),
+])
+def test_a_usage_error_of_serve_is_one_line_naming_it(tmp_path, args, line):
+    # `cadre serve` execs cadre-serve, which parses the options itself.
+    proc = subprocess.run([CADRE, "serve", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [line], proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["bench", "ps", "--help"],
+                                  ["users", "add", "--help"]])
+def test_help_is_still_help(args):
+    proc = subprocess.run([CADRE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage:" in proc.stdout and proc.stderr == ""
