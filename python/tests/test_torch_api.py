@@ -1,6 +1,6 @@
 """The rest of horovod.torch's API and its error behaviour, as a job of 2 learners x 2 slots
-started by `cadre run`: each check of torch_job_api.py runs on every rank; a failure names the
-check and the rank."""
+started by `cadre run`: each check of torch_job_api.py (and of torch_job_api_errors.py, which it
+registers) runs on every rank; a failure names the check and the rank."""
 import json
 
 import pytest
