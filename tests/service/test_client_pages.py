@@ -73,8 +73,8 @@ def test_jobs_list_follows_every_page():
     assert len(Recorder.paths) == 3, Recorder.paths
 
 
-def test_an_id_is_one_path_segment():
+def test_an_id_that_is_not_one_path_segment_is_not_sent():
     out = run_against_stand_in("jobs", "get", "../trainings?limit=1")
-    assert out.returncode == 1
-    assert Recorder.paths == ["/ml/v4/trainings/..%2Ftrainings%3Flimit%3D1?version=2020-09-01"]
-    assert "no such training" in out.stderr
+    assert out.returncode == 2
+    assert Recorder.paths == []
+    assert "'../trainings?limit=1' is not a training id" in out.stderr

@@ -363,3 +363,40 @@ def test_submit_of_a_folder_asks_for_its_manifest(tmp_path):
     out = cadre("submit", str(tmp_path), "--token", "cadre_x_y")
     # It used to upload the folder's parent with the folder read as a manifest.
     assert out.returncode == 2 and "is a folder" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("method, path, bad", [
+    ("GET", "/ml/v4/trainings/../../etc/logs", "../../etc"),
+    ("GET", "/ml/v4/trainings/..", ".."),
+    ("DELETE", "/ml/v4/trainings/training-1/../../y", "training-1/../../y"),
+    ("GET", "/ml/v4/trainings/a%20b", "a b"),
+    ("GET", "/ml/v4/trainings/..%2F..%2Fetc/logs", "../../etc"),
+    ("GET", "/ml/v4/models/../x/download", "../x"),
+    ("POST", "/ml/v4/deployments/../predictions", ".."),
+])
+def test_a_path_like_id_is_refused_naming_it(ada, method, path, bad):
+    # It used to be "no route" (an id with a slash) or "does not exist": unclear, and the same
+    # answer as for a real id of someone else's.
+    sep = "&" if "?" in path else "?"
+    r = ada.request(method, f"{path}{sep}version=2020-09-01",
+                    body="{}" if method == "POST" else None,
+                    content_type="application/json" if method == "POST" else None)
+    assert r.status == 400 and r.error_codes() == ["invalid_parameter"], r
+    kind = path.split("/")[3][:-1]
+    assert f"'{bad}' is not a {kind} id" in r.json()["errors"][0]["message"], r
+    assert r.error_targets() == ["id"], r
+    assert ada.api("GET", "").status == 200  # and the server carries on
+
+
+@pytest.mark.parametrize("args, bad, kind", [
+    (["jobs", "logs", "../../etc"], "../../etc", "training"),
+    (["jobs", "logs", "-f", ".."], "..", "training"),
+    (["jobs", "get", "a/b"], "a/b", "training"),
+    (["jobs", "cancel", "../x", "--hard-delete"], "../x", "training"),
+    (["deploy", "x y"], "x y", "training"),
+    (["score", "../d", "-"], "../d", "deployment"),
+])
+def test_the_client_names_a_malformed_id_before_asking(ada, args, bad, kind):
+    out = cadre(*args, "--server", ada.url, "--token", ada.token)
+    assert out.returncode == 2, out.stdout
+    assert f"'{bad}' is not a {kind} id" in out.stdout, out.stdout

@@ -182,6 +182,7 @@ def test_followers_are_capped_at_half_the_threads(make_server):
     s, answer = follow()
     s.close()
     assert answer.startswith("HTTP/1.1 503") and "too_many_followers" in answer, answer
+    assert "Retry-After: 5\r\n" in answer, answer
     assert ada.api("GET", "").status == 200  # the others still answer
     followers.pop()[0].close()
     wait_for("a follower's place to be given back", lambda: follow()[1].startswith("HTTP/1.1 200"),

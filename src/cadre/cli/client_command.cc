@@ -31,6 +31,7 @@
 #include <thread>
 
 #include "cadre/cli/commands.h"
+#include "cadre/service/resource_id.h"
 #include "cadre/service/service.h"
 #include "cadre/service/zip_folder.h"
 
@@ -235,6 +236,14 @@ int List(const ClientFlags& flags) {
   return 1;
 }
 
+// An id that the server could never have given (`../../etc`) is named here, before any request:
+// true (and the message printed) when `id` is not the shape of a `kind`'s id.
+bool BadId(const char* who, const std::string& id, const char* kind) {
+  Status st = service::CheckResourceId(id, kind);
+  if (!st.ok()) std::cerr << who << ": " << st.message() << "\n";
+  return !st.ok();
+}
+
 int Get(const ClientFlags& flags, const std::string& id) {
   Connection c;
   if (!Connect(flags, "cadre jobs get", &c)) return 2;
@@ -437,15 +446,20 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   list->callback([=] { *exit_code = List(*flags); });
   auto* get = jobs->add_subcommand("get", "One training's resource, as JSON");
   get->add_option("id", *id, "The training's id")->required();
-  get->callback([=] { *exit_code = Get(*flags, *id); });
+  get->callback(
+      [=] { *exit_code = BadId("cadre jobs get", *id, "training") ? 2 : Get(*flags, *id); });
   auto* logs = jobs->add_subcommand("logs", "A training's log");
   logs->add_option("id", *id, "The training's id")->required();
   logs->add_flag("-f,--follow", *follow, "Keep printing lines as they are written, to the end");
-  logs->callback([=] { *exit_code = Logs(*flags, *id, *follow); });
+  logs->callback([=] {
+    *exit_code = BadId("cadre jobs logs", *id, "training") ? 2 : Logs(*flags, *id, *follow);
+  });
   auto* cancel = jobs->add_subcommand("cancel", "Cancel a training (stops its learners)");
   cancel->add_option("id", *id, "The training's id")->required();
   cancel->add_flag("--hard-delete", *hard, "Also delete its record and files");
-  cancel->callback([=] { *exit_code = Cancel(*flags, *id, *hard); });
+  cancel->callback([=] {
+    *exit_code = BadId("cadre jobs cancel", *id, "training") ? 2 : Cancel(*flags, *id, *hard);
+  });
   for (auto* sub : {list, get, logs, cancel}) AddConnectionFlags(sub, flags.get());
 
   auto training = std::make_shared<std::string>();
@@ -460,7 +474,11 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   deploy->add_option("--timeout", *timeout, "Seconds to wait for it to be ready (default 300)")
       ->check(CLI::Range(0.1, 1e6));
   AddConnectionFlags(deploy, flags.get());
-  deploy->callback([=] { *exit_code = Deploy(*flags, *training, *name, *timeout); });
+  deploy->callback([=] {
+    *exit_code = BadId("cadre deploy", *training, "training")
+                     ? 2
+                     : Deploy(*flags, *training, *name, *timeout);
+  });
 
   auto deployment = std::make_shared<std::string>();
   auto input = std::make_shared<std::string>();
@@ -471,7 +489,10 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   score->add_option("deployment_id", *deployment, "The deployment's id")->required();
   score->add_option("input", *input, "The payload's file, or -")->required();
   AddConnectionFlags(score, flags.get());
-  score->callback([=] { *exit_code = Score(*flags, *deployment, *input); });
+  score->callback([=] {
+    *exit_code =
+        BadId("cadre score", *deployment, "deployment") ? 2 : Score(*flags, *deployment, *input);
+  });
 }
 
 }  // namespace cadre::cli

@@ -15,6 +15,7 @@
 #include "cadre/service/api.h"
 #include "cadre/service/data_dir_lock.h"
 #include "cadre/service/db.h"
+#include "cadre/service/resource_id.h"
 #include "cadre/service/routes.h"
 
 namespace cadre::service {
@@ -158,6 +159,14 @@ Status Service::Start() {
   // data) until the connection ends: the client would wait out the read timeout for a 400.
   server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     const bool has_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
+    // An id the service could never have given (`../../etc`) is named, before any route or
+    // lookup: a route would answer "no route" for one with a slash, "not found" for the rest.
+    if (Status st = CheckIdInPath(req.path); !st.ok()) {
+      SendError(res, 400, "invalid_parameter", st.message(), "id");
+      // The body, if any, is not read: the connection cannot carry another request.
+      if (has_body) res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (!has_body || req.has_header("Content-Length") || req.has_header("Transfer-Encoding")) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
