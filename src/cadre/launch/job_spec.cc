@@ -244,6 +244,22 @@ std::optional<JobSpec> BuildJobSpec(const JobRequest& request, const Installed& 
   spec.results_dir = request.results_path.has_value()
                          ? Resolve(spec.work_dir, *request.results_path)
                          : std::filesystem::current_path() / "runs";
+  // Created when missing; a file there (or above it) failed only once the job was being set up,
+  // as an I/O error naming neither the field nor the flag.
+  for (std::filesystem::path p = spec.results_dir; !p.empty(); p = p.parent_path()) {
+    std::error_code ec;
+    const auto status = std::filesystem::status(p, ec);
+    if (!std::filesystem::exists(status)) {
+      if (p == p.parent_path()) break;
+      continue;
+    }
+    if (!std::filesystem::is_directory(status)) {
+      problems->Add(OriginOr(request.results_path.origin, "training_results_reference"),
+                    QuotedText(p.string(), kMaxShownPathBytes) +
+                        " is not a folder; job directories are created under it");
+    }
+    break;
+  }
 
   if (problems->size() != problems_before) return std::nullopt;
   return spec;

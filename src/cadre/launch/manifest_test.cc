@@ -274,6 +274,29 @@ training_data_reference: {type: s3, location: {path: /nope/nowhere}}
   EXPECT_GE(c.problems.size(), 7u) << c.problems.ToString();
 }
 
+std::string WithResults(const std::string& path) {
+  return "framework: {name: pytorch}\nexecution: {command: x}\n"
+         "training_results_reference: {type: fs, location: {path: '" +
+         path + "'}}\n";
+}
+
+TEST(Manifest, AResultsFolderThatIsAFileIsRefusedByItsField) {
+  // It failed only while the job was set up: an I/O error naming neither field nor flag.
+  const std::string file =
+      (std::filesystem::path(testing::TempDir()) / "cadre_manifest_results_file").string();
+  std::ofstream(file) << "x";
+  for (const std::string& path : {file, file + "/below/it"}) {
+    Checked c = Check(WithResults(path));
+    EXPECT_FALSE(c.spec) << path;
+    EXPECT_TRUE(c.Has("training_results_reference.location.path",
+                      "'" + file + "' is not a folder; job directories are created under it"))
+        << c.problems.ToString();
+  }
+  Checked missing = Check(WithResults(file + "_dir/new/runs"));
+  EXPECT_TRUE(missing.spec) << missing.problems.ToString();  // created when the job starts
+  std::filesystem::remove(file);
+}
+
 TEST(Manifest, MixedShapesAndSyntaxErrors) {
   Checked mixed = Check(R"(
 learners: 2
