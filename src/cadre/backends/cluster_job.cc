@@ -293,10 +293,13 @@ std::string ClusterJob::LostSlots() {
   for (const auto& e : ReadSlotExits(layout_.job_dir, spec_.nodes, spec_.slots_per_learner)) {
     recorded[SlotIndex(e.learner_id, e.local_rank)] = true;
   }
+  std::vector<int> silent;
+  for (int rank : watch_->Silent(now)) {
+    if (!recorded[static_cast<size_t>(rank)]) silent.push_back(rank);
+  }
   // By learner: "learner-2 (node node2) slots 0, 1".
   std::map<int, std::vector<int>> lost;
-  for (int rank : watch_->Silent(now)) {
-    if (recorded[static_cast<size_t>(rank)]) continue;
+  for (int rank : watch_->Settled(std::move(silent))) {
     const auto& s = status_.slots[static_cast<size_t>(rank)];
     lost[s.learner_id].push_back(s.local_rank);
     if (!lost_slot_) lost_slot_ = static_cast<size_t>(rank);

@@ -1,5 +1,6 @@
 #include "cadre/backends/heartbeat.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -92,6 +93,16 @@ std::vector<int> HeartbeatWatch::Silent(Clock::time_point now) const {
   for (const auto& [rank, seen] : seen_) {
     if (seen.count > 0 && now - seen.changed > timeout_) silent.push_back(rank);
   }
+  return silent;
+}
+
+std::vector<int> HeartbeatWatch::Settled(std::vector<int> silent) {
+  bool grew = false;
+  for (int rank : silent) {
+    grew = grew || std::find(last_silent_.begin(), last_silent_.end(), rank) == last_silent_.end();
+  }
+  last_silent_ = silent;
+  if (grew) return {};
   return silent;
 }
 

@@ -75,6 +75,14 @@ class HeartbeatWatch {
   void Observe(int rank, int64_t count, Clock::time_point now);
   // The ranks whose counter last moved more than `timeout` before `now`, in order.
   std::vector<int> Silent(Clock::time_point now) const;
+  // The runner's verdict after a read of every counter, given the ranks found silent at it (less
+  // any it knows ended): those ranks once no rank has joined them since the previous read, else
+  // none yet. The slots of one lost node stop at one moment, but the runner reads the counters
+  // now and then (a second apart), and the last beats of two such slots may fall either side of
+  // a read: one is then judged silent a read before the other. Waiting until the set stops
+  // growing names every slot of the node, at the cost of one read; a slot that beats again in
+  // between leaves it.
+  std::vector<int> Settled(std::vector<int> silent);
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:
@@ -84,6 +92,7 @@ class HeartbeatWatch {
   };
   std::chrono::milliseconds timeout_;
   std::map<int, Seen> seen_;
+  std::vector<int> last_silent_;  // Settled's argument at the previous read
 };
 
 }  // namespace cadre::backends

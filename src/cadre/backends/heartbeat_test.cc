@@ -40,6 +40,35 @@ TEST(HeartbeatWatch, ARunnerThatPausedJudgesByTheCountsNotTheGap) {
   EXPECT_EQ(watch.Silent(t0 + seconds(60)), std::vector<int>{1});
 }
 
+TEST(HeartbeatWatch, TheSlotsOfALostNodeAreNamedTogether) {
+  // Slots 2 and 3 (one node) stop at one moment, but slot 3's last beat came after the read at
+  // t0 + 1 s and slot 2's before it: slot 2 is silent a read before slot 3. The verdict waits
+  // until no slot joins, and names both; slots 0 and 1 beat on throughout.
+  HeartbeatWatch watch(seconds(3));
+  const auto t0 = HeartbeatWatch::Clock::time_point{} + seconds(1000);
+  std::vector<std::vector<int>> verdicts;
+  for (int s = 0; s <= 7; ++s) {
+    const auto now = t0 + seconds(s);
+    watch.Observe(0, s + 1, now);
+    watch.Observe(1, s + 1, now);
+    watch.Observe(2, 1, now);
+    watch.Observe(3, s == 0 ? 1 : 2, now);
+    verdicts.push_back(watch.Settled(watch.Silent(now)));
+  }
+  // Silent: slot 2 from t0 + 4 s, slot 3 from t0 + 5 s; settled a read later.
+  const std::vector<std::vector<int>> expected = {{}, {}, {}, {}, {}, {}, {2, 3}, {2, 3}};
+  EXPECT_EQ(verdicts, expected);
+}
+
+TEST(HeartbeatWatch, ASlotThatBeatsAgainLeavesTheVerdict) {
+  HeartbeatWatch watch(seconds(3));
+  EXPECT_EQ(watch.Settled({1, 2}), std::vector<int>{});  // new: wait a read
+  EXPECT_EQ(watch.Settled({1}), std::vector<int>{1});    // 2 beat again; none joined
+  EXPECT_EQ(watch.Settled({}), std::vector<int>{});      // nothing silent
+  EXPECT_EQ(watch.Settled({0, 1}), std::vector<int>{});  // both new since the last read
+  EXPECT_EQ(watch.Settled({0, 1}), (std::vector<int>{0, 1}));
+}
+
 TEST(HeartbeatPeriod, ASixthOfTheTimeoutWithinBounds) {
   EXPECT_EQ(HeartbeatPeriod(seconds(60)), seconds(10));
   EXPECT_EQ(HeartbeatPeriod(seconds(3)), milliseconds(500));
