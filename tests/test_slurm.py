@@ -273,15 +273,17 @@ def test_a_killed_runner_takes_its_slurm_job_with_it(slurm, tmp_path):
 
 
 def test_nodes_that_cannot_reach_the_runner_fail_the_job_saying_so(slurm, tmp_path):
-    # --store-host names an address the nodes cannot reach (TEST-NET-1): the slots hear nothing
-    # from cadre run, stop, and cadre run, which is there, says what that means.
-    proc = subprocess.run([CADRE, "run", "--backend", "slurm", "--store-host", "192.0.2.1",
+    # --store-host names an address where the nodes cannot reach the store: ::1, on this machine
+    # (a test sends nothing off it), where nothing listens at the store's port, since the store
+    # listens on IPv4 only (0.0.0.0). The slots hear nothing from cadre run, stop, and cadre
+    # run, which is there, says what that means.
+    proc = subprocess.run([CADRE, "run", "--backend", "slurm", "--store-host", "::1",
                            "--heartbeat-timeout", "3", "-n", "1", "--", "sleep", "300"],
                           cwd=tmp_path, env=slurm.env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, timeout=120)
     job = Job(proc, str(tmp_path))
     assert job.returncode == 1, job.stdout + job.stderr
-    assert "learner-1 slot 0 stopped itself: cadre run's rendezvous store at 192.0.2.1:" in \
+    assert "learner-1 slot 0 stopped itself: cadre run's rendezvous store at ::1:" in \
         job.stderr, job.stderr
     assert "the node cannot reach this machine's store, see --store-host" in job.stderr
     assert job.status()["state"] == "failed"
