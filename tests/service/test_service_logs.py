@@ -148,6 +148,33 @@ def test_the_client_follows_a_job_across_a_server_restart(server):
     assert "trying again" in err, err
 
 
+def open_follower(host, port, request):
+    """The connection and its answer so far: the head, and the whole body unless 200."""
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(request)
+    answer = b""
+    while b"\r\n\r\n" not in answer:  # the head and body may come in separate segments
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"Content-Length: (\d+)", head)
+    while not head.startswith(b"HTTP/1.1 200") and length and len(body) < int(length[1]):
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        body += chunk
+    return s, (head + b"\r\n\r\n" + body).decode()
+
+
+def follow_request(server, ada, tid):
+    host, port = server.url[len("http://"):].split(":")
+    request = (f"GET /ml/v4/trainings/{tid}/logs?version={VERSION}&follow=true HTTP/1.1\r\n"
+               f"Host: {host}\r\nAuthorization: Bearer {ada.token}\r\n\r\n").encode()
+    return host, port, request
+
+
 def test_followers_are_capped_at_half_the_threads(make_server):
     # Each follower holds an HTTP thread: 64 of them (the default --threads) made the server
     # answer nobody, not even the dashboard's sign-in.
@@ -155,28 +182,10 @@ def test_followers_are_capped_at_half_the_threads(make_server):
     ada = server.client(server.add_user("ada"))
     tid = ada.submit_json(wml_body("echo start; sleep 600")).json()["metadata"]["id"]
     ada.wait_state(tid, "running")
-    host, port = server.url[len("http://"):].split(":")
-    request = (f"GET /ml/v4/trainings/{tid}/logs?version={VERSION}&follow=true HTTP/1.1\r\n"
-               f"Host: {host}\r\nAuthorization: Bearer {ada.token}\r\n\r\n").encode()
+    host, port, request = follow_request(server, ada, tid)
 
     def follow():
-        """The connection and its answer so far: the head, and the whole body unless 200."""
-        s = socket.create_connection((host, int(port)), timeout=10)
-        s.sendall(request)
-        answer = b""
-        while b"\r\n\r\n" not in answer:  # the head and body may come in separate segments
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            answer += chunk
-        head, _, body = answer.partition(b"\r\n\r\n")
-        length = re.search(rb"Content-Length: (\d+)", head)
-        while not head.startswith(b"HTTP/1.1 200") and length and len(body) < int(length[1]):
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            body += chunk
-        return s, (head + b"\r\n\r\n" + body).decode()
+        return open_follower(host, port, request)
     followers = [follow() for _ in range(4)]
     assert all(answer.startswith("HTTP/1.1 200") for _, answer in followers), followers
     s, answer = follow()
@@ -187,6 +196,40 @@ def test_followers_are_capped_at_half_the_threads(make_server):
     followers.pop()[0].close()
     wait_for("a follower's place to be given back", lambda: follow()[1].startswith("HTTP/1.1 200"),
              timeout=30)
+    for s, _ in followers:
+        s.close()
+    assert ada.api("DELETE", f"/{tid}").status == 204
+
+
+def test_followers_and_large_uploads_leave_threads_to_the_rest(make_server):
+    # Followers may hold half the threads, bodies a worker reads (over 64 KiB, chunked, after
+    # 100 Continue) a quarter: with 4 threads, 2 followers and 1 slow upload leave one to
+    # everyone else, and a second upload is refused at once (it took the last thread, and a
+    # slow one held it until its deadline).
+    server = make_server(extra=["--threads", "4", "--request-timeout", "3600"])
+    ada = server.client(server.add_user("ada"))
+    tid = ada.submit_json(wml_body("echo start; sleep 600")).json()["metadata"]["id"]
+    ada.wait_state(tid, "running")
+    host, port, request = follow_request(server, ada, tid)
+    followers = [open_follower(host, port, request) for _ in range(2)]
+    assert all(answer.startswith("HTTP/1.1 200") for _, answer in followers), followers
+    upload = (b"POST /ml/v4/trainings?version=2020-09-01 HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: 1000000\r\nExpect: 100-continue\r\n\r\n")
+    first = socket.create_connection((host, int(port)), timeout=60)
+    first.sendall(upload)
+    assert first.recv(64).startswith(b"HTTP/1.1 100 Continue")  # a worker reads it
+    first.sendall(b"a" * 1000)
+    second = socket.create_connection((host, int(port)), timeout=60)
+    second.sendall(upload)
+    answer = b""
+    while b"server_busy" not in answer and (chunk := second.recv(4096)):
+        answer += chunk
+    second.close()
+    assert answer.startswith(b"HTTP/1.1 503 Service Unavailable"), answer
+    assert b"Retry-After: 5\r\n" in answer and b"large request bodies" in answer, answer
+    # The fourth thread answers the rest.
+    assert ada.api("GET", f"/{tid}").status == 200
+    first.close()
     for s, _ in followers:
         s.close()
     assert ada.api("DELETE", f"/{tid}").status == 204

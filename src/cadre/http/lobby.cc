@@ -30,11 +30,12 @@ void Refuse(Connection& c, const RefusalBody& body, int status, const std::strin
   const std::string reason = status == 408   ? "Request Timeout"
                              : status == 413 ? "Payload Too Large"
                              : status == 414 ? "URI Too Long"
+                             : status == 503 ? "Service Unavailable"
                                              : "Request Header Fields Too Large";
   const std::string answer = "HTTP/1.1 " + std::to_string(status) + " " + reason +
-                             "\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                             "Content-Length: " +
-                             std::to_string(text.size()) + "\r\n\r\n" + text;
+                             "\r\nContent-Type: application/json\r\nConnection: close\r\n" +
+                             (status == 503 ? "Retry-After: 5\r\n" : "") +
+                             "Content-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
   ssize_t ignored = send(c.fd, answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   (void)ignored;
   shutdown(c.fd, SHUT_WR);

@@ -62,9 +62,10 @@ struct LobbyLimits {
 using RefusalBody =
     std::function<std::string(int status, const std::string& code, const std::string& message)>;
 
-// Answers `c` with `status` (408, 413, 414 or 431) and `Connection: close`, shuts its sending side
-// and sets it draining: once in the lobby, what the client still sends is read and thrown away for
-// a little while, so that closing does not reset the connection under the answer.
+// Answers `c` with `status` (408, 413, 414, 431, or 503 with Retry-After: 5) and
+// `Connection: close`, shuts its sending side and sets it draining: once in the lobby, what the
+// client still sends is read and thrown away for a little while, so that closing does not reset
+// the connection under the answer.
 void Refuse(Connection& c, const RefusalBody& body, int status, const std::string& code,
             const std::string& message);
 

@@ -8,12 +8,11 @@
 namespace cadre::http {
 namespace {
 
-// The body to wait for with the head `head` (lower case), when it is small.
-size_t SmallBody(const std::string& head) {
-  if (head.find("\nexpect:") != std::string::npos ||
-      head.find("\ntransfer-encoding:") != std::string::npos) {
-    return 0;
-  }
+// The body announced by the head `head` (lower case); `streamed` when the worker reads it.
+size_t Body(const std::string& head, bool* streamed) {
+  *streamed = head.find("\nexpect:") != std::string::npos ||
+              head.find("\ntransfer-encoding:") != std::string::npos;
+  if (*streamed) return 0;
   size_t at = head.find("\ncontent-length:");
   if (at == std::string::npos) return 0;
   at += std::strlen("\ncontent-length:");
@@ -21,18 +20,35 @@ size_t SmallBody(const std::string& head) {
   size_t length = 0;
   auto [end, ec] = std::from_chars(head.data() + at, head.data() + head.size(), length);
   (void)end;
-  return ec == std::errc() && length <= kLobbyBody ? length : 0;
+  if (ec != std::errc()) return 0;
+  *streamed = length > kLobbyBody;
+  return *streamed ? 0 : length;
+}
+
+// The head that starts `bytes`, in lower case; empty while it has not ended within `max_head`.
+std::string Head(std::string_view bytes, size_t max_head) {
+  size_t end = bytes.find("\n\r\n");
+  if (end == std::string::npos || end + 3 > max_head) return {};
+  std::string head(bytes.substr(0, end + 3));
+  std::transform(head.begin(), head.end(), head.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return head;
 }
 
 }  // namespace
 
 size_t RequestSize(std::string_view bytes, size_t max_head) {
-  size_t end = bytes.find("\n\r\n");
-  if (end == std::string::npos || end + 3 > max_head) return std::string::npos;
-  std::string head(bytes.substr(0, end + 3));
-  std::transform(head.begin(), head.end(), head.begin(),
-                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  return end + 3 + SmallBody(head);
+  const std::string head = Head(bytes, max_head);
+  if (head.empty()) return std::string::npos;
+  bool streamed;
+  return head.size() + Body(head, &streamed);
+}
+
+bool BodyStreamed(std::string_view bytes, size_t max_head) {
+  const std::string head = Head(bytes, max_head);
+  bool streamed = false;
+  if (!head.empty()) Body(head, &streamed);
+  return streamed;
 }
 
 }  // namespace cadre::http

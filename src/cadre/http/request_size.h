@@ -17,4 +17,8 @@ inline constexpr size_t kLobbyBody = 64 << 10;
 // small body. npos while the head has not ended within `max_head`.
 size_t RequestSize(std::string_view bytes, size_t max_head);
 
+// Whether the request whose whole head starts `bytes` has a body the worker reads (over
+// kLobbyBody, chunked, or sent after 100 Continue).
+bool BodyStreamed(std::string_view bytes, size_t max_head);
+
 }  // namespace cadre::http

@@ -43,6 +43,31 @@ std::string SlowBodyMessage(const BodyPace& pace, int read_timeout_ms) {
          "every " + std::to_string(pace.min_rate >> 10) + " KiB of it that arrives";
 }
 
+// One of the places of the requests whose body a worker reads, given back at the end of the
+// request.
+class StreamedPlace {
+ public:
+  explicit StreamedPlace(std::atomic<size_t>& count) : count_(count) {}
+  ~StreamedPlace() {
+    if (taken_) --count_;
+  }
+  StreamedPlace(const StreamedPlace&) = delete;
+  StreamedPlace& operator=(const StreamedPlace&) = delete;
+
+  bool Take(size_t max) {
+    if (++count_ > max) {
+      --count_;
+      return false;
+    }
+    taken_ = true;
+    return true;
+  }
+
+ private:
+  std::atomic<size_t>& count_;
+  bool taken_ = false;
+};
+
 LobbyLimits LobbyLimitsOf(const Limits& limits) {
   LobbyLimits lobby;
   lobby.max_head = limits.max_head;
@@ -189,6 +214,15 @@ void Server::Dispatch(std::unique_ptr<Connection> c) {
 
 void Server::ServeConnection(std::unique_ptr<Connection> c) {
   for (;;) {
+    StreamedPlace place(streamed_);
+    if (limits_.max_streamed > 0 && BodyStreamed(c->buffer.view(), limits_.max_head) &&
+        !place.Take(limits_.max_streamed)) {
+      Refuse(*c, refusal_, 503, "server_busy",
+             "the server already reads " + std::to_string(limits_.max_streamed) +
+                 " large request bodies (over 64 KiB, chunked, or after 100 Continue), the most "
+                 "it reads at once; try again in a few seconds");
+      break;
+    }
     const BodyPace pace{limits_.head_timeout, limits_.body_min_rate};
     ConnectionStream stream(c->fd, c->buffer, limits_.max_head,
                             Millis(read_timeout_sec_, read_timeout_usec_),

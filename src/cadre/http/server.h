@@ -29,7 +29,9 @@
 // head, plus one second for every `body_min_rate` bytes (stream.h). A client that sends it
 // slower, or stops for the read timeout, is answered 408 and its connection closed (after the
 // same draining as above), so that a few clients trickling large uploads cannot hold the
-// workers for long.
+// workers for long. With `max_streamed`, at most that many such requests are read at once: one
+// more is answered 503 `server_busy` (Retry-After: 5) before its body is read (a client that
+// waits for 100 Continue never sends it), so that the other workers are left to the rest.
 //
 // A Stop():
 //   - accepts what the kernel has already completed, then closes the listener (new connections
@@ -66,6 +68,9 @@ struct Limits {
   size_t max_idle = 4096;           // connections waiting in the lobby
   size_t max_requests = 10000;      // per connection
   size_t body_min_rate = 16 << 10;  // bytes a second a streamed body keeps up, after head_timeout
+  // Requests whose body a worker reads (streamed), at once; one more is answered 503 with
+  // Retry-After before any of its body is read. 0: no limit.
+  size_t max_streamed = 0;
 };
 
 class Server final : public httplib::Server {
@@ -100,8 +105,9 @@ class Server final : public httplib::Server {
   std::atomic<bool> stopping_{false};
   int stop_fd_;    // an eventfd, readable from the stop on: wakes the accept loop and holders
   int demand_fd_;  // a semaphore eventfd: each count asks one holder to let go of its connection
-  std::atomic<size_t> queued_{0};  // connections dispatched, not yet taken by a worker
-  std::atomic<size_t> busy_{0};    // workers serving or holding a connection
+  std::atomic<size_t> queued_{0};    // connections dispatched, not yet taken by a worker
+  std::atomic<size_t> busy_{0};      // workers serving or holding a connection
+  std::atomic<size_t> streamed_{0};  // requests whose body a worker reads
   Tally open_;
   std::mutex workers_mutex_;
   std::unique_ptr<httplib::TaskQueue> workers_;  // guarded by workers_mutex_; set in Serve()

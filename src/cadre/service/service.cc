@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <thread>
@@ -133,6 +134,9 @@ Status Service::Start() {
   limits.threads = static_cast<size_t>(options_.threads);
   limits.head_timeout = options_.request_timeout;
   limits.body_min_rate = options_.min_upload_rate;
+  // Log followers may take half the threads (routes_logs.cc), large uploads a quarter: a
+  // quarter is always left to every other request.
+  limits.max_streamed = std::max<size_t>(1, limits.threads / 4);
   parts->http = std::make_unique<http::Server>(limits, LobbyRefusal);
   http::Server& server = *parts->http;
   server.set_payload_max_length(options_.max_body);
