@@ -48,9 +48,7 @@ std::string SlowBodyMessage(const BodyPace& pace, int read_timeout_ms) {
 class StreamedPlace {
  public:
   explicit StreamedPlace(std::atomic<size_t>& count) : count_(count) {}
-  ~StreamedPlace() {
-    if (taken_) --count_;
-  }
+  ~StreamedPlace() { Release(); }
   StreamedPlace(const StreamedPlace&) = delete;
   StreamedPlace& operator=(const StreamedPlace&) = delete;
 
@@ -61,6 +59,10 @@ class StreamedPlace {
     }
     taken_ = true;
     return true;
+  }
+  void Release() {
+    if (taken_) --count_;
+    taken_ = false;
   }
 
  private:
@@ -236,6 +238,8 @@ void Server::ServeConnection(std::unique_ptr<Connection> c) {
                   payload_max_length_;
     });
     if (stream.timed_out()) {
+      // Free before the answer: a client that tries again at once finds its place.
+      place.Release();
       // cpp-httplib's answer (400, or its 413 after the body) was not sent: the lobby drains
       // the connection under this one.
       if (too_large) {
