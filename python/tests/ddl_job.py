@@ -6,6 +6,7 @@ import sys
 import torch
 
 import cadre.ddl as ddl
+import cadre.torch as hvd
 
 
 def main():
@@ -39,6 +40,10 @@ def main():
     nc = torch.arange(12.0).reshape(3, 4).t() * (r + 1)
     ddl.allreduce_n([nc], op="sum")
     assert torch.equal(nc, torch.arange(12.0).reshape(3, 4).t() * total), nc
+    # cadre.torch's op constants are taken too.
+    ones = [torch.ones(2)]
+    ddl.allreduce_n(ones, op=hvd.Sum)
+    assert torch.equal(ones[0], torch.full((2,), float(n))), ones
     try:
         ddl.allreduce_n([torch.ones(1)], op="max")
         raise AssertionError("op max accepted")

@@ -14,6 +14,7 @@ REQUIRED = [
     "mismatch.shape_fails_every_rank", "mismatch.dtype_op_root_kind",
     "mismatch.grouped_sizes_fail_every_rank_at_once",
     "duplicate_pending_name_is_ValueError", "bad_arguments_raise_horovods_error_types",
+    "ops_are_horovods_integers",
     "tensors_on_other_devices_are_refused_naming_the_device",
     "broadcast_object_and_allgather_object",
     "objects.lambdas_local_classes_and_unpicklable_objects",

@@ -181,7 +181,7 @@ def _():
          lambda: hvd.alltoall(torch.ones(n), splits=[-1] + [1] * (n - 1), name="bad7")),
         ("uneven alltoall without splits",
          lambda: hvd.alltoall(torch.ones(n + 1), name="bad8")),
-        ("unknown op", lambda: hvd.allreduce(torch.ones(2), op="Median", name="bad9")),
+        ("op past Horovod's enum", lambda: hvd.allreduce(torch.ones(2), op=6, name="bad9")),
         ("0-d reducescatter", lambda: hvd.reducescatter(torch.tensor(1.0), name="bad11")),
         ("Adasum on integers", lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32),
                                                     op=hvd.Adasum, name="bad12")),
@@ -207,12 +207,39 @@ def _():
         raise AssertionError("a list was accepted as a tensor")
     except TypeError:
         pass
+    for op in ("Median", "Sum", 1.0):  # Horovod's binding takes an int op only
+        try:
+            hvd.allreduce(torch.ones(2), op=op, name="bad_op")
+            raise AssertionError("op=%r was accepted" % (op,))
+        except TypeError as e:
+            assert "op must be hvd.Average" in str(e), e
     try:
         hvd.grouped_allreduce([torch.ones(1), "x"], name="bad_type_grouped")
         raise AssertionError("a string was accepted as a tensor")
     except TypeError:
         pass
     engine_still_works("bad_arguments")
+
+
+@check("ops_are_horovods_integers")
+def _():
+    # Horovod's op constants are the ints of its C++ ReduceOp enum; scripts that pass or store
+    # the int get the same op. cadre's print as their names, in messages too.
+    ops = [hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product]
+    assert ops == [0, 1, 2, 3, 4, 5] and all(isinstance(op, int) for op in ops), ops
+    assert [str(op) for op in ops] == ["Average", "Sum", "Adasum", "Min", "Max", "Product"]
+    t = torch.full((3,), float(r + 1))
+    assert torch.equal(hvd.allreduce(t, op=1, name="int.op.sum"),
+                       torch.full((3,), float(n * (n + 1) // 2)))
+    assert torch.equal(hvd.allreduce(t, op=4, name="int.op.max"), torch.full((3,), float(n)))
+    # They survive pickling as the constants themselves (a config broadcast as an object).
+    got = hvd.broadcast_object({"op": hvd.Product}, root_rank=0, name="int.op.obj")
+    assert got["op"] is hvd.Product, got
+    try:
+        hvd.allreduce(torch.ones(1, dtype=torch.bool), op=hvd.Average, name="int.op.bool")
+        raise AssertionError("a bool average was accepted")
+    except hvd.HorovodInternalError as e:
+        assert "op=Average" in str(e), e
 
 
 @check("tensors_on_other_devices_are_refused_naming_the_device")

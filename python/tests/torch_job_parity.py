@@ -420,7 +420,7 @@ def _():
                                                     op=hvd.Adasum, name="et.adasum_int")),
         ("average of bool", lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool),
                                                   name="et.bool_avg")),
-        ("unknown op", lambda: hvd.allreduce(torch.ones(2), op="Median", name="et.op")),
+        ("unknown op", lambda: hvd.allreduce(torch.ones(2), op=6, name="et.op")),
     ]
     for what, call in value_errors:
         e = raises(ValueError, call)
@@ -429,6 +429,8 @@ def _():
         e = raises(RuntimeError, call)
         assert not isinstance(e, ValueError) and isinstance(e, hvd.HorovodInternalError), (
             what, type(e))
+    # An op that is not an int is refused by Horovod's binding (pybind11) with TypeError.
+    raises(TypeError, lambda: hvd.allreduce(torch.ones(2), op="Median", name="et.op_str"))
     s = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="et.after")
     assert s.item() == n, s
 

@@ -165,6 +165,8 @@ def bcast(tensor, root=0):
 
 def _reduce_op(op):
     ops = {"sum": _hvd.Sum, "avg": _hvd.Average, "average": _hvd.Average}
+    if not isinstance(op, str) and op in (_hvd.Sum, _hvd.Average):
+        return op  # cadre.torch's constants
     key = op.lower() if isinstance(op, str) else op
     if key not in ops:
         raise ValueError("allreduce_n op %r: use 'sum' or 'avg'" % (op,))

@@ -23,13 +23,39 @@ from cadre import _core
 from cadre.torch import adasum, cuda_staging, devices, nccl_path
 from cadre.torch.basics import HorovodInternalError, _STATE, global_process_set
 
-# Reduction ops (Horovod's constants).
-Average = "Average"
-Sum = "Sum"
-Adasum = "Adasum"
-Min = "Min"
-Max = "Max"
-Product = "Product"
+
+
+def _reduce_op(value):
+    """The op constant whose value is `value` (unpickling an op gives the constant back)."""
+    return _OPS_BY_VALUE[value]
+
+
+class _ReduceOp(int):
+    """A reduction op: an int equal to Horovod's constant (its C++ ReduceOp enum: Average 0,
+    Sum 1, Adasum 2, Min 3, Max 4, Product 5), so `op=1` is Sum as in Horovod; it prints as
+    its name, so messages say op=Sum rather than op=1."""
+
+    def __new__(cls, value, name):
+        op = super().__new__(cls, value)
+        op._name = name
+        return op
+
+    def __repr__(self):
+        return self._name
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return _reduce_op, (int(self),)
+
+
+Average = _ReduceOp(0, "Average")
+Sum = _ReduceOp(1, "Sum")
+Adasum = _ReduceOp(2, "Adasum")
+Min = _ReduceOp(3, "Min")
+Max = _ReduceOp(4, "Max")
+Product = _ReduceOp(5, "Product")
+_OPS_BY_VALUE = {int(op): op for op in (Average, Sum, Adasum, Min, Max, Product)}
 
 # The engine's codes, exported by the extension from the C++ enums (engine/request.h,
 # comm/types.h) rather than written down again here.
@@ -187,10 +213,15 @@ def handle_average_backwards_compatibility(op, average):
 
 def _resolve_op(average, op):
     op = handle_average_backwards_compatibility(op, average)
-    if op not in (Average, Sum, Adasum, Min, Max, Product):
+    # Horovod's ops are plain ints (op=1 is Sum there too): its binding refuses anything else
+    # with TypeError, and its C++ side an int that is no op.
+    if not isinstance(op, int):
+        raise TypeError("op must be hvd.Average, Sum, Adasum, Min, Max or Product (an int), not "
+                        "%r" % (op,))
+    if int(op) not in _OPS_BY_VALUE:
         raise _internal("unsupported reduction op %r (Average, Sum, Adasum, Min, Max, Product)"
                         % (op,))
-    return op
+    return _OPS_BY_VALUE[int(op)]
 
 
 def _scales(op, dtype, prescale_factor, postscale_factor, set_size):
