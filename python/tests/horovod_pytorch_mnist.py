@@ -34,7 +34,9 @@ parser.add_argument("--fp16-allreduce", action="store_true", default=False,
                     help="use fp16 compression during allreduce")
 parser.add_argument("--use-adasum", action="store_true", default=False)
 parser.add_argument("--gradient-predivide-factor", type=float, default=1.0)
-parser.add_argument("--data-dir", help="where MNIST is, or is downloaded to")
+parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR", "./data"),
+                    help="where MNIST is, or is downloaded to (default: $DATA_DIR, the "
+                         "WML/FfDL learner contract's, else ./data)")
 parser.add_argument("--num-proc", type=int, help="run through horovod.run, not horovodrun")
 
 
@@ -111,7 +113,7 @@ def train(args):
     # Horovod: limit the CPU threads of each worker.
     torch.set_num_threads(1)
 
-    data_dir = args.data_dir or "./data"
+    data_dir = args.data_dir
     normalize = transforms.Compose([transforms.ToTensor(),
                                     transforms.Normalize((0.1307,), (0.3081,))])
     with FileLock(os.path.join(data_dir, ".horovod_lock")):

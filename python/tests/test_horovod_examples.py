@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import textwrap
 
 import pytest
 
@@ -68,3 +69,24 @@ def test_horovod_run_in_a_script_says_to_use_cadre_run(tmp_path):
     assert "NotImplementedError: horovod.run() starts its own workers" in proc.stderr, \
         proc.stderr[-3000:]
     assert "cadre run -n LEARNERS" in proc.stderr
+
+
+def test_horovod_mnist_script_from_a_manifest(tmp_path, data_dir):
+    # The user's other path: a manifest, `python3` as the command, the data from
+    # training_data_reference (the script reads $DATA_DIR), 2 learners x k80x2 (CPU slots here).
+    (tmp_path / "job.yaml").write_text(textwrap.dedent("""\
+        name: horovod-mnist-test
+        framework: {name: pytorch-horovod}
+        execution:
+          command: python3 %s --batches-per-epoch 60 --log-interval 10
+          compute_configuration: {name: k80x2, nodes: 2}
+        training_data_reference: {type: fs, location: {path: %s}}
+        training_results_reference: {type: fs, location: {path: runs}}
+        """ % (SCRIPT, data_dir)))
+    job = cadre_run(tmp_path, ["-q", "job.yaml"], timeout=400)
+    assert job.returncode == 0 and not job.timed_out, job.describe()
+    assert len(job.slots) == 4, job.status
+    losses = [float(x) for x in re.findall(r"Loss: ([0-9.]+)", job.logs[0])]
+    assert len(losses) == 6, job.describe()
+    assert losses[-1] < losses[0], losses
+    assert "Replicas identical: True (4 workers)" in job.logs[0], job.describe()
