@@ -63,3 +63,23 @@ class Suite:
             finish()
         self._say("DONE rank=%d failed=%d" % (self.rank, failed))
         sys.exit(1 if failed else 0)
+
+
+class Deferred:
+    """Checks of a helper module, defined at its import (before hvd.init()) and registered into
+    the job's Suite later, at the point of its own checks where the job calls add_to: the
+    checks then run, with their collectives, in that order."""
+
+    def __init__(self):
+        self.checks = []  # (name, fn), in definition order
+
+    def check(self, name):
+        def register(fn):
+            self.checks.append((name, fn))
+            return fn
+
+        return register
+
+    def add_to(self, suite):
+        for name, fn in self.checks:
+            suite.check(name)(fn)

@@ -7,25 +7,17 @@
 import torch
 
 import horovod.torch as hvd
+from hvd_suite import Deferred
 
 r = n = None  # this rank and the size, set by add_checks (after hvd.init())
-_CHECKS = []  # (name, fn), in the order of this file
-
-
-def check(name):
-    """Decorator: fn becomes the check `name` once add_checks registers this file's checks."""
-    def register(fn):
-        _CHECKS.append((name, fn))
-        return fn
-
-    return register
+_CHECKS = Deferred()
+check = _CHECKS.check
 
 
 def add_checks(suite):
     global r, n
     r, n = hvd.rank(), hvd.size()
-    for name, fn in _CHECKS:
-        suite.check(name)(fn)
+    _CHECKS.add_to(suite)
 
 
 def close(got, want, tol=1e-6):

@@ -7,29 +7,22 @@ import torch
 import torch.nn.functional as F
 
 import horovod.torch as hvd
+from hvd_suite import Deferred
 
 ROWS = 6  # rows per rank
 r = n = None  # set by add_checks (after hvd.init())
-_CHECKS = []
+_CHECKS = Deferred()
+check = _CHECKS.check
 _gen = torch.Generator().manual_seed(99)
 INPUTS = torch.randn(ROWS * 8, 3, generator=_gen)  # enough rows for 8 ranks
 TARGETS = torch.sin(INPUTS.sum(1, keepdim=True)) + 0.05 * torch.randn(ROWS * 8, 1, generator=_gen)
-
-
-def check(name):
-    def register(fn):
-        _CHECKS.append((name, fn))
-        return fn
-
-    return register
 
 
 def add_checks(suite):
     global r, n
     r, n = hvd.rank(), hvd.size()
     assert n <= 8, n
-    for name, fn in _CHECKS:
-        suite.check(name)(fn)
+    _CHECKS.add_to(suite)
 
 
 def mine():
