@@ -77,7 +77,9 @@ class SyncBatchNorm(_BatchNorm):
             self.num_batches_tracked.add_(1)
             if self.momentum is None:
                 momentum = 1.0 / float(self.num_batches_tracked)
-        if not self.training or self.process_set.size() == 1:
+        # As Horovod: only the running statistics (eval mode while tracking them) are local;
+        # without them eval mode normalizes with the batch's statistics over every rank too.
+        if (not self.training and self.track_running_stats) or self.process_set.size() == 1:
             return torch.nn.functional.batch_norm(
                 input, self.running_mean, self.running_var, self.weight, self.bias,
                 self.training or not self.track_running_stats, momentum, self.eps)
