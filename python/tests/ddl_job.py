@@ -86,6 +86,14 @@ def main():
         opt.step()
         scheduler.step()
     assert opt.param_groups[0]["lr"] == 0.1 * 0.5 ** 3, opt.param_groups[0]["lr"]
+    # Wrapping again would reduce every gradient twice: refused, naming what was wrapped.
+    for again in ((model, torch.optim.SGD(model.parameters(), lr=0.1)),
+                  (torch.nn.Linear(6, 2), opt)):
+        try:
+            ddl.wrap(*again)
+            raise AssertionError("a second wrap was accepted")
+        except ValueError as e:
+            assert "already wrapped" in str(e), e
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     everyone = [flat.clone() for _ in range(n)]
     for q in range(n):

@@ -323,7 +323,12 @@ def wrap(model, optimizer, average=True):
     does, so that gradient clipping and anything else between ``backward()`` and ``step()``
     acts on the reduced gradients. Returns (model, optimizer)."""
     _require()
+    for what, obj in (("model", model), ("optimizer", optimizer)):
+        # A second reducer would reduce every gradient twice (a sum n times too large).
+        if getattr(obj, "_cadre_ddl_wrapped", False):
+            raise ValueError("ddl.wrap: this %s is already wrapped; wrap it once" % what)
     model = model.to(_S.device)
+    model._cadre_ddl_wrapped = optimizer._cadre_ddl_wrapped = True
     for t in model.state_dict().values():
         bcast(t, 0)
     if isinstance(optimizer, torch.optim.LBFGS):
