@@ -20,8 +20,8 @@ $FAKE_KUBECTL_GPUS (default 0) stay Pending, Unschedulable. $FAKE_KUBECTL_NO_CLU
 every call as kubectl does when no API server is reachable; $FAKE_KUBECTL_NO_ORDINALS=1 ignores
 ordinals.start as clusters before 1.27 do; $FAKE_KUBECTL_STREAMS_END_AFTER=S ends `logs -f`
 streams after S seconds although their containers run. Differences from a cluster that the
-tests do not care about: one node (this machine), one network namespace (ports other than the
-pods' own addresses are shared), no scheduling beyond the GPU count, no probes, no events, the
+tests do not care about: one node (this machine), one network namespace per StatefulSet (its
+pods' addresses all on its loopback device; nothing of the machine's network), no scheduling beyond the GPU count, no probes, no events, the
 image is this machine (its programs and the working directory of `kubectl create`).
 """
 import base64
@@ -113,8 +113,13 @@ def start_controller(ns, name):
     d = set_dir(ns, name)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "controller.log"), "ab") as log:
-        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "__controller", ns,
-                                 name, os.getcwd()], stdin=subprocess.DEVNULL, stdout=log,
+        # In a network namespace of its own, which its pods share: as on a cluster, where each
+        # pod has its own, learner 1's store port (29400, on every address) is the set's alone;
+        # in the machine's namespace two emulated jobs at once (tests run side by side) took it
+        # from each other. unshare execs the controller: its pid is the controller's.
+        proc = subprocess.Popen(["unshare", "--net", "--", sys.executable,
+                                 os.path.abspath(__file__), "__controller", ns, name,
+                                 os.getcwd()], stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=log, start_new_session=True)
     with open(os.path.join(d, "pid"), "w") as f:
         f.write(str(proc.pid))
@@ -391,6 +396,8 @@ class Pod:
 
 
 def controller(ns, name, workdir):
+    # The set's network namespace (start_controller): its loopback device starts down.
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     d = set_dir(ns, name)
     sts = read_json(object_path(ns, "StatefulSet", name))
     stop = []
