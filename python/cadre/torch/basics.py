@@ -35,14 +35,35 @@ class HostsUpdatedInterrupt(RuntimeError):
 
 
 def _env_int(names, default=None):
+    return _env_int_named(names, (None, default))[1]
+
+
+def _env_int_named(names, default=(None, None)):
+    """(the first of `names` that is set, its value as an int), or `default`."""
     for name in names:
         value = os.environ.get(name)
         if value not in (None, ""):
             try:
-                return int(value)
+                return name, int(value)
             except ValueError:
                 raise ValueError("%s=%r is not an integer" % (name, value)) from None
     return default
+
+
+# What MPI launchers (mpirun, mpiexec, horovodrun's MPI mode) tell each process they start.
+_MPI_SIZES = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE"]
+
+
+def _check_launcher():
+    """Refuses a process that another launcher started as one of several without cadre's
+    contract (`mpirun -np 4 python3 train.py`): each would otherwise train alone as a job of
+    size 1, silently."""
+    name, size = _env_int_named(_MPI_SIZES)
+    if size is not None and size > 1:
+        raise ValueError("this process is one of %d started by an MPI launcher (%s=%d), not by "
+                         "`cadre run`: cadre does not join MPI jobs. Start the script with "
+                         "`cadre run -n LEARNERS --framework pytorch-horovod -- python3 ...` "
+                         "(or `cadre run --backend mpi` on an MPI cluster)" % (size, name, size))
 
 
 class ProcessSet:
@@ -182,7 +203,9 @@ def _start(comm=None, process_sets=None):
     with s.lock:
         if s.initialized:
             return False
-        size = _env_int(["CADRE_SIZE", "HOROVOD_SIZE"], 1)
+        size_name, size = _env_int_named(["CADRE_SIZE", "HOROVOD_SIZE"], (None, 1))
+        if size_name is None:
+            _check_launcher()
         rank = _env_int(["CADRE_RANK", "HOROVOD_RANK"], 0)
         if not 0 <= rank < size:
             raise ValueError("rank %d is out of range for size %d (CADRE_RANK/CADRE_SIZE)"
@@ -193,8 +216,9 @@ def _start(comm=None, process_sets=None):
         s.cross_rank = _env_int(["CADRE_CROSS_RANK", "HOROVOD_CROSS_RANK"], 0)
         s.cross_size = _env_int(["CADRE_CROSS_SIZE", "HOROVOD_CROSS_SIZE"], 1)
         if size > 1 and not os.environ.get("CADRE_STORE"):
-            raise ValueError("CADRE_SIZE=%d but CADRE_STORE is not set: start the job with "
-                             "`cadre run`" % size)
+            # HOROVOD_SIZE alone: horovodrun (Gloo) or a hand-made environment.
+            raise ValueError("%s=%d but CADRE_STORE is not set: start the job with "
+                             "`cadre run`" % (size_name, size))
         s.generation += 1
         global_process_set.ranks = list(range(size))
         global_process_set.process_set_id = 0
