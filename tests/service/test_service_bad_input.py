@@ -400,3 +400,16 @@ def test_the_client_names_a_malformed_id_before_asking(ada, args, bad, kind):
     out = cadre(*args, "--server", ada.url, "--token", ada.token)
     assert out.returncode == 2, out.stdout
     assert f"'{bad}' is not a {kind} id" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("flag, value, words", [
+    ("--threads", "2", "--threads must be 4..1024, got 2"),
+    ("--threads", "100000", "--threads must be 4..1024, got 100000"),  # that many threads
+    ("--grace", "1e300", "--grace must be 0..86400, got 1e+300"),      # overflowed
+    ("--max-code-mib", "-5", "--max-code-mib must be 1..1048576, got -5"),  # was taken for 1
+    ("--max-prediction-mib", "0", "--max-prediction-mib must be 1..4096, got 0"),
+])
+def test_a_server_flag_out_of_range_is_named(tmp_path, flag, value, words):
+    out = cadre("server", "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0", flag, value)
+    assert out.returncode == 2, out.stdout
+    assert out.stdout == f"cadre server: {words}\n", out.stdout

@@ -155,11 +155,32 @@ int RunServer(const ServerFlags& flags) {
     std::cerr << "cadre server: --listen: expected HOST:PORT, got '" << flags.listen << "'\n";
     return 2;
   }
-  if (flags.grace_seconds < 0 || flags.slots < 0 || flags.threads < 4 ||
-      flags.deployment_restarts < 0 || flags.max_deployments < 0 || flags.max_prediction_mib < 1) {
-    std::cerr << "cadre server: --grace, --slots, --deployment-restarts and --max-deployments "
-                 "must not be negative, --threads at least 4, --max-prediction-mib at least 1\n";
-    return 2;
+  // Each flag's range, named when it is out of it (a huge --grace overflowed, a huge --threads
+  // started that many threads, a negative --max-code-mib was taken for 1).
+  struct Range {
+    const char* flag;
+    double value, low, high;
+  };
+  const Range ranges[] = {
+      {"--grace", flags.grace_seconds, 0, 86400},
+      {"--slots", static_cast<double>(flags.slots), 0, 1 << 20},
+      {"--threads", static_cast<double>(flags.threads), 4, 1024},
+      {"--max-code-mib", static_cast<double>(flags.max_code_mib), 1, 1 << 20},
+      {"--deployment-restarts", static_cast<double>(flags.deployment_restarts), 0, 1000},
+      {"--max-deployments", static_cast<double>(flags.max_deployments), 0, 1024},
+      {"--max-prediction-mib", static_cast<double>(flags.max_prediction_mib), 1, 4096},
+  };
+  auto number = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.15g", v);
+    return std::string(text);
+  };
+  for (const Range& r : ranges) {
+    if (!(r.value >= r.low && r.value <= r.high)) {
+      std::cerr << "cadre server: " << r.flag << " must be " << number(r.low) << ".."
+                << number(r.high) << ", got " << number(r.value) << "\n";
+      return 2;
+    }
   }
   options.data_dir = flags.data_dir;
   options.slots = flags.slots;
@@ -178,7 +199,7 @@ int RunServer(const ServerFlags& flags) {
   }
   options.request_timeout = std::chrono::seconds(flags.request_timeout_seconds);
   options.min_upload_rate = static_cast<uint64_t>(flags.min_upload_kib) << 10;
-  options.max_unzipped = static_cast<uint64_t>(std::max<int64_t>(1, flags.max_code_mib)) << 20;
+  options.max_unzipped = static_cast<uint64_t>(flags.max_code_mib) << 20;
   options.max_deployment_restarts = flags.deployment_restarts;
   options.max_deployments = flags.max_deployments;
   options.max_prediction_bytes = static_cast<uint64_t>(flags.max_prediction_mib) << 20;
