@@ -265,7 +265,7 @@ def test_not_a_zip_and_no_manifest(ada):
     from service_helpers import multipart
     body, ctype = multipart([("other", "x", "text/plain", b"x")])
     r = ada.api("POST", "", body=body, content_type=ctype)
-    assert r.status == 400 and r.error_targets() == ["manifest"], r
+    assert r.status == 400 and r.error_targets() == ["manifest", "other"], r
 
 
 def test_manifest_problems_are_all_reported(ada):
@@ -413,3 +413,25 @@ def test_a_server_flag_out_of_range_is_named(tmp_path, flag, value, words):
     out = cadre("server", "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0", flag, value)
     assert out.returncode == 2, out.stdout
     assert out.stdout == f"cadre server: {words}\n", out.stdout
+
+
+@pytest.mark.parametrize("parts, message, target", [
+    # A misspelled part was ignored: the job ran without its code.
+    ([("manifest", "job.yaml"), ("model_defintion", "code.zip")],
+     "'model_defintion': unknown part (did you mean 'model_definition'?)", "model_defintion"),
+    ([("manifest", "job.yaml"), ("notes", "notes.txt")],
+     "'notes': unknown part (the parts are 'manifest' and 'model_definition')", "notes"),
+    # The second was ignored.
+    ([("manifest", "job.yaml"), ("manifest", "other.yaml")],
+     "manifest: sent 2 times; send one", "manifest"),
+])
+def test_an_unknown_or_repeated_part_is_refused_naming_it(ada, parts, message, target):
+    contents = {"job.yaml": MANIFEST.encode(), "other.yaml": MANIFEST.encode(),
+                "code.zip": make_zip({"train.py": "print('hi')\n"}), "notes.txt": b"hi"}
+    body, ctype = multipart([(name, file, "application/octet-stream", contents[file])
+                             for name, file in parts])
+    r = ada.api("POST", "", body=body, content_type=ctype)
+    assert r.status == 400, r
+    assert [e["message"] for e in r.json()["errors"]] == [message], r
+    assert r.error_targets() == [target], r
+    assert ada.api("GET", "").json()["total_count"] == 0  # nothing was submitted

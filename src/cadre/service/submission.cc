@@ -9,6 +9,7 @@
 
 #include "cadre/base/printable.h"
 #include "cadre/launch/manifest.h"
+#include "cadre/launch/problems.h"
 #include "cadre/service/scheduler.h"
 
 namespace cadre::service {
@@ -200,6 +201,30 @@ bool BodyToManifest(const json& body, json* manifest, std::vector<ApiError>* err
   return errors->empty();
 }
 
+// A multipart submission's parts other than one manifest and at most one model_definition: a
+// misspelled part (`-F model_defintion=@code.zip`) silently ignored would run the job without its
+// code, as an unknown field of a JSON body would run another job.
+std::vector<ApiError> PartErrors(const httplib::Request& req) {
+  const std::vector<std::string_view> known = {"manifest", "model_definition"};
+  std::vector<ApiError> errors;
+  for (auto it = req.files.begin(); it != req.files.end(); it = req.files.upper_bound(it->first)) {
+    const std::string& name = it->first;
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string hint = launch::DidYouMean(name, known);
+      errors.push_back({"invalid_parameter",
+                        Quoted(name) + ": unknown part (" +
+                            (hint.empty() ? "the parts are 'manifest' and 'model_definition'"
+                                          : "did you mean '" + hint + "'?") +
+                            ")",
+                        name});
+    } else if (size_t n = req.files.count(name); n > 1) {
+      errors.push_back(
+          {"invalid_parameter", name + ": sent " + std::to_string(n) + " times; send one", name});
+    }
+  }
+  return errors;
+}
+
 }  // namespace
 
 std::string WmlFieldOf(const std::string& manifest_path) {
@@ -213,10 +238,15 @@ std::string WmlFieldOf(const std::string& manifest_path) {
 
 bool ReadSubmission(const httplib::Request& req, httplib::Response& res, Submission* out) {
   if (req.is_multipart_form_data()) {
+    std::vector<ApiError> errors;
     if (!req.has_file("manifest")) {
-      SendError(res, 400, "missing_parameter",
-                "a multipart submission needs a 'manifest' part (the job's YAML manifest)",
-                "manifest");
+      errors.push_back({"missing_parameter",
+                        "a multipart submission needs a 'manifest' part (the job's YAML manifest)",
+                        "manifest"});
+    }
+    for (ApiError& e : PartErrors(req)) errors.push_back(std::move(e));
+    if (!errors.empty()) {
+      SendErrors(res, 400, errors);
       return false;
     }
     out->manifest_text = req.get_file_value("manifest").content;
