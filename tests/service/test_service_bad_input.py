@@ -435,3 +435,18 @@ def test_an_unknown_or_repeated_part_is_refused_naming_it(ada, parts, message, t
     assert [e["message"] for e in r.json()["errors"]] == [message], r
     assert r.error_targets() == [target], r
     assert ada.api("GET", "").json()["total_count"] == 0  # nothing was submitted
+
+
+@pytest.mark.parametrize("ctype, body", [
+    ("multipart/form-data", b"xx"),  # no boundary
+    ("multipart/form-data; boundary=XYZ", b"garbage"),
+    ("multipart/form-data; boundary=XYZ",  # never closed
+     b'--XYZ\r\nContent-Disposition: form-data; name="manifest"; filename="a"\r\n\r\nname: x\r\n'),
+])
+def test_a_multipart_body_that_cannot_be_split_says_so(ada, ctype, body):
+    # It was "a malformed request line or header?", about a request whose line and headers
+    # were fine.
+    r = ada.api("POST", "", body=body, content_type=ctype)
+    assert r.status == 400 and r.error_codes() == ["invalid_multipart"], r
+    assert "multipart/form-data body could not be read" in r.body, r
+    assert ada.api("GET", "").status == 200

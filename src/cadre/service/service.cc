@@ -194,6 +194,13 @@ Status Service::Start() {
       SendError(res, 404, "not_found", "no route " + req.method + " " + Quoted(req.path));
     } else if (res.status == 414) {
       SendError(res, 414, "uri_too_long", "the request's URI is longer than this server reads");
+    } else if (res.status == 400 &&
+               req.get_header_value("Content-Type").rfind("multipart/form-data", 0) == 0) {
+      // cpp-httplib refuses a form it cannot split into parts before any route sees it.
+      SendError(res, 400, "invalid_multipart",
+                "the multipart/form-data body could not be read: its Content-Type needs a "
+                "boundary, and the body must be parts each opened by --BOUNDARY and closed by "
+                "a final --BOUNDARY-- (curl -F writes one)");
     } else {
       SendError(res, res.status, "bad_request",
                 "the request could not be handled (a malformed request line or header?)");
