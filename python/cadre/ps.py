@@ -552,6 +552,9 @@ def _bench(argv):
                         help="payload budget of one RPC (default: the client's)")
     parser.add_argument("--in-flight", type=int, default=None,
                         help="RPCs in flight per server (default: the client's)")
+    parser.add_argument("--stall-timeout", type=float, default=None,
+                        help="seconds without an answer to the liveness pings after which a "
+                             "server counts as stalled (default: the client's)")
     args = parser.parse_args(argv)
     try:
         size = _core.parse_byte_size(args.size)  # the units of `cadre bench` (base/byte_size.h)
@@ -570,6 +573,8 @@ def _bench(argv):
         options["message_bytes"] = int(args.message_mib * (1 << 20))
     if args.in_flight is not None:
         options["max_in_flight"] = args.in_flight
+    if args.stall_timeout is not None:
+        options["stall_timeout"] = args.stall_timeout
     client = _core.PsClient(r["server_addresses"], r["worker_id"], r["token"], **options)
     n = size // 4
     value = np.zeros(n, dtype=np.float32)

@@ -154,7 +154,7 @@ void BindPs(py::module_& m) {
       .def(py::init([](const std::vector<std::string>& servers, int worker_id,
                        const std::optional<std::string>& token, int64_t partition_bytes,
                        int64_t message_bytes, int max_in_flight, double rpc_timeout_s,
-                       double connect_timeout_s) {
+                       double connect_timeout_s, double stall_timeout_s) {
              ps::ClientOptions o;
              o.servers = servers;
              o.worker_id = worker_id;
@@ -164,6 +164,7 @@ void BindPs(py::module_& m) {
              o.max_in_flight = max_in_flight;
              o.rpc_timeout = Seconds(rpc_timeout_s, "rpc_timeout");
              o.connect_timeout = Seconds(connect_timeout_s, "connect_timeout");
+             o.stall_timeout = Seconds(stall_timeout_s, "stall_timeout");
              std::unique_ptr<Client> c;
              ThrowIfError(Client::Connect(o, &c));
              return c;
@@ -173,7 +174,9 @@ void BindPs(py::module_& m) {
            py::arg("partition_bytes") = ps::ClientOptions{}.partition_bytes,
            py::arg("message_bytes") = ps::ClientOptions{}.message_bytes,
            py::arg("max_in_flight") = ps::ClientOptions{}.max_in_flight,
-           py::arg("rpc_timeout") = 600.0, py::arg("connect_timeout") = 120.0)
+           py::arg("rpc_timeout") = 600.0, py::arg("connect_timeout") = 120.0,
+           py::arg("stall_timeout") =
+               std::chrono::duration<double>(ps::ClientOptions{}.stall_timeout).count())
       .def_property_readonly("worker_id", &Client::worker_id)
       .def(
           "declare",

@@ -1,10 +1,12 @@
 """cadre.ps: the server-side optimizers against torch.optim, state and buffers, bad input, servers
 that die, and `cadre bench ps`. The jobs through `cadre run` are in test_ps_jobs.py."""
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -423,6 +425,73 @@ def test_a_server_that_dies_mid_training_fails_the_worker_naming_it():
         assert "did not complete in time" not in message and "Deadline" not in message, message
     finally:
         for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _serve_in_processes(count, workers):
+    """`count` servers for `workers` workers, each in its own process; returns (procs, addrs)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    code = SERVER.replace('"127.0.0.1:0", 1,', '"127.0.0.1:0", %d,' % workers)
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              text=True) for _ in range(count)]
+    return procs, ["127.0.0.1:%s" % p.stdout.readline().strip() for p in procs]
+
+
+def test_a_stopped_server_fails_every_worker_naming_it_long_before_rpc_timeout():
+    # Two servers and two sync workers (threads, each with its own client). A worker that is
+    # late keeps the other's calls waiting longer than stall_timeout with no data on the wire:
+    # servers that are alive answer the liveness pings, so that step succeeds. Then server 1 is
+    # stopped (SIGSTOP: its connections stay open, nothing answers): every worker's next step
+    # must fail naming it, through the liveness pings, not after rpc_timeout (300 s here; the
+    # join below would then fail first).
+    procs, addrs = _serve_in_processes(2, workers=2)
+    try:
+        data = batches(11)
+        models = [make_model(3) for _ in range(2)]
+        opts = [ps.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                        model=m, servers=addrs, worker_id=w, token="tok",
+                                        rpc_timeout=300, stall_timeout=1.0)
+                for w, m in enumerate(models)]
+        assert {p[3] for p in opts[0]._client.partitions("0.weight") +
+                opts[0]._client.partitions("2.weight")} == {0, 1}  # both servers hold variables
+        stopped = threading.Event()
+        outcome = [None, None]
+
+        def train(w):
+            model, opt = models[w], opts[w]
+            try:
+                for i, (x, y) in enumerate(data[:4]):
+                    if i == 1 and w == 1:
+                        time.sleep(3)  # worker 0 waits in a sync step meanwhile
+                    if i == 2:
+                        stopped.wait()
+                    opt.zero_grad()
+                    torch.nn.functional.mse_loss(model(x), y).backward()
+                    opt.step()
+                outcome[w] = "finished"
+            except _core.CadreError as e:
+                outcome[w] = e
+
+        threads = [threading.Thread(target=train, args=(w,)) for w in range(2)]
+        for t in threads:
+            t.start()
+        while not all(o.steps >= 2 for o in opts):
+            time.sleep(0.05)
+        procs[1].send_signal(signal.SIGSTOP)
+        stopped.set()
+        for t in threads:
+            t.join(200)
+        assert not any(t.is_alive() for t in threads), "a worker still waits on a stopped server"
+        for w in range(2):
+            message = str(outcome[w])
+            assert isinstance(outcome[w], _core.CadreError), (w, message)
+            assert "ps server 1 (%s)" % addrs[1] in message and "stalled" in message, message
+            assert "push-pull of '" in message and "partition" in message, message
+            assert opts[w].steps == 2, (w, opts[w].steps)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGCONT)
             p.kill()
             p.wait()
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -28,9 +29,11 @@ struct Stubs {
 };
 
 // One RPC of a batch: `start` begins the async call; `finish` consumes the reply once it succeeded.
+// `what` names it in errors: the operation and the partitions it carries.
 struct Task {
   std::function<void(Stubs&, grpc::ClientContext*, DoneFn)> start;
   std::function<Status()> finish;
+  std::string what;
 };
 
 // A partition of one call's tensors, with where its bytes come from and go to.
@@ -40,6 +43,50 @@ struct Piece {
   float* dst = nullptr;
   std::optional<float> lr;  // pushes: the update's learning rate
 };
+
+// "push of 'fc.weight' partitions 0-3, 'fc.bias' partition 0": what an RPC of `batch` carries
+// (a batch holds each variable's partitions in increasing order), for its errors.
+std::string Describe(const char* op, const std::vector<Piece>& batch) {
+  constexpr size_t kMaxNamed = 3;
+  std::string out = std::string(op) + " of ";
+  size_t named = 0, i = 0;
+  while (i < batch.size()) {
+    size_t j = i;
+    while (j + 1 < batch.size() && batch[j + 1].part->variable == batch[i].part->variable) ++j;
+    if (named == kMaxNamed) {
+      size_t more = 0;
+      for (size_t k = i; k < batch.size(); ++k)
+        if (k == i || batch[k].part->variable != batch[k - 1].part->variable) ++more;
+      return out + " and " + std::to_string(more) + " more variables";
+    }
+    const int first = batch[i].part->index, last = batch[j].part->index;
+    out += std::string(named ? ", " : "") + "'" + batch[i].part->variable + "' partition" +
+           (first == last ? " " + std::to_string(first)
+                          : "s " + std::to_string(first) + "-" + std::to_string(last));
+    ++named;
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string SecondsText(Duration d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", std::chrono::duration<double>(d).count());
+  return text;
+}
+
+// gRPC closes a connection whose keepalive ping went unanswered (ClientOptions::stall_timeout)
+// with UNAVAILABLE and a message of its own; says what that means instead.
+Status Explain(const grpc::Status& g, Duration stall_timeout) {
+  if (g.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      g.error_message().find("keepalive") != std::string::npos)
+    return IoError("stalled: no answer to a liveness ping within " +
+                   SecondsText(stall_timeout / 2) +
+                   " (the server process is stopped or hung, or its host or link is down; "
+                   "stall_timeout " +
+                   SecondsText(stall_timeout) + "; gRPC: " + g.error_message() + ")");
+  return FromGrpcStatus(g);
+}
 
 int64_t Product(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -139,29 +186,37 @@ Status Client::Impl::Run(std::vector<std::deque<Task>> queues, Duration timeout,
     ctx->set_deadline(std::chrono::system_clock::now() + timeout);
     ctx->set_wait_for_ready(wait_for_ready);
     task->start(stubs[static_cast<size_t>(s)], ctx, [this, &st, &launch, s, task](grpc::Status g) {
-      Status status = FromGrpcStatus(g);
+      Status status = Explain(g, options.stall_timeout);
       if (status.ok()) status = task->finish();
       bool more = false;
+      std::vector<grpc::ClientContext*> started;
       {
         std::lock_guard lock(st.mu);
         if (!status.ok() && st.error.ok()) {
-          st.error = status.WithContext(ServerName(s));
-          // Stop here: drop every task not yet started.
+          st.error =
+              status.WithContext(ServerName(s) + (task->what.empty() ? "" : ", " + task->what));
+          // Stop here: drop every task not yet started, and cancel the others (below), so that
+          // the call fails now rather than when a sync step on another server gives up waiting
+          // for partitions this worker will not send.
           for (auto& q : st.queues) {
             st.outstanding -= q.size();
             q.clear();
           }
+          for (auto& c : st.contexts) started.push_back(c.get());
         }
         more = !st.queues[static_cast<size_t>(s)].empty();
         // Once `outstanding` reaches zero the caller may destroy `st`: touch nothing
         // after this unlock unless another task of ours is still counted.
-        if (!more) {
+        if (!more && started.empty()) {
           st.outstanding -= 1;
           st.cv.notify_all();
           return;
         }
       }
-      launch(s);  // our own slot passes to the next task before we count down
+      // This task is still counted, so `st` and its contexts are alive. Outside the lock: a
+      // cancelled call may complete on this thread.
+      for (grpc::ClientContext* c : started) c->TryCancel();
+      if (more) launch(s);  // our own slot passes to the next task before we count down
       std::lock_guard lock(st.mu);
       st.outstanding -= 1;
       st.cv.notify_all();
@@ -228,6 +283,10 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   if (options.message_bytes > (32 << 20))
     return InvalidArgument("ps client: message_bytes above 32 MiB exceeds the servers' limit");
   if (options.max_in_flight < 1) return InvalidArgument("ps client: max_in_flight must be >= 1");
+  // Half of it is a gRPC channel argument in milliseconds.
+  if (options.stall_timeout < std::chrono::milliseconds(2) ||
+      options.stall_timeout > std::chrono::hours(24 * 24))
+    return InvalidArgument("ps client: stall_timeout must be at least 2 ms and at most 24 days");
   TlsCredentials tls;
   CADRE_RETURN_IF_ERROR(DeriveTlsCredentials(options.token, &tls).WithContext("ps client"));
   // Mutual TLS (credentials.h): the server must prove it holds the job's credentials before
@@ -249,6 +308,14 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetSslTargetNameOverride(kTlsServerName);
+  // Liveness (ClientOptions::stall_timeout): keepalive pings while calls are in progress, with no
+  // cap on pings between data frames (gRPC's default of 2 would stop them during a sync pull
+  // that waits for other workers, which is when a stopped server must still be noticed).
+  const auto half =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options.stall_timeout / 2);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(half.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(half.count()));
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   for (size_t s = 0; s < options.servers.size(); ++s) {
     // A channel of its own per server and per client, so that workers in one process do not
     // share (and serialise on) one connection.
@@ -311,7 +378,7 @@ Status Client::Declare(const std::vector<Variable>& variables) {
                              stub.typed->async()->Declare(ctx, req.get(), rep.get(),
                                                           std::move(done));
                            },
-                           [] { return Status::Ok(); }});
+                           [] { return Status::Ok(); }, Describe("declare", batch)});
     }
   }
   Status declared = m.Run(std::move(queues), m.options.connect_timeout, true);
@@ -357,6 +424,7 @@ std::vector<std::deque<Task>> PushTasks(const std::vector<std::vector<std::vecto
       auto req = std::make_shared<grpc::ByteBuffer>();
       auto rep = std::make_shared<grpc::ByteBuffer>();
       Task t;
+      t.what = Describe(reply_values ? "push-pull" : "push", batch);
       t.start = [req, rep, batch, method, worker, step, &pins](
                     Stubs& stub, grpc::ClientContext* ctx, DoneFn done) {
         *req = wire::EncodePush(worker, step, OutChunks(batch), pins);
@@ -422,7 +490,8 @@ Status Client::Pull(int64_t step, const std::vector<MutableTensorView>& out) {
                              stub.raw->UnaryCall(ctx, kPullMethod, {}, req.get(), rep.get(),
                                                  std::move(done));
                            },
-                           [rep, batch] { return wire::DecodePullReply(*rep, InChunks(batch)); }});
+                           [rep, batch] { return wire::DecodePullReply(*rep, InChunks(batch)); },
+                           Describe("pull", batch)});
     }
   }
   return m.Run(std::move(queues), m.options.rpc_timeout, false);
@@ -484,6 +553,7 @@ Status Client::GetOptimizerState(int64_t step, const std::vector<std::string>& n
         ToProto(PartitionRef{pc.part->variable, pc.part->index, pc.part->offset, pc.part->count},
                 req->add_ids());
       Task t;
+      t.what = Describe("get state", batch);
       t.start = [req, rep](Stubs& stub, grpc::ClientContext* ctx, DoneFn done) {
         stub.typed->async()->GetState(ctx, req.get(), rep.get(), std::move(done));
       };
@@ -573,7 +643,7 @@ Status Client::SetOptimizerState(const std::vector<std::string>& names,
                              stub.typed->async()->SetState(ctx, req.get(), rep.get(),
                                                            std::move(done));
                            },
-                           [] { return Status::Ok(); }});
+                           [] { return Status::Ok(); }, Describe("set state", batch)});
     }
   }
   return m.Run(std::move(queues), m.options.rpc_timeout, false);
@@ -590,7 +660,7 @@ Status Client::Done() {
     q.push_back({[req, rep](Stubs& stub, grpc::ClientContext* ctx, DoneFn done) {
                    stub.typed->async()->WorkerDone(ctx, req.get(), rep.get(), std::move(done));
                  },
-                 [] { return Status::Ok(); }});
+                 [] { return Status::Ok(); }, "done"});
   }
   CADRE_RETURN_IF_ERROR(m.Run(std::move(queues), m.options.rpc_timeout, false));
   m.done = true;

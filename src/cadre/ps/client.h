@@ -7,7 +7,9 @@
 //
 // A Client is used by one thread at a time (a worker's training loop); distinct Clients are
 // independent, so a test process can hold many workers. Every call ends within `rpc_timeout`
-// (`connect_timeout` for Declare, which waits for servers that are still starting).
+// (`connect_timeout` for Declare, which waits for servers that are still starting), and within
+// about `stall_timeout` once a server stops answering (ClientOptions). The first RPC that fails
+// cancels the call's others, so a call fails as soon as one server does.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,13 @@ struct ClientOptions {
   int max_in_flight = 4;              // outstanding RPCs per server
   Duration rpc_timeout = std::chrono::seconds(600);  // longer than the servers' step timeout
   Duration connect_timeout = std::chrono::seconds(120);
+  // Liveness, apart from rpc_timeout: while calls to a server are in progress, the client pings
+  // it (HTTP/2 keepalive) every stall_timeout / 2, and a ping left unanswered for
+  // stall_timeout / 2 fails every call to that server at once (kIo: "stalled", naming it). gRPC's
+  // own threads answer pings whatever the handlers do, so a slow transfer or a sync step that
+  // waits for other workers goes on; a server process that is stopped, or whose host or link is
+  // gone, is given up on within about stall_timeout instead of rpc_timeout.
+  Duration stall_timeout = std::chrono::seconds(20);
 };
 
 struct Variable {

@@ -263,6 +263,11 @@ Status Server::Start(const ServerOptions& options, std::unique_ptr<Server>* out)
   builder.AddListeningPort(options.address, grpc::SslServerCredentials(ssl), &impl->port);
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              static_cast<int>(options.handshake_timeout.count()));
+  // Workers ping every few seconds while their calls wait (ClientOptions::stall_timeout), a sync
+  // pull that waits for other workers included, with no data in between: that is their liveness
+  // check, not abuse, so pings never count as strikes (gRPC would close the connection after 2).
+  // Only members of the job get to connect at all.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.RegisterService(impl->service.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
