@@ -1,5 +1,6 @@
 """cadre.ps: the server-side optimizers against torch.optim, state and buffers, bad input, servers
 that die, and `cadre bench ps`. The jobs through `cadre run` are in test_ps_jobs.py."""
+import copy
 import os
 import signal
 import subprocess
@@ -531,6 +532,54 @@ def test_state_of_a_variable_split_across_servers_comes_back_whole():
         back = opt.state_dict()["state"][0]
         assert torch.equal(back["exp_avg"], saved["state"][0]["exp_avg"])
         assert torch.equal(back["exp_avg_sq"], saved["state"][0]["exp_avg_sq"])
+        opt.done()
+    finally:
+        for s in servers:
+            s.shutdown()
+
+
+def test_a_state_dict_one_server_refuses_changes_no_server():
+    # Two servers; the state of a variable on server 1 holds a NaN, which that server refuses.
+    # The variables on server 0 must keep their state too (it is staged everywhere first, and
+    # committed only once every server accepted its part), and the error names the server and
+    # the variable.
+    servers = [ps.PsServer("127.0.0.1:0", 1, "tok", 30.0) for _ in range(2)]
+    addrs = ["127.0.0.1:%d" % s.port for s in servers]
+    try:
+        model = make_model(12)
+        opt = ps.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), model=model,
+                                      servers=addrs, worker_id=0, token="tok")
+        on = {n: opt._client.partitions(n)[0][3] for n, _ in model.named_parameters()}
+        assert set(on.values()) == {0, 1}, on
+        for x, y in batches(13, n=2):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        before = opt.state_dict()
+        names = [n for n, _ in model.named_parameters()]
+        bad = copy.deepcopy(before)
+        for i, name in enumerate(names):
+            bad["state"][i]["exp_avg"].fill_(float(i + 1))
+        victim = names.index([n for n in names if on[n] == 1][-1])
+        bad["state"][victim]["exp_avg_sq"][0] = float("nan")
+        bad["param_groups"][0]["lr"] = 0.5
+        with pytest.raises(_core.CadreError) as refused:
+            opt.load_state_dict(bad)
+        message = str(refused.value)
+        assert "ps server 1 (%s)" % addrs[1] in message, message
+        assert "'%s'" % names[victim] in message and "not finite" in message, message
+        assert "nothing was changed" in message, message
+        after = opt.state_dict()
+        assert after["param_groups"][0]["lr"] == 0.01
+        for i in range(len(names)):
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert torch.equal(after["state"][i][key], before["state"][i][key]), (i, key)
+        # The same state without the NaN is taken whole, by both servers.
+        bad["state"][victim]["exp_avg_sq"][0] = 0.0
+        opt.load_state_dict(bad)
+        after = opt.state_dict()
+        for i in range(len(names)):
+            assert torch.equal(after["state"][i]["exp_avg"], bad["state"][i]["exp_avg"]), i
         opt.done()
     finally:
         for s in servers:

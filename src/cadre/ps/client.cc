@@ -116,6 +116,9 @@ struct Client::Impl {
   Status RunPushes(const std::vector<Piece>& pieces, const char* method, int64_t step,
                    bool reply_values);
 
+  // Ends a SetOptimizerState: every server applies (`commit`) or drops what this worker staged.
+  Status EndStaging(bool commit);
+
   // Groups pieces by server and into RPC-sized batches (whole partitions, <= message_bytes
   // divided by `values_per_element`, the float32 values a piece carries per element).
   std::vector<std::vector<std::vector<Piece>>> Batches(const std::vector<Piece>& pieces,
@@ -630,6 +633,7 @@ Status Client::SetOptimizerState(const std::vector<std::string>& names,
       auto req = std::make_shared<proto::SetStateRequest>();
       auto rep = std::make_shared<proto::SetStateReply>();
       req->set_worker_id(m.options.worker_id);
+      req->set_phase(proto::SetStateRequest::STAGE);
       for (const Piece& pc : batch) {
         const Partition& p = *pc.part;
         const OptimizerState& st = *by_name.at(p.variable);
@@ -646,7 +650,32 @@ Status Client::SetOptimizerState(const std::vector<std::string>& names,
                            [] { return Status::Ok(); }, Describe("set state", batch)});
     }
   }
-  return m.Run(std::move(queues), m.options.rpc_timeout, false);
+  // All or nothing across the servers: every piece is staged first; only when every server
+  // accepted its pieces do they all commit.
+  const Status staged = m.Run(std::move(queues), m.options.rpc_timeout, false);
+  const Status ended = m.EndStaging(staged.ok());
+  if (!staged.ok())  // what the others staged was dropped (best effort: it is replaced anyway)
+    return Status(staged.code(), staged.message() + " (nothing was changed on any server)");
+  if (!ended.ok())
+    return ended.WithContext(
+        "ps set state: every server accepted the state, but the commit failed on one, so the "
+        "servers may now hold different checkpoints: load it again");
+  return Status::Ok();
+}
+
+Status Client::Impl::EndStaging(bool commit) {
+  std::vector<std::deque<Task>> queues(stubs.size());
+  for (auto& q : queues) {
+    auto req = std::make_shared<proto::SetStateRequest>();
+    auto rep = std::make_shared<proto::SetStateReply>();
+    req->set_worker_id(options.worker_id);
+    req->set_phase(commit ? proto::SetStateRequest::COMMIT : proto::SetStateRequest::DISCARD);
+    q.push_back({[req, rep](Stubs& stub, grpc::ClientContext* ctx, DoneFn done) {
+                   stub.typed->async()->SetState(ctx, req.get(), rep.get(), std::move(done));
+                 },
+                 [] { return Status::Ok(); }, commit ? "commit state" : "discard state"});
+  }
+  return Run(std::move(queues), options.rpc_timeout, false);
 }
 
 Status Client::Done() {

@@ -95,7 +95,9 @@ class Client {
   Status GetOptimizerState(int64_t step, const std::vector<std::string>& names,
                            std::vector<OptimizerState>* out);
   // Replaces the optimizer state of each variable in `names` by states[i] (whole variables; the
-  // client splits them by the shard map). All or nothing per server.
+  // client splits them by the shard map). All or nothing across the servers: every piece is
+  // staged, and applied only once every server accepted its own (ServerState::StageState); a
+  // refusal names the server and the variable, and changes nothing.
   Status SetOptimizerState(const std::vector<std::string>& names,
                            const std::vector<OptimizerState>& states);
 

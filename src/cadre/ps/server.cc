@@ -132,6 +132,12 @@ class Service final : public grpc::Service {
   grpc::Status SetState(grpc::ServerContext* ctx, const proto::SetStateRequest* req,
                         proto::SetStateReply*) {
     if (auto denied = Authenticate(ctx); !denied.ok()) return denied;
+    using Phase = proto::SetStateRequest;
+    if (req->phase() == Phase::COMMIT || req->phase() == Phase::DISCARD) {
+      if (req->states_size() != 0)
+        return ToGrpcStatus(InvalidArgument("set state: a commit or discard carries no states"));
+      return ToGrpcStatus(state_->CommitState(req->worker_id(), req->phase() == Phase::COMMIT));
+    }
     std::vector<StateArgs> states(static_cast<size_t>(req->states_size()));
     for (int i = 0; i < req->states_size(); ++i) {
       auto& st = states[static_cast<size_t>(i)];
@@ -139,6 +145,11 @@ class Service final : public grpc::Service {
       Status s = FromProto(req->states(i), &st.state);
       if (!s.ok()) return ToGrpcStatus(s.WithContext("set state of " + st.id.variable));
     }
+    if (req->phase() == Phase::STAGE)
+      return ToGrpcStatus(state_->StageState(req->worker_id(), std::move(states)));
+    if (req->phase() != Phase::APPLY)
+      return ToGrpcStatus(InvalidArgument("set state: unknown phase " +
+                                          std::to_string(static_cast<int>(req->phase()))));
     return ToGrpcStatus(state_->SetState(req->worker_id(), std::move(states)));
   }
 

@@ -78,7 +78,8 @@ ServerState::ServerState(int num_workers, Duration step_timeout, Duration worker
       done_(static_cast<size_t>(std::max(num_workers, 0)), false),
       live_workers_(std::max(num_workers, 0)),
       calls_in_progress_(static_cast<size_t>(std::max(num_workers, 0)), 0),
-      last_seen_(static_cast<size_t>(std::max(num_workers, 0)), Clock::now()) {}
+      last_seen_(static_cast<size_t>(std::max(num_workers, 0)), Clock::now()),
+      staged_(static_cast<size_t>(std::max(num_workers, 0))) {}
 
 // Constructed after CheckWorker succeeded and before the call takes mu_ (so that it is destroyed
 // after the call released it).
@@ -355,31 +356,73 @@ Status ServerState::GetState(
   return Status::Ok();
 }
 
-Status ServerState::SetState(int worker, std::vector<StateArgs> states) {
-  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
-  Activity activity(*this, worker);
-  std::lock_guard lock(mu_);
-  std::vector<Part*> targets(states.size());
+Status ServerState::CheckStates(std::vector<StateArgs> states, std::vector<Part*>* targets,
+                                std::vector<Optimizer>* restored) const {
+  targets->assign(states.size(), nullptr);
   for (size_t i = 0; i < states.size(); ++i) {
     const PartitionRef& id = states[i].id;
     CADRE_RETURN_IF_ERROR(
         Lookup(id, kFloat32, static_cast<size_t>(std::max<int64_t>(id.count, 0)) * sizeof(float),
-               &targets[i])
+               &(*targets)[i])
             .WithContext("set state"));
   }
-  if (size_t i = FirstRepeat(targets); i < targets.size())
+  if (size_t i = FirstRepeat(*targets); i < targets->size())
     return InvalidArgument("set state: " + Describe(states[i].id) +
                            " appears twice in one request");
-  // Restore on copies first, so that a refused entry leaves every optimizer as it was.
-  std::vector<Optimizer> restored;
-  restored.reserve(states.size());
+  // Restore on copies, so that a refused entry leaves every optimizer as it was.
+  restored->clear();
+  restored->reserve(states.size());
   for (size_t i = 0; i < states.size(); ++i) {
-    restored.push_back(targets[i]->optimizer);
-    CADRE_RETURN_IF_ERROR(restored.back()
+    restored->push_back((*targets)[i]->optimizer);
+    CADRE_RETURN_IF_ERROR(restored->back()
                               .Restore(std::move(states[i].state))
                               .WithContext("set state of " + Describe(states[i].id)));
   }
-  for (size_t i = 0; i < states.size(); ++i) targets[i]->optimizer = std::move(restored[i]);
+  return Status::Ok();
+}
+
+Status ServerState::SetState(int worker, std::vector<StateArgs> states) {
+  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  Activity activity(*this, worker);
+  std::lock_guard lock(mu_);
+  std::vector<Part*> targets;
+  std::vector<Optimizer> restored;
+  CADRE_RETURN_IF_ERROR(CheckStates(std::move(states), &targets, &restored));
+  for (size_t i = 0; i < targets.size(); ++i) targets[i]->optimizer = std::move(restored[i]);
+  return Status::Ok();
+}
+
+Status ServerState::StageState(int worker, std::vector<StateArgs> states) {
+  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  Activity activity(*this, worker);
+  std::lock_guard lock(mu_);
+  std::vector<std::string> keys;
+  for (const StateArgs& st : states) keys.push_back(Key(st.id.variable, st.id.index));
+  std::vector<Part*> targets;
+  std::vector<Optimizer> restored;
+  CADRE_RETURN_IF_ERROR(CheckStates(std::move(states), &targets, &restored));
+  auto& staged = staged_[static_cast<size_t>(worker)];
+  for (size_t i = 0; i < targets.size(); ++i)
+    staged.insert_or_assign(keys[i], std::pair{targets[i], std::move(restored[i])});
+  return Status::Ok();
+}
+
+Status ServerState::CommitState(int worker, bool commit) {
+  CADRE_RETURN_IF_ERROR(CheckWorker(worker));
+  Activity activity(*this, worker);
+  std::lock_guard lock(mu_);
+  auto& staged = staged_[static_cast<size_t>(worker)];
+  // The staged copies were checked against these partitions, whose kind and size never change;
+  // only their state is taken, the optimizers' hyper-parameters stay the current ones.
+  std::map<std::string, std::pair<Part*, Optimizer>> taken;
+  taken.swap(staged);
+  if (!commit) return Status::Ok();
+  for (auto& [key, entry] : taken) {
+    Status restored = entry.first->optimizer.Restore(entry.second.State());
+    if (!restored.ok())
+      return InternalError("commit state: " + key +
+                           " no longer fits what was staged: " + restored.message());
+  }
   return Status::Ok();
 }
 

@@ -112,6 +112,15 @@ class ServerState {
   // entry is checked (existence, extent, the optimizer's kind and size) before any changes.
   Status SetState(int worker, std::vector<StateArgs> states);
 
+  // A checkpoint across several servers and requests, all or nothing: the client stages every
+  // piece on every server, then commits on all of them once every server accepted its pieces,
+  // or discards on all of them when one refused. StageState checks the entries as SetState does
+  // and keeps them for `worker`, changing nothing else (a later piece for the same partition
+  // replaces an earlier one); CommitState applies everything `worker` staged (`commit`) or drops
+  // it. A commit cannot be refused: what it applies was checked when staged.
+  Status StageState(int worker, std::vector<StateArgs> states);
+  Status CommitState(int worker, bool commit);
+
   // Marks `worker` done; sync steps stop waiting for it. Idempotent. *remaining = workers not done.
   Status WorkerDone(int worker, int* remaining);
 
@@ -139,6 +148,10 @@ class ServerState {
   Status Collect(const char* what, int64_t step, const std::vector<PartitionRef>& ids,
                  size_t bytes_per_value, std::unique_lock<std::mutex>& lock,
                  std::vector<Part*>* out);
+  // Checks a checkpoint's entries (see SetState) and restores them onto copies of their
+  // partitions' optimizers, changing nothing. Needs mu_.
+  Status CheckStates(std::vector<StateArgs> states, std::vector<Part*>* targets,
+                     std::vector<Optimizer>* restored) const;
   // Applies a sync partition's pending step when every live worker contributed. Needs mu_.
   void MaybeApply(Part& part);
   std::string MissingWorkers(const Part& part) const;
@@ -155,7 +168,9 @@ class ServerState {
   int live_workers_;                                    // GUARDED_BY(mu_)
   std::vector<int> calls_in_progress_;                  // GUARDED_BY(mu_), per worker
   std::vector<Clock::time_point> last_seen_;            // GUARDED_BY(mu_), per worker
-  bool aborted_ = false;                                // GUARDED_BY(mu_)
+  // Per worker: checked optimizers staged by StageState, by partition key, until CommitState.
+  std::vector<std::map<std::string, std::pair<Part*, Optimizer>>> staged_;  // GUARDED_BY(mu_)
+  bool aborted_ = false;                                                    // GUARDED_BY(mu_)
 };
 
 }  // namespace cadre::ps

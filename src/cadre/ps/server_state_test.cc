@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -287,6 +288,45 @@ TEST(ServerStateTest, OptimizerStateMovesOutAndBackAllOrNothing) {
   EXPECT_EQ(got["w"].steps, 7);
   EXPECT_EQ(got["w"].sq, (std::vector<float>{0, 0}));
   EXPECT_EQ(got["v"].buf, std::vector<float>{1});
+}
+
+TEST(ServerStateTest, StagedStateIsAppliedOnlyByCommitAndDroppedByDiscard) {
+  ServerState s(2, std::chrono::seconds(5));
+  std::vector<float> init{1, 2};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", init, false, OptimizerKind::kMomentum)}, &created).ok());
+  std::map<std::string, OptimizerState> got;
+  auto get = [&] {
+    got.clear();
+    return s.GetState(0, 0, {{"w", 0, 0, 2}}, [&](const PartitionRef& id, const Optimizer& o) {
+      got[id.variable] = o.State();
+    });
+  };
+  // Staged: checked, but nothing changes until the commit.
+  ASSERT_TRUE(s.StageState(0, {{{"w", 0, 0, 2}, {1, {3, 4}, {}}}}).ok());
+  ASSERT_TRUE(get().ok());
+  EXPECT_EQ(got["w"].steps, 0);
+  EXPECT_TRUE(got["w"].buf.empty());
+  // A refused piece is not staged, and leaves what was staged before as it was.
+  Status st = s.StageState(0, {{{"w", 0, 0, 2}, {1, {3, NAN}, {}}}});
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("set state of variable 'w'"), std::string::npos) << st.message();
+  // Another worker's commit does not apply this worker's pieces.
+  ASSERT_TRUE(s.CommitState(1, true).ok());
+  ASSERT_TRUE(get().ok());
+  EXPECT_TRUE(got["w"].buf.empty());
+  ASSERT_TRUE(s.CommitState(0, true).ok());
+  ASSERT_TRUE(get().ok());
+  EXPECT_EQ(got["w"].steps, 1);
+  EXPECT_EQ(got["w"].buf, (std::vector<float>{3, 4}));
+  // The commit consumed the staged pieces; a discard drops them unapplied.
+  ASSERT_TRUE(s.StageState(0, {{{"w", 0, 0, 2}, {1, {5, 6}, {}}}}).ok());
+  ASSERT_TRUE(s.CommitState(0, false).ok());
+  ASSERT_TRUE(s.CommitState(0, true).ok());
+  ASSERT_TRUE(get().ok());
+  EXPECT_EQ(got["w"].buf, (std::vector<float>{3, 4}));
+  EXPECT_EQ(s.StageState(0, {{{"nope", 0, 0, 2}, {}}}).code(), Code::kNotFound);
+  EXPECT_EQ(s.StageState(5, {}).code(), Code::kInvalidArgument);
 }
 
 }  // namespace
