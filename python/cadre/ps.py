@@ -13,11 +13,12 @@ Every learner of a ``pytorch`` (parameter-server) job runs the same program. Lea
         opt.done()
 
 The servers hold the variables and apply the optimizer themselves (SGD, momentum, Adam, or a plain
-sum), with the wrapped optimizer's hyper-parameters as they were at construction, except the
-learning rate: each ``step()`` sends every param group's current ``lr``, so LR schedulers
-(``torch.optim.lr_scheduler``) and hand-written warm-ups reach the
-servers; a change of any other hyper-parameter makes ``step()`` refuse rather than train with
-values other than the worker shows. ``state_dict()``/``load_state_dict()`` carry the servers'
+sum), with the wrapped optimizer's hyper-parameters as they are at each step: each ``step()``
+sends every param group's current ``lr`` (and its momentum, dampening, nesterov, betas, eps and
+weight decay when they differ from the ones the optimizer was made with), so schedulers
+(``torch.optim.lr_scheduler``, momentum cycling) and hand-written changes reach the servers;
+what the servers cannot apply (``amsgrad``, ``maximize``) is refused.
+``state_dict()``/``load_state_dict()`` carry the servers'
 optimizer state (momentum buffers, Adam's moments and step) in torch.optim's format, so a
 checkpoint resumes exactly. A worker pushes gradients and pulls the updated parameters on every
 ``step()``; the model's buffers (BatchNorm running statistics) travel with them and come back as
@@ -86,6 +87,8 @@ def _optimizer_config(optimizer, group):
         return float(group.get(name, default))
 
     if isinstance(optimizer, torch.optim.SGD):
+        if group.get("maximize", False):
+            raise ValueError("cadre.ps: maximize=True is not served")
         momentum = hp("momentum")
         if momentum == 0.0:
             return {"kind": "sgd", "lr": hp("lr"), "weight_decay": hp("weight_decay")}
@@ -105,9 +108,24 @@ def _optimizer_config(optimizer, group):
 
 
 def _without_lr(config):
-    """The hyper-parameters that must stay as served: all but the learning rate, which every
-    step sends (LR schedules)."""
+    """All but the learning rate, which every step sends anyway."""
     return {k: v for k, v in config.items() if k != "lr"}
+
+
+def _check_update(gi, config):
+    """Raises ValueError naming param group `gi`'s hyper-parameter that no update may use (a
+    server would refuse it, after other servers took the step)."""
+    import math
+    nonnegative = ("a finite value >= 0", lambda v: math.isfinite(v) and v >= 0)
+    unit = ("in [0, 1)", lambda v: 0 <= v < 1)
+    checks = {"lr": nonnegative, "weight_decay": nonnegative, "momentum": nonnegative,
+              "dampening": ("finite", math.isfinite), "beta1": unit, "beta2": unit,
+              "eps": nonnegative}
+    for key, (want, ok) in checks.items():
+        if key in config and not ok(config[key]):
+            name = {"beta1": "betas[0]", "beta2": "betas[1]"}.get(key, key)
+            raise ValueError("cadre.ps: param group %d's %s is %r; it must be %s"
+                             % (gi, name, config[key], want))
 
 
 def _entry(name, tensor):
@@ -222,9 +240,11 @@ class DistributedOptimizer:
     every worker starts from the same values, but never pushed, so the servers leave them as
     they are (as torch's optimizers skip them; pushed as zeros, weight decay would shrink them).
 
-    Learning rates: every ``step()`` sends each param group's current ``lr``, which the servers
-    apply to that step's update, so an LR scheduler works as it does locally: the wrapper is a
-    ``torch.optim.Optimizer`` to torch (``StepLR(opt, ...)``, or on ``opt.optimizer``); every
+    Hyper-parameters: every ``step()`` sends each param group's current ``lr``, and its other
+    hyper-parameters (momentum, dampening, nesterov, betas, eps, weight decay) when they differ
+    from the ones it was made with; the servers apply them to that step's update, so a
+    scheduler works as it does locally: the wrapper is a ``torch.optim.Optimizer`` to torch
+    (``StepLR(opt, ...)``, ``OneCycleLR`` cycling the momentum, or on ``opt.optimizer``). Every
     worker must follow the same schedule: a sync step whose workers disagree is refused.
 
     Buffers (``sync_buffers``, on when ``model`` is given): the model's buffers, such as
@@ -344,25 +364,18 @@ class DistributedOptimizer:
     def steps(self):
         return self._step
 
-    def _check_unchanged(self):
-        """The servers apply the hyper-parameters the optimizer had at construction (but the
-        learning rate, sent with every step), to the parameters that required a gradient then;
-        another change since (momentum, betas, weight decay, a layer unfrozen) would not reach
-        them, and the worker would train otherwise than it shows. Raises ValueError naming the
-        change."""
+    def _updates(self):
+        """Per param group, the hyper-parameters of this step's update: None where they are the
+        ones the servers were given at construction (the learning rate aside, sent anyway), else
+        the group's current ones. Raises ValueError naming what the servers cannot apply: a
+        value no update may use, a setting that is not served (amsgrad, maximize), or a change
+        of which parameters require a gradient (the servers train exactly those that did when
+        the optimizer was made)."""
+        updates = []
         for gi, (group, served) in enumerate(zip(self._optimizer.param_groups, self._served)):
-            now = _without_lr(_optimizer_config(self._optimizer, group))
-            served = _without_lr(served)
-            for key in sorted(set(served) | set(now)):
-                value = served.get(key)
-                if now.get(key) != value:
-                    raise ValueError(
-                        "cadre.ps: param group %d's %s is now %r but the parameter servers apply "
-                        "%r, its value when the DistributedOptimizer was made: the servers run "
-                        "the optimizer and follow only changes of the learning rate%s"
-                        % (gi, key, now.get(key), value,
-                           " (OneCycleLR and CyclicLR: pass cycle_momentum=False)"
-                           if key in ("momentum", "beta1") else ""))
+            now = _optimizer_config(self._optimizer, group)
+            _check_update(gi, now)
+            updates.append(None if _without_lr(now) == _without_lr(served) else now)
         trained = {n for n, _ in self._trained}
         for name, p in self._params:
             if p.requires_grad != (name in trained):
@@ -371,28 +384,19 @@ class DistributedOptimizer:
                     "DistributedOptimizer was made: the servers train exactly the parameters "
                     "that required a gradient then; make it after freezing or unfreezing"
                     % (name, p.requires_grad, not p.requires_grad))
+        return updates
 
-    def _learning_rates(self):
-        """Per trained parameter, its param group's current lr (checked: finite, >= 0)."""
-        import math
-        rates = []
-        for gi, group in enumerate(self._optimizer.param_groups):
-            lr = float(group["lr"])
-            if not (math.isfinite(lr) and lr >= 0):
-                raise ValueError("cadre.ps: param group %d's lr is %r; it must be a finite "
-                                 "value >= 0" % (gi, lr))
-            rates.append(lr)
-        return [rates[self._group_of[n]] for n, _ in self._trained]
 
     def step(self, closure=None):
-        """Pushes the gradients (with each group's current learning rate) and this worker's
+        """Pushes the gradients (with each group's current hyper-parameters) and this worker's
         buffers, and replaces the parameters and buffers with the servers' values after this
-        step (sync: once every worker pushed it; async: at once). Raises ValueError when another
-        hyper-parameter of the wrapped optimizer, or which parameters require a gradient,
-        changed since construction (the servers would not follow)."""
+        step (sync: once every worker pushed it; async: at once). Raises ValueError, before
+        anything is sent, for what the servers cannot apply (see ``_updates``)."""
         import torch
-        self._check_unchanged()
-        lrs = self._learning_rates()
+        updates = self._updates()
+        groups = [self._group_of[n] for n, _ in self._trained]
+        lrs = [float(self._optimizer.param_groups[g]["lr"]) for g in groups]
+        hypers = [updates[g] for g in groups]
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -413,9 +417,11 @@ class DistributedOptimizer:
         with torch.no_grad():
             self._mirrors.grads_to_host(keep)
             self._buffers.gather()
+            none = [None] * len(self._buffers.entries)
             self._client.push_pull(self._step, grads + self._buffers.sent(),
                                    outs + self._buffers.received(),
-                                   lrs + [0.0] * len(self._buffers.entries))
+                                   lrs + [0.0] * len(none),
+                                   hypers + none if any(hypers) else None)
             self._mirrors.values_to_device()
             self._buffers.scatter()
         self._step += 1
@@ -451,7 +457,7 @@ class DistributedOptimizer:
                 t = torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(p.shape)
                 return t.to(p.device)
             kind = self._kind(name)
-            if kind == "momentum" and buf is not None:
+            if kind in ("sgd", "momentum") and buf is not None:
                 state[index[name]] = {"momentum_buffer": tensor(buf)}
             elif kind == "adam" and steps > 0 and buf is not None and sq is not None:
                 state[index[name]] = {"step": torch.tensor(float(steps)),
@@ -460,22 +466,23 @@ class DistributedOptimizer:
         return sd
 
     def load_state_dict(self, state_dict):
-        """Restores the wrapped optimizer's hyper-parameters (the learning rate included) and
-        sends the optimizer state to the servers. Refuses (ValueError) a state dict whose other
-        hyper-parameters differ from the ones the servers apply, or whose state does not fit a
-        parameter; nothing is changed then."""
+        """Restores the wrapped optimizer's hyper-parameters (the next step sends them) and
+        sends the optimizer state to the servers, all or nothing across them. Refuses
+        (ValueError) a state dict with hyper-parameters the servers cannot apply, or whose state
+        does not fit a parameter, and CadreError naming the server and variable when a server
+        refuses its share; nothing is changed then, here or on any server."""
         import torch
         groups = [{k: v for k, v in g.items() if k != "params"}
                   for g in self._optimizer.param_groups]
         self._optimizer.load_state_dict(state_dict)
         try:
-            self._check_unchanged()
+            self._updates()
             entries, keep = [], []
             for name, p in self._trained:
                 st = self._optimizer.state.get(p, {})
                 kind = self._kind(name)
                 steps, parts = 0, []
-                if kind == "momentum" and st.get("momentum_buffer") is not None:
+                if kind in ("sgd", "momentum") and st.get("momentum_buffer") is not None:
                     steps, parts = 1, [st["momentum_buffer"], None]
                 elif kind == "adam" and "step" in st:
                     steps, parts = int(float(st["step"])), [st.get("exp_avg"),

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 
 #include "bindings.h"
@@ -60,17 +61,35 @@ ps::OptimizerConfig OptimizerFromDict(const py::dict& d) {
 
 using TensorTuple = std::tuple<std::string, uintptr_t, int64_t>;
 
-// lrs: none, or one learning rate per tensor (pushes under an LR schedule).
+// lrs: none, or one learning rate per tensor (pushes under an LR schedule). hypers: none, or
+// per tensor None (the declared hyper-parameters) or a dict of them, as declare takes.
 std::vector<ps::TensorView> Views(const std::vector<TensorTuple>& in,
-                                  const std::optional<std::vector<float>>& lrs = std::nullopt) {
+                                  const std::optional<std::vector<float>>& lrs = std::nullopt,
+                                  const std::optional<py::list>& hypers = std::nullopt) {
   if (lrs && lrs->size() != in.size())
     throw Error(InvalidArgument("lrs: " + std::to_string(lrs->size()) + " learning rates for " +
                                 std::to_string(in.size()) + " tensors"));
+  if (hypers && hypers->size() != in.size())
+    throw Error(InvalidArgument("hypers: " + std::to_string(hypers->size()) +
+                                " sets of hyper-parameters for " + std::to_string(in.size()) +
+                                " tensors"));
   std::vector<ps::TensorView> out;
   for (const auto& [name, ptr, count] : in)
     out.push_back({name, reinterpret_cast<const float*>(ptr), count});
   if (lrs)
     for (size_t i = 0; i < out.size(); ++i) out[i].lr = (*lrs)[i];
+  if (hypers) {
+    // One conversion per distinct dict: the caller passes one per param group.
+    std::map<PyObject*, ps::OptimizerConfig> seen;
+    for (size_t i = 0; i < out.size(); ++i) {
+      py::handle h = (*hypers)[i];
+      if (h.is_none()) continue;
+      auto it = seen.find(h.ptr());
+      if (it == seen.end())
+        it = seen.emplace(h.ptr(), OptimizerFromDict(py::cast<py::dict>(h))).first;
+      out[i].hyper = it->second;
+    }
+  }
   return out;
 }
 
@@ -203,12 +222,13 @@ void BindPs(py::module_& m) {
       .def(
           "push",
           [](Client& c, int64_t step, const std::vector<TensorTuple>& grads,
-             const std::optional<std::vector<float>>& lrs) {
-            auto views = Views(grads, lrs);
+             const std::optional<std::vector<float>>& lrs, const std::optional<py::list>& hypers) {
+            auto views = Views(grads, lrs, hypers);
             py::gil_scoped_release release;
             ThrowIfError(c.Push(step, views));
           },
-          py::arg("step"), py::arg("grads"), py::arg("lrs") = py::none())
+          py::arg("step"), py::arg("grads"), py::arg("lrs") = py::none(),
+          py::arg("hypers") = py::none())
       .def(
           "pull",
           [](Client& c, int64_t step, const std::vector<TensorTuple>& out) {
@@ -220,13 +240,15 @@ void BindPs(py::module_& m) {
       .def(
           "push_pull",
           [](Client& c, int64_t step, const std::vector<TensorTuple>& grads,
-             const std::vector<TensorTuple>& out, const std::optional<std::vector<float>>& lrs) {
-            auto in = Views(grads, lrs);
+             const std::vector<TensorTuple>& out, const std::optional<std::vector<float>>& lrs,
+             const std::optional<py::list>& hypers) {
+            auto in = Views(grads, lrs, hypers);
             auto outs = MutableViews(out);
             py::gil_scoped_release release;
             ThrowIfError(c.PushPull(step, in, outs));
           },
-          py::arg("step"), py::arg("grads"), py::arg("out"), py::arg("lrs") = py::none())
+          py::arg("step"), py::arg("grads"), py::arg("out"), py::arg("lrs") = py::none(),
+          py::arg("hypers") = py::none())
       .def(
           "get_state",
           [](Client& c, int64_t step, const std::vector<std::string>& names) {

@@ -41,7 +41,8 @@ struct Piece {
   const Partition* part;
   const float* src = nullptr;
   float* dst = nullptr;
-  std::optional<float> lr;  // pushes: the update's learning rate
+  std::optional<float> lr;               // pushes: the update's learning rate
+  std::optional<OptimizerConfig> hyper;  // pushes: the update's hyper-parameters
 };
 
 // "push of 'fc.weight' partitions 0-3, 'fc.bias' partition 0": what an RPC of `batch` carries
@@ -355,7 +356,7 @@ Status Client::Declare(const std::vector<Variable>& variables) {
   for (const Variable& v : variables) {
     by_name[v.name] = &v;
     for (const Partition& p : map.partitions(v.name))
-      pieces.push_back({&p, v.initial, nullptr, std::nullopt});
+      pieces.push_back({&p, v.initial, nullptr, std::nullopt, std::nullopt});
   }
   std::vector<std::deque<Task>> queues(m.stubs.size());
   auto batches = m.Batches(pieces);
@@ -400,7 +401,7 @@ std::vector<wire::OutChunk> OutChunks(const std::vector<Piece>& batch) {
   out.reserve(batch.size());
   for (const Piece& pc : batch) {
     const Partition& p = *pc.part;
-    out.push_back({p.variable, p.index, p.offset, p.count, pc.src + p.offset, pc.lr});
+    out.push_back({p.variable, p.index, p.offset, p.count, pc.src + p.offset, pc.lr, pc.hyper});
   }
   return out;
 }
@@ -460,7 +461,7 @@ Status Client::Push(int64_t step, const std::vector<TensorView>& grads) {
   for (const TensorView& t : grads) {
     const std::vector<Partition>* parts;
     CADRE_RETURN_IF_ERROR(m.Resolve("ps push", t.name, t.count, &parts));
-    for (const Partition& p : *parts) pieces.push_back({&p, t.data, nullptr, t.lr});
+    for (const Partition& p : *parts) pieces.push_back({&p, t.data, nullptr, t.lr, t.hyper});
   }
   return m.RunPushes(pieces, kPushMethod, step, false);
 }
@@ -471,7 +472,8 @@ Status Client::Pull(int64_t step, const std::vector<MutableTensorView>& out) {
   for (const MutableTensorView& t : out) {
     const std::vector<Partition>* parts;
     CADRE_RETURN_IF_ERROR(m.Resolve("ps pull", t.name, t.count, &parts));
-    for (const Partition& p : *parts) pieces.push_back({&p, nullptr, t.data, std::nullopt});
+    for (const Partition& p : *parts)
+      pieces.push_back({&p, nullptr, t.data, std::nullopt, std::nullopt});
   }
   std::vector<std::deque<Task>> queues(m.stubs.size());
   auto batches = m.Batches(pieces);
@@ -514,7 +516,7 @@ Status Client::PushPull(int64_t step, const std::vector<TensorView>& grads,
     const std::vector<Partition>* parts;
     CADRE_RETURN_IF_ERROR(m.Resolve("ps push-pull", grads[i].name, grads[i].count, &parts));
     for (const Partition& p : *parts)
-      pieces.push_back({&p, grads[i].data, out[i].data, grads[i].lr});
+      pieces.push_back({&p, grads[i].data, out[i].data, grads[i].lr, grads[i].hyper});
   }
   return m.RunPushes(pieces, kPushPullMethod, step, true);
 }
@@ -540,7 +542,8 @@ Status Client::GetOptimizerState(int64_t step, const std::vector<std::string>& n
     CADRE_RETURN_IF_ERROR(m.Resolve("ps get state", names[i], std::nullopt, &parts));
     if (!index.emplace(names[i], i).second)
       return InvalidArgument("ps get state: variable '" + names[i] + "' is named twice");
-    for (const Partition& p : *parts) pieces.push_back({&p, nullptr, nullptr, std::nullopt});
+    for (const Partition& p : *parts)
+      pieces.push_back({&p, nullptr, nullptr, std::nullopt, std::nullopt});
   }
   out->assign(names.size(), OptimizerState{});  // filled on gRPC's threads, under `mu`
   std::mutex mu;
@@ -622,7 +625,8 @@ Status Client::SetOptimizerState(const std::vector<std::string>& names,
         return InvalidArgument("ps set state: variable '" + names[i] + "' has " +
                                std::to_string(count) + " elements, its state " +
                                std::to_string(v->size()));
-    for (const Partition& p : *parts) pieces.push_back({&p, nullptr, nullptr, std::nullopt});
+    for (const Partition& p : *parts)
+      pieces.push_back({&p, nullptr, nullptr, std::nullopt, std::nullopt});
   }
   std::map<std::string, const OptimizerState*> by_name;
   for (size_t i = 0; i < names.size(); ++i) by_name[names[i]] = &states[i];

@@ -65,6 +65,9 @@ struct TensorView {
   const float* data = nullptr;
   int64_t count = 0;
   std::optional<float> lr;  // pushes: the learning rate of this update; none: the declared one
+  // Pushes: every hyper-parameter of this update (the kind is the declared one; lr, when set,
+  // overrides its lr); none: the declared ones.
+  std::optional<OptimizerConfig> hyper;
 };
 
 struct MutableTensorView {

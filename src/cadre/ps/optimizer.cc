@@ -39,30 +39,48 @@ std::string OptimizerKindName(OptimizerKind kind) {
   return "unknown";
 }
 
-Status OptimizerConfig::Validate() const {
+namespace {
+
+Status CheckValues(const OptimizerConfig& c, bool every_kind) {
   auto bad = [](const char* field, float v, const char* want) {
     return InvalidArgument(std::string("optimizer.") + field + ": " + std::to_string(v) +
                            " is not " + want);
   };
-  if (!std::isfinite(lr) || lr < 0) return bad("lr", lr, "a finite value >= 0");
-  if (!std::isfinite(weight_decay) || weight_decay < 0)
-    return bad("weight_decay", weight_decay, "a finite value >= 0");
-  if (kind == OptimizerKind::kMomentum) {
-    if (!std::isfinite(momentum) || momentum < 0) return bad("momentum", momentum, ">= 0");
-    if (!std::isfinite(dampening)) return bad("dampening", dampening, "finite");
-    if (nesterov && (momentum <= 0 || dampening != 0))
-      return InvalidArgument("optimizer.nesterov needs momentum > 0 and dampening = 0");
+  if (!std::isfinite(c.lr) || c.lr < 0) return bad("lr", c.lr, "a finite value >= 0");
+  if (!std::isfinite(c.weight_decay) || c.weight_decay < 0)
+    return bad("weight_decay", c.weight_decay, "a finite value >= 0");
+  if (every_kind || c.kind == OptimizerKind::kMomentum) {
+    if (!std::isfinite(c.momentum) || c.momentum < 0) return bad("momentum", c.momentum, ">= 0");
+    if (!std::isfinite(c.dampening)) return bad("dampening", c.dampening, "finite");
   }
-  if (kind == OptimizerKind::kAdam) {
-    if (!(beta1 >= 0 && beta1 < 1)) return bad("beta1", beta1, "in [0, 1)");
-    if (!(beta2 >= 0 && beta2 < 1)) return bad("beta2", beta2, "in [0, 1)");
-    if (!std::isfinite(eps) || eps < 0) return bad("eps", eps, "a finite value >= 0");
+  if (every_kind || c.kind == OptimizerKind::kAdam) {
+    if (!(c.beta1 >= 0 && c.beta1 < 1)) return bad("beta1", c.beta1, "in [0, 1)");
+    if (!(c.beta2 >= 0 && c.beta2 < 1)) return bad("beta2", c.beta2, "in [0, 1)");
+    if (!std::isfinite(c.eps) || c.eps < 0) return bad("eps", c.eps, "a finite value >= 0");
   }
   return Status::Ok();
 }
 
+}  // namespace
+
+Status OptimizerConfig::Validate() const {
+  CADRE_RETURN_IF_ERROR(CheckValues(*this, false));
+  if (kind == OptimizerKind::kMomentum && nesterov && (momentum <= 0 || dampening != 0))
+    return InvalidArgument("optimizer.nesterov needs momentum > 0 and dampening = 0");
+  return Status::Ok();
+}
+
+Status OptimizerConfig::ValidateUpdate() const { return CheckValues(*this, true); }
+
+void Optimizer::SetHyperparameters(const OptimizerConfig& h) {
+  const OptimizerKind kind = config_.kind;
+  config_ = h;
+  config_.kind = kind;
+}
+
 Optimizer::Optimizer(const OptimizerConfig& config, int64_t count)
     : config_(config), count_(count) {
+  // SGD declared without momentum makes its buffer if momentum comes later.
   if (config.kind == OptimizerKind::kMomentum || config.kind == OptimizerKind::kAdam)
     buf_.assign(static_cast<size_t>(count), 0.0f);
   if (config.kind == OptimizerKind::kAdam) sq_.assign(static_cast<size_t>(count), 0.0f);
@@ -80,17 +98,23 @@ void Optimizer::Apply(std::span<float> param, std::span<const float> grad) {
       std::copy(grad.begin(), grad.end(), param.begin());
       return;
     case OptimizerKind::kSgd:
-      for (size_t i = 0; i < n; ++i) param[i] -= c.lr * (grad[i] + c.weight_decay * param[i]);
-      return;
-    case OptimizerKind::kMomentum:
+    case OptimizerKind::kMomentum: {
+      if (c.momentum == 0) {  // torch leaves the buffer as it is
+        for (size_t i = 0; i < n; ++i) param[i] -= c.lr * (grad[i] + c.weight_decay * param[i]);
+        return;
+      }
+      // torch initialises the buffer with the first gradient, without dampening.
+      const bool first = !has_buf_;
+      if (first) buf_.resize(static_cast<size_t>(count_));
+      has_buf_ = true;
       for (size_t i = 0; i < n; ++i) {
         float g = grad[i] + c.weight_decay * param[i];
-        // torch initialises the buffer with the first gradient, without dampening.
-        buf_[i] = steps_ == 1 ? g : c.momentum * buf_[i] + (1 - c.dampening) * g;
+        buf_[i] = first ? g : c.momentum * buf_[i] + (1 - c.dampening) * g;
         float d = c.nesterov ? g + c.momentum * buf_[i] : buf_[i];
         param[i] -= c.lr * d;
       }
       return;
+    }
     case OptimizerKind::kAdam: {
       const double t = static_cast<double>(steps_);
       const float bc1 = static_cast<float>(1 - std::pow(c.beta1, t));
@@ -119,7 +143,7 @@ OptimizerState Optimizer::State() const {
 }
 
 Status Optimizer::Restore(OptimizerState state) {
-  const bool momentum = config_.kind == OptimizerKind::kMomentum;
+  const bool momentum = IsSgd();  // a momentum buffer, whether momentum is on now or not
   const bool adam = config_.kind == OptimizerKind::kAdam;
   const std::string kind = OptimizerKindName(config_.kind);
   if (state.steps < 0)
@@ -141,13 +165,18 @@ Status Optimizer::Restore(OptimizerState state) {
   };
   CADRE_RETURN_IF_ERROR(check(state.buf, momentum || adam, "buf"));
   CADRE_RETURN_IF_ERROR(check(state.sq, adam, "sq"));
-  const bool has_buffers = !state.buf.empty() && (!adam || !state.sq.empty());
-  if ((momentum || adam) && has_buffers != (state.steps > 0))
+  // Adam's moments exist from its first step on; SGD's buffer only if momentum was on.
+  const bool has_buffers = !state.buf.empty() && !state.sq.empty();
+  if (adam && has_buffers != (state.steps > 0))
     return InvalidArgument("optimizer state: optimizer " + kind + " after " +
                            std::to_string(state.steps) + " steps must " +
                            (state.steps > 0 ? "have" : "not have") + " its buffers");
   steps_ = state.steps;
-  if (momentum || adam) {
+  if (momentum) {
+    has_buf_ = !state.buf.empty();
+    buf_ = std::move(state.buf);
+  }
+  if (adam) {
     if (state.buf.empty()) state.buf.assign(static_cast<size_t>(count_), 0.0f);
     buf_ = std::move(state.buf);
   }

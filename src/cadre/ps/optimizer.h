@@ -5,8 +5,11 @@
 //
 // An Optimizer object holds the per-partition state (momentum buffer, Adam moments and step
 // count), which State()/Restore() read and replace (checkpoints); it is not thread-safe: the
-// caller (the partition's owner) serialises every call. The learning rate may change between
-// updates (LR schedules): SetLr.
+// caller (the partition's owner) serialises every call. The hyper-parameters may change between
+// updates, as torch.optim's param_groups may (LR schedules, momentum cycling): SetLr,
+// SetHyperparameters. SGD with and without momentum are one optimizer, as in torch: kSgd and
+// kMomentum differ only in the momentum they are declared with, and the momentum buffer is made
+// by the first update with momentum, and kept (unchanged) through updates without.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +43,10 @@ struct OptimizerConfig {
 
   // Rejects values torch would reject (negative lr, betas outside [0, 1), ...), naming the field.
   Status Validate() const;
+  // What Validate checks of one update's values, whatever the kind (every field, so that a value
+  // a later update would use is refused when it arrives): torch checks nesterov's conditions only
+  // when the optimizer is made, so they are not checked here.
+  Status ValidateUpdate() const;
   bool operator==(const OptimizerConfig&) const = default;
 };
 
@@ -63,6 +70,9 @@ class Optimizer {
   // The learning rate of the updates from now on (validated by the caller: finite, >= 0).
   void SetLr(float lr) { config_.lr = lr; }
   float lr() const { return config_.lr; }
+  // Every hyper-parameter of `h` but the kind, from now on (validated: ValidateUpdate).
+  void SetHyperparameters(const OptimizerConfig& h);
+  const OptimizerConfig& config() const { return config_; }
 
   int64_t steps() const { return steps_; }
   OptimizerState State() const;
@@ -71,9 +81,14 @@ class Optimizer {
   Status Restore(OptimizerState state);
 
  private:
-  // Whether the state buffers exist yet: torch creates them on the first update.
-  bool Started() const { return steps_ > 0; }
+  bool IsSgd() const {
+    return config_.kind == OptimizerKind::kSgd || config_.kind == OptimizerKind::kMomentum;
+  }
+  // Whether the state buffers exist yet: torch creates Adam's on the first update, SGD's on the
+  // first update with momentum.
+  bool Started() const { return IsSgd() ? has_buf_ : steps_ > 0; }
   OptimizerConfig config_;
+  bool has_buf_ = false;  // SGD: the momentum buffer holds a value
   int64_t count_ = 0;
   int64_t steps_ = 0;
   std::vector<float> buf_;  // momentum buffer, or Adam's first moment

@@ -42,6 +42,33 @@ std::string Seconds(Duration d) {
   return s.str();
 }
 
+// The hyper-parameters of a push's update: the declared ones, replaced by those it carries.
+OptimizerConfig UpdateConfig(const OptimizerConfig& declared, const ChunkArgs& chunk) {
+  OptimizerConfig u = chunk.hyper ? *chunk.hyper : declared;
+  u.kind = declared.kind;
+  if (chunk.lr) u.lr = *chunk.lr;
+  return u;
+}
+
+// "momentum 0.5 but an earlier push of that step had 0.9": the first field where `a` (this
+// push's) and `b` (the step's) differ.
+std::string FirstDifference(const OptimizerConfig& a, const OptimizerConfig& b) {
+  const std::pair<const char*, std::pair<float, float>> fields[] = {
+      {"learning rate", {a.lr, b.lr}},
+      {"momentum", {a.momentum, b.momentum}},
+      {"dampening", {a.dampening, b.dampening}},
+      {"nesterov", {a.nesterov ? 1.0f : 0.0f, b.nesterov ? 1.0f : 0.0f}},
+      {"beta1", {a.beta1, b.beta1}},
+      {"beta2", {a.beta2, b.beta2}},
+      {"eps", {a.eps, b.eps}},
+      {"weight_decay", {a.weight_decay, b.weight_decay}}};
+  for (const auto& [name, v] : fields)
+    if (v.first != v.second)
+      return std::string(name) + " " + std::to_string(v.first) +
+             " but an earlier push of that step had " + std::to_string(v.second);
+  return "other hyper-parameters than an earlier push of that step";
+}
+
 }  // namespace
 
 struct ServerState::Part {
@@ -51,10 +78,10 @@ struct ServerState::Part {
   bool sync = true;
   std::vector<float> value;
   Optimizer optimizer;
-  int64_t step = 0;            // updates applied (sync: the step the partition reached)
-  std::vector<float> pending;  // sync: sum of this step's gradients so far
-  float pending_lr = 0;        // sync: the learning rate of this step (from its first push)
-  std::vector<bool> arrived;   // sync: which workers pushed this step
+  int64_t step = 0;                // updates applied (sync: the step the partition reached)
+  std::vector<float> pending;      // sync: sum of this step's gradients so far
+  OptimizerConfig pending_config;  // sync: this step's hyper-parameters (from its first push)
+  std::vector<bool> arrived;       // sync: which workers pushed this step
   int arrived_count = 0;
 
   Part(const DeclareArgs& a, int num_workers)
@@ -218,7 +245,7 @@ void ServerState::MaybeApply(Part& part) {
     const float scale = 1.0f / static_cast<float>(part.arrived_count);
     for (float& g : part.pending) g *= scale;
   }
-  part.optimizer.SetLr(part.pending_lr);
+  part.optimizer.SetHyperparameters(part.pending_config);
   part.optimizer.Apply(part.value, part.pending);
   part.step += 1;
   std::fill(part.pending.begin(), part.pending.end(), 0.0f);
@@ -253,19 +280,21 @@ Status ServerState::Push(int worker, int64_t step, const std::vector<ChunkArgs>&
                           ": the partition stayed at step " + std::to_string(p->step) + " for " +
                           Seconds(step_timeout_) + "; workers missing: " + MissingWorkers(*p));
   }
+  std::vector<OptimizerConfig> updates(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     Part* p = targets[i];
-    const float lr = grads[i].lr.value_or(p->config.lr);
-    if (!std::isfinite(lr) || lr < 0)
-      return InvalidArgument("push: " + Describe(p->id) + ": learning rate " + std::to_string(lr) +
-                             " is not a finite value >= 0");
+    OptimizerConfig& u = updates[i];
+    u = UpdateConfig(p->config, grads[i]);
+    if (!std::isfinite(u.lr) || u.lr < 0)
+      return InvalidArgument("push: " + Describe(p->id) + ": learning rate " +
+                             std::to_string(u.lr) + " is not a finite value >= 0");
+    CADRE_RETURN_IF_ERROR(u.ValidateUpdate().WithContext("push: " + Describe(p->id)));
     if (!p->sync) continue;
-    if (p->arrived_count > 0 && lr != p->pending_lr)
-      return MismatchError(
-          "push: worker " + std::to_string(worker) + " pushed step " + std::to_string(step) +
-          " of " + Describe(p->id) + " with learning rate " + std::to_string(lr) +
-          " but an earlier push of that step had " + std::to_string(p->pending_lr) +
-          ": every worker must follow the same learning-rate schedule");
+    if (p->arrived_count > 0 && !(u == p->pending_config))
+      return MismatchError("push: worker " + std::to_string(worker) + " pushed step " +
+                           std::to_string(step) + " of " + Describe(p->id) + " with " +
+                           FirstDifference(u, p->pending_config) +
+                           ": every worker must follow the same hyper-parameter schedule");
     if (p->step > step)
       return MismatchError("push: step " + std::to_string(step) + " of " + Describe(p->id) +
                            " was already applied (the partition is at step " +
@@ -279,14 +308,13 @@ Status ServerState::Push(int worker, int64_t step, const std::vector<ChunkArgs>&
     Part& p = *targets[i];
     const float* g = reinterpret_cast<const float*>(grads[i].data.data());
     std::span<const float> grad(g, static_cast<size_t>(p.id.count));
-    const float lr = grads[i].lr.value_or(p.config.lr);
     if (!p.sync) {
-      p.optimizer.SetLr(lr);
+      p.optimizer.SetHyperparameters(updates[i]);
       p.optimizer.Apply(p.value, grad);
       p.step += 1;
       continue;
     }
-    if (p.arrived_count == 0) p.pending_lr = lr;
+    if (p.arrived_count == 0) p.pending_config = updates[i];
     if (p.pending.empty()) p.pending.assign(p.value.size(), 0.0f);
     for (size_t k = 0; k < grad.size(); ++k) p.pending[k] += grad[k];
     p.arrived[static_cast<size_t>(worker)] = true;

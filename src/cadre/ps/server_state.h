@@ -8,8 +8,9 @@
 // - Sync partitions: the gradients of step s are summed until every worker that has not said
 //   done pushed once; then the update is applied exactly once (with the mean gradient, or the sum
 //   for the "sum" optimizer) and the partition's step becomes s + 1. A push may carry the
-//   learning rate per partition (LR schedules); every push of one sync step must carry the same
-//   one, which that step's update uses (a push without one means the declared rate). A pull for
+//   learning rate and the other hyper-parameters per partition (schedules); every push of one
+//   sync step must carry the same ones, which that step's update uses (a push without them means
+//   the declared ones). A pull for
 //   step s waits until the partition reached step s. A second push by the same worker for the same
 //   step is refused.
 // - Async partitions: each push is applied at once; pulls return the current values.
@@ -59,12 +60,15 @@ struct DeclareArgs {
 struct ChunkArgs {
   ChunkArgs() = default;
   ChunkArgs(PartitionRef i, std::string t, std::string_view d,
-            std::optional<float> rate = std::nullopt)
-      : id(std::move(i)), dtype(std::move(t)), data(d), lr(rate) {}
+            std::optional<float> rate = std::nullopt,
+            std::optional<OptimizerConfig> h = std::nullopt)
+      : id(std::move(i)), dtype(std::move(t)), data(d), lr(rate), hyper(std::move(h)) {}
   PartitionRef id;
   std::string dtype;
   std::string_view data;    // count float32 values
-  std::optional<float> lr;  // the learning rate of this update; none: the declared one
+  std::optional<float> lr;  // the learning rate of this update; none: hyper's, or the declared one
+  // The other hyper-parameters of this update (its kind is ignored); none: the declared ones.
+  std::optional<OptimizerConfig> hyper;
 };
 
 // One partition's optimizer state (checkpoints).

@@ -237,7 +237,8 @@ TEST(ServerStateTest, PushedLearningRateAppliesToItsStep) {
   ASSERT_TRUE(push(0, 0, g0, 0.5f).ok());
   Status st = push(1, 0, g1, 0.25f);
   EXPECT_EQ(st.code(), Code::kMismatch);
-  EXPECT_NE(st.message().find("same learning-rate schedule"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("learning rate 0.25"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("same hyper-parameter schedule"), std::string::npos) << st.message();
   EXPECT_EQ(s.PartitionStep("w", 0), 0);  // the refused push changed nothing
   ASSERT_TRUE(push(1, 0, g1, 0.5f).ok());
   EXPECT_EQ(Value(s, "w", 1), std::vector<float>{0.0f});
@@ -248,6 +249,47 @@ TEST(ServerStateTest, PushedLearningRateAppliesToItsStep) {
   st = push(0, 2, g0, -1.0f);
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("learning rate"), std::string::npos) << st.message();
+}
+
+// A push may carry every hyper-parameter of its step (momentum switched on later, say); the
+// workers of one sync step must agree on them; without them the declared ones apply.
+TEST(ServerStateTest, PushedHyperparametersApplyToTheirStep) {
+  ServerState s(2, std::chrono::seconds(5));
+  std::vector<float> init{1.0f};
+  std::vector<bool> created;
+  ASSERT_TRUE(s.Declare(0, {Decl("w", init, true, OptimizerKind::kSgd)}, &created).ok());
+  std::vector<float> g{2.0f};
+  OptimizerConfig h;
+  h.lr = 0.5f;
+  h.momentum = 0.5f;
+  auto push = [&](int worker, int64_t step, std::optional<OptimizerConfig> hyper) {
+    ChunkArgs c = Chunk("w", g);
+    c.hyper = std::move(hyper);
+    return s.Push(worker, step, {c});
+  };
+  // Step 0 with momentum: the buffer starts as the gradient, 1 - 0.5 * 2 = 0.
+  ASSERT_TRUE(push(0, 0, h).ok());
+  OptimizerConfig other = h;
+  other.momentum = 0.25f;
+  Status st = push(1, 0, other);
+  EXPECT_EQ(st.code(), Code::kMismatch);
+  EXPECT_NE(st.message().find("momentum 0.25"), std::string::npos) << st.message();
+  ASSERT_TRUE(push(1, 0, h).ok());
+  EXPECT_EQ(Value(s, "w", 1), std::vector<float>{0.0f});
+  // Step 1 with the declared ones (lr 0.01, no momentum): the buffer stays, 0 - 0.01 * 2.
+  ASSERT_TRUE(push(0, 1, std::nullopt).ok());
+  ASSERT_TRUE(push(1, 1, std::nullopt).ok());
+  EXPECT_FLOAT_EQ(Value(s, "w", 2)[0], -0.02f);
+  // Step 2 with momentum again: buffer 0.5 * 2 + 2 = 3, -0.02 - 0.5 * 3.
+  ASSERT_TRUE(push(0, 2, h).ok());
+  ASSERT_TRUE(push(1, 2, h).ok());
+  EXPECT_FLOAT_EQ(Value(s, "w", 3)[0], -1.52f);
+  other = h;
+  other.beta2 = 1.0f;
+  st = push(0, 3, other);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("optimizer.beta2"), std::string::npos) << st.message();
+  EXPECT_EQ(s.PartitionStep("w", 0), 3);
 }
 
 TEST(ServerStateTest, OptimizerStateMovesOutAndBackAllOrNothing) {

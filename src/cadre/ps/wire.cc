@@ -12,7 +12,12 @@ constexpr uint32_t kLen = 2;
 constexpr uint32_t kFixed32 = 5;
 
 constexpr uint32_t kPushWorker = 1, kPushStep = 2, kPushGrads = 3;
-constexpr uint32_t kChunkId = 1, kChunkDtype = 2, kChunkData = 3, kChunkLr = 4;
+constexpr uint32_t kChunkId = 1, kChunkDtype = 2, kChunkData = 3, kChunkLr = 4, kChunkHyper = 5;
+// OptimizerConfig's hyper-parameters (its kind, field 1, is not sent with a push).
+constexpr uint32_t kHyperLr = 2, kHyperMomentum = 3, kHyperDampening = 4, kHyperNesterov = 5,
+                   kHyperBeta1 = 6, kHyperBeta2 = 7, kHyperEps = 8, kHyperWeightDecay = 9;
+// A hyper-parameters message: every float field (tag and 4 bytes), and nesterov (tag, 0 or 1).
+constexpr size_t kHyperBytes = 7 * (1 + sizeof(float)) + 2;
 constexpr uint32_t kIdVariable = 1, kIdIndex = 2, kIdOffset = 3, kIdCount = 4;
 constexpr uint32_t kReplyValues = 1;
 
@@ -48,10 +53,40 @@ size_t IdSize(std::string_view variable, int32_t index, int64_t offset, int64_t 
          VarintFieldSize(AsVarint(offset)) + VarintFieldSize(AsVarint(count));
 }
 
+void PutFloat(std::string* out, uint32_t field, float v) {
+  PutTag(out, field, kFixed32);
+  char le[sizeof(float)];
+  std::memcpy(le, &v, sizeof le);  // little-endian hosts only, as the payloads
+  out->append(le, sizeof le);
+}
+
+// The learning rate and the hyper-parameters of an update, when it carries them.
+size_t UpdateSize(const OutChunk& c) {
+  return (c.lr ? 1 + sizeof(float) : 0) + (c.hyper ? LenFieldSize(kHyperBytes) : 0);
+}
+
+void PutUpdate(std::string* out, const OutChunk& c) {
+  if (c.lr) PutFloat(out, kChunkLr, *c.lr);
+  if (!c.hyper) return;
+  const OptimizerConfig& h = *c.hyper;
+  PutTag(out, kChunkHyper, kLen);
+  PutVarint(out, kHyperBytes);
+  PutFloat(out, kHyperLr, h.lr);
+  PutFloat(out, kHyperMomentum, h.momentum);
+  PutFloat(out, kHyperDampening, h.dampening);
+  PutTag(out, kHyperNesterov, kVarint);
+  PutVarint(out, h.nesterov ? 1 : 0);
+  PutFloat(out, kHyperBeta1, h.beta1);
+  PutFloat(out, kHyperBeta2, h.beta2);
+  PutFloat(out, kHyperEps, h.eps);
+  PutFloat(out, kHyperWeightDecay, h.weight_decay);
+}
+
 // A chunk's fields up to and including the data field's length; the payload follows. The
-// learning rate, when there is one, goes before the data (protobuf accepts any order).
+// update's learning rate and hyper-parameters, when there are any, go before the data
+// (protobuf accepts any order).
 void PutChunkHead(std::string* out, std::string_view variable, int32_t index, int64_t offset,
-                  int64_t count, size_t bytes, std::optional<float> lr = std::nullopt) {
+                  int64_t count, size_t bytes, const OutChunk* update = nullptr) {
   size_t id = IdSize(variable, index, offset, count);
   PutTag(out, kChunkId, kLen);
   PutVarint(out, id);
@@ -67,20 +102,15 @@ void PutChunkHead(std::string* out, std::string_view variable, int32_t index, in
   PutTag(out, kChunkDtype, kLen);
   PutVarint(out, kFloat32.size());
   out->append(kFloat32);
-  if (lr) {
-    PutTag(out, kChunkLr, kFixed32);
-    char le[sizeof(float)];
-    std::memcpy(le, &*lr, sizeof le);  // little-endian hosts only, as the payloads
-    out->append(le, sizeof le);
-  }
+  if (update != nullptr) PutUpdate(out, *update);
   PutTag(out, kChunkData, kLen);
   PutVarint(out, bytes);
 }
 
 size_t ChunkSize(std::string_view variable, int32_t index, int64_t offset, int64_t count,
-                 size_t bytes, std::optional<float> lr = std::nullopt) {
+                 size_t bytes, const OutChunk* update = nullptr) {
   return LenFieldSize(IdSize(variable, index, offset, count)) + LenFieldSize(kFloat32.size()) +
-         LenFieldSize(bytes) + (lr ? 1 + sizeof(float) : 0);
+         LenFieldSize(bytes) + (update != nullptr ? UpdateSize(*update) : 0);
 }
 
 // A message in gRPC's slices, read front to back; a Mark returns to a position.
@@ -233,10 +263,59 @@ Status ReadId(Reader& r, size_t end, PartitionRef* id) {
   return Status::Ok();
 }
 
+Status ReadFloat(Reader& r, size_t end, uint32_t type, const char* field, float* out) {
+  CADRE_RETURN_IF_ERROR(Expect(type, kFixed32, field));
+  if (sizeof(float) > end - r.pos())
+    return ProtocolError(std::string("field '") + field + "' runs past its message");
+  r.Take(sizeof *out, reinterpret_cast<char*>(out));
+  return Status::Ok();
+}
+
+// An OptimizerConfig's hyper-parameters, merged into *h as protobuf merges a message field.
+Status ReadHyper(Reader& r, size_t end, OptimizerConfig* h) {
+  while (r.pos() < end) {
+    uint32_t field, type;
+    CADRE_RETURN_IF_ERROR(ReadTag(r, end, &field, &type));
+    uint64_t v = 0;
+    switch (field) {
+      case kHyperLr:
+        CADRE_RETURN_IF_ERROR(ReadFloat(r, end, type, "lr", &h->lr));
+        break;
+      case kHyperMomentum:
+        CADRE_RETURN_IF_ERROR(ReadFloat(r, end, type, "momentum", &h->momentum));
+        break;
+      case kHyperDampening:
+        CADRE_RETURN_IF_ERROR(ReadFloat(r, end, type, "dampening", &h->dampening));
+        break;
+      case kHyperNesterov:
+        CADRE_RETURN_IF_ERROR(Expect(type, kVarint, "nesterov"));
+        CADRE_RETURN_IF_ERROR(r.Varint(end, &v));
+        h->nesterov = v != 0;
+        break;
+      case kHyperBeta1:
+        CADRE_RETURN_IF_ERROR(ReadFloat(r, end, type, "beta1", &h->beta1));
+        break;
+      case kHyperBeta2:
+        CADRE_RETURN_IF_ERROR(ReadFloat(r, end, type, "beta2", &h->beta2));
+        break;
+      case kHyperEps:
+        CADRE_RETURN_IF_ERROR(ReadFloat(r, end, type, "eps", &h->eps));
+        break;
+      case kHyperWeightDecay:
+        CADRE_RETURN_IF_ERROR(ReadFloat(r, end, type, "weight_decay", &h->weight_decay));
+        break;
+      default:
+        CADRE_RETURN_IF_ERROR(r.Skip(type, end));
+    }
+  }
+  return Status::Ok();
+}
+
 // One TensorChunk between the reader's position and `end`: its id and dtype, and where its data
-// starts (*data at the data's first byte, *data_bytes long; 0 bytes when absent).
+// starts (*data at the data's first byte, *data_bytes long; 0 bytes when absent); the update's
+// learning rate and hyper-parameters when `chunk` is given.
 Status ReadChunk(Reader& r, size_t end, PartitionRef* id, std::string* dtype, Reader::Mark* data,
-                 size_t* data_bytes, std::optional<float>* lr = nullptr) {
+                 size_t* data_bytes, ChunkArgs* chunk = nullptr) {
   *data_bytes = 0;
   *data = r.mark();
   while (r.pos() < end) {
@@ -261,15 +340,27 @@ Status ReadChunk(Reader& r, size_t end, PartitionRef* id, std::string* dtype, Re
         r.Take(n, nullptr);
         break;
       case kChunkLr: {  // the last occurrence wins
-        if (lr == nullptr) {
+        if (chunk == nullptr) {
           CADRE_RETURN_IF_ERROR(r.Skip(type, end));
           break;
         }
-        CADRE_RETURN_IF_ERROR(Expect(type, kFixed32, "lr"));
-        if (sizeof(float) > end - r.pos()) return ProtocolError("field 'lr' runs past its message");
         float v;
-        r.Take(sizeof v, reinterpret_cast<char*>(&v));
-        *lr = v;
+        CADRE_RETURN_IF_ERROR(ReadFloat(r, end, type, "lr", &v));
+        chunk->lr = v;
+        break;
+      }
+      case kChunkHyper: {  // occurrences merge
+        if (chunk == nullptr) {
+          CADRE_RETURN_IF_ERROR(r.Skip(type, end));
+          break;
+        }
+        CADRE_RETURN_IF_ERROR(Expect(type, kLen, "hyper"));
+        CADRE_RETURN_IF_ERROR(r.Length(end, &n));
+        if (!chunk->hyper) {  // proto3: a field not sent is zero
+          chunk->hyper.emplace();
+          chunk->hyper->lr = chunk->hyper->beta1 = chunk->hyper->beta2 = chunk->hyper->eps = 0;
+        }
+        CADRE_RETURN_IF_ERROR(ReadHyper(r, r.pos() + n, &*chunk->hyper));
         break;
       }
       default:
@@ -354,8 +445,8 @@ grpc::ByteBuffer EncodePush(int32_t worker, int64_t step, const std::vector<OutC
   for (const OutChunk& c : chunks) {
     const size_t bytes = static_cast<size_t>(c.count) * sizeof(float);
     PutTag(&head, kPushGrads, kLen);
-    PutVarint(&head, ChunkSize(c.variable, c.index, c.offset, c.count, bytes, c.lr));
-    PutChunkHead(&head, c.variable, c.index, c.offset, c.count, bytes, c.lr);
+    PutVarint(&head, ChunkSize(c.variable, c.index, c.offset, c.count, bytes, &c));
+    PutChunkHead(&head, c.variable, c.index, c.offset, c.count, bytes, &c);
     if (bytes < kWrapBytes) {
       head.append(reinterpret_cast<const char*>(c.data), bytes);
       continue;
@@ -398,7 +489,7 @@ Status DecodePush(const grpc::ByteBuffer& in, std::string* scratch, PushCall* ou
         ChunkArgs c;
         Reader::Mark data;
         size_t bytes = 0;
-        CADRE_RETURN_IF_ERROR(ReadChunk(r, r.pos() + n, &c.id, &c.dtype, &data, &bytes, &c.lr));
+        CADRE_RETURN_IF_ERROR(ReadChunk(r, r.pos() + n, &c.id, &c.dtype, &data, &bytes, &c));
         const Reader::Mark after = r.mark();
         r.seek(data);
         r.Take(bytes, scratch->data() + used);

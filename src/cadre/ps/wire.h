@@ -81,7 +81,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 };
 
 // One partition of a push: its identity, id.count float32 values at `data`, and the learning
-// rate of the update when the caller sets one (TensorChunk.lr).
+// rate and other hyper-parameters of the update when the caller sets them (TensorChunk.lr,
+// TensorChunk.hyper).
 struct OutChunk {
   std::string_view variable;
   int32_t index = 0;
@@ -89,6 +90,7 @@ struct OutChunk {
   int64_t count = 0;
   const float* data = nullptr;
   std::optional<float> lr;
+  std::optional<OptimizerConfig> hyper;
 };
 
 // A PushRequest (= PushPullRequest: the same fields) carrying `chunks`. Payloads of at least

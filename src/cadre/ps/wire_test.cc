@@ -42,11 +42,21 @@ std::vector<float> Iota(size_t n, float from) {
 
 TEST(PsWireTest, EncodePushIsAPushRequestAndWrapsLargePayloads) {
   const std::vector<float> small = Iota(3, 1.0f), large = Iota(5000, -7.0f);
+  OptimizerConfig hyper;
+  hyper.lr = 0.5f;
+  hyper.momentum = 0.75f;
+  hyper.dampening = 0.125f;
+  hyper.nesterov = true;
+  hyper.beta1 = 0.25f;
+  hyper.beta2 = 0.875f;
+  hyper.eps = 1e-3f;
+  hyper.weight_decay = 0.0625f;
   PayloadPins pins;
   {
     grpc::ByteBuffer b = EncodePush(
         -3, 1234567890123,
-        {{"w", 2, 10, 3, small.data(), 0.25f}, {"bias", 0, 0, 5000, large.data(), {}}}, pins);
+        {{"w", 2, 10, 3, small.data(), 0.25f, {}}, {"bias", 0, 0, 5000, large.data(), {}, hyper}},
+        pins);
     proto::PushRequest req;
     ASSERT_TRUE(req.ParseFromString(Flatten(b)));
     EXPECT_EQ(req.worker_id(), -3);
@@ -61,6 +71,26 @@ TEST(PsWireTest, EncodePushIsAPushRequestAndWrapsLargePayloads) {
     ASSERT_TRUE(req.grads(0).has_lr());  // a learning rate travels only when given
     EXPECT_EQ(req.grads(0).lr(), 0.25f);
     EXPECT_FALSE(req.grads(1).has_lr());
+    // Hyper-parameters travel only when given, every one of them.
+    EXPECT_FALSE(req.grads(0).has_hyper());
+    ASSERT_TRUE(req.grads(1).has_hyper());
+    const proto::OptimizerConfig& h = req.grads(1).hyper();
+    EXPECT_EQ(h.lr(), 0.5f);
+    EXPECT_EQ(h.momentum(), 0.75f);
+    EXPECT_EQ(h.dampening(), 0.125f);
+    EXPECT_TRUE(h.nesterov());
+    EXPECT_EQ(h.beta1(), 0.25f);
+    EXPECT_EQ(h.beta2(), 0.875f);
+    EXPECT_EQ(h.eps(), 1e-3f);
+    EXPECT_EQ(h.weight_decay(), 0.0625f);
+    // What the server decodes is what was sent.
+    std::string scratch;
+    PushCall call;
+    ASSERT_TRUE(DecodePush(b, &scratch, &call).ok());
+    ASSERT_EQ(call.chunks.size(), 2u);
+    EXPECT_FALSE(call.chunks[0].hyper.has_value());
+    ASSERT_TRUE(call.chunks[1].hyper.has_value());
+    EXPECT_EQ(*call.chunks[1].hyper, hyper);
     EXPECT_EQ(req.grads(1).id().variable(), "bias");
     EXPECT_EQ(req.grads(1).data(),
               std::string(reinterpret_cast<const char*>(large.data()), 5000 * 4));
@@ -90,6 +120,9 @@ TEST(PsWireTest, DecodePushReadsProtobufCutAnywhere) {
     c->set_data(reinterpret_cast<const char*>(v->data()), v->size() * 4);
   }
   req.mutable_grads(1)->set_lr(0.125f);
+  // protobuf leaves out what is zero: those hyper-parameters are zero, not their defaults.
+  req.mutable_grads(1)->mutable_hyper()->set_momentum(0.5f);
+  req.mutable_grads(1)->mutable_hyper()->set_nesterov(true);
   const std::string bytes = req.SerializeAsString();
   std::string scratch;
   for (size_t cut = 0; cut <= bytes.size(); ++cut) {
@@ -110,6 +143,12 @@ TEST(PsWireTest, DecodePushReadsProtobufCutAnywhere) {
       EXPECT_FALSE(call.chunks[0].lr.has_value());
       ASSERT_TRUE(call.chunks[1].lr.has_value());
       EXPECT_EQ(*call.chunks[1].lr, 0.125f);
+      EXPECT_FALSE(call.chunks[0].hyper.has_value());
+      ASSERT_TRUE(call.chunks[1].hyper.has_value());
+      EXPECT_EQ(call.chunks[1].hyper->momentum, 0.5f);
+      EXPECT_TRUE(call.chunks[1].hyper->nesterov);
+      EXPECT_EQ(call.chunks[1].hyper->beta1, 0.0f);
+      EXPECT_EQ(call.chunks[1].hyper->eps, 0.0f);
     }
   }
 }
@@ -150,7 +189,7 @@ TEST(PsWireTest, DecodePushTakesFieldsInAnyOrderAndSkipsUnknownOnes) {
 TEST(PsWireTest, MalformedPushIsAProtocolError) {
   const std::vector<float> v = Iota(8, 0.0f);
   PayloadPins pins;
-  const std::string good = Flatten(EncodePush(0, 1, {{"x", 0, 0, 8, v.data(), 0.5f}}, pins));
+  const std::string good = Flatten(EncodePush(0, 1, {{"x", 0, 0, 8, v.data(), 0.5f, {}}}, pins));
   std::string scratch;
   PushCall call;
   // Every truncation ends inside a field.
