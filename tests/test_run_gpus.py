@@ -78,21 +78,33 @@ def test_cpu_configurations_see_no_gpu(cadre_run, tmp_path):
         assert env["CUDA_VISIBLE_DEVICES"] == "" and env["GPU_COUNT"] == "0"
 
 
-@pytest.mark.parametrize("framework,compute,learners", [
-    ("pytorch", "k80x2", 2), ("pytorch-ddl", "k80", 2)])
-def test_parameter_server_and_ddl_learners(cadre_run, tmp_path, framework, compute, learners):
+def test_ddl_learners(cadre_run, tmp_path):
     (tmp_path / "dump_env.py").write_text(DUMP_ENV)
-    args = ["-n", str(learners), "--compute", compute, "--framework", framework]
-    if framework == "pytorch":
-        args += ["--parameter-servers", "1"]
-    job = cadre_run(*args, "--", "python3", "dump_env.py", env=fake_gpus(tmp_path, 4))
+    job = cadre_run("-n", "2", "--compute", "k80", "--framework", "pytorch-ddl",
+                    "--", "python3", "dump_env.py", env=fake_gpus(tmp_path, 4))
     assert job.returncode == 0, job.stderr
-    envs = load_envs(job.job_dir)
-    per = 2 if compute == "k80x2" else 1
-    for rank, env in envs.items():
-        learner = int(env["LEARNER_ID"])
-        want = ",".join(str((learner - 1) * per + i) for i in range(per))
-        assert env["CUDA_VISIBLE_DEVICES"] == want, (rank, env["CUDA_VISIBLE_DEVICES"])
+    for rank, env in load_envs(job.job_dir).items():
+        assert env["CUDA_VISIBLE_DEVICES"] == str(int(env["LEARNER_ID"]) - 1), rank
+
+
+def test_parameter_servers_take_no_gpu_and_workers_take_the_shares(cadre_run, tmp_path):
+    # 1 server and 2 workers of k80x2 on 4 GPUs: the server's optimizer runs on CPUs, so it sees
+    # none and the job needs 2 x 2 GPUs, not 3 x 2.
+    (tmp_path / "dump_env.py").write_text(DUMP_ENV)
+    job = cadre_run("-n", "3", "--compute", "k80x2", "--framework", "pytorch",
+                    "--parameter-servers", "1", "--", "python3", "dump_env.py",
+                    env=fake_gpus(tmp_path, 4))
+    assert job.returncode == 0, job.stderr
+    seen = {int(env["LEARNER_ID"]): (env["CUDA_VISIBLE_DEVICES"], env["GPU_COUNT"])
+            for env in load_envs(job.job_dir).values()}
+    assert seen == {1: ("", "0"), 2: ("0,1", "2"), 3: ("2,3", "2")}, seen
+    # One more worker does not fit: the error counts the workers' GPUs only.
+    job = cadre_run("-n", "4", "--compute", "k80x2", "--framework", "pytorch",
+                    "--parameter-servers", "1", "--", "python3", "dump_env.py",
+                    env=fake_gpus(tmp_path, 4))
+    assert job.returncode != 0
+    assert "2 GPU(s) per learner x 3 learner(s) (the 1 parameter server(s) take none) = 6 GPUs" \
+        in job.stderr, job.stderr
 
 
 def test_an_ffdl_manifest_asking_for_more_gpus_names_its_field(cadre_run, tmp_path):

@@ -42,9 +42,9 @@ class GpuJobs:
         self.script = tmp_path / "hold.py"
         self.script.write_text(HOLD)
 
-    def submit(self, compute="k80", nodes=1, name="gpu-job"):
+    def submit(self, compute="k80", nodes=1, name="gpu-job", framework="pytorch"):
         r = self.client.submit_json(wml_body(f"python3 {self.script} {self.sync}", nodes=nodes,
-                                             compute=compute, name=name))
+                                             compute=compute, name=name, framework=framework))
         assert r.status == 201, r
         return r.json()["metadata"]["id"]
 
@@ -145,7 +145,7 @@ def test_a_queued_job_that_no_longer_fits_after_a_restart_fails_saying_why(make_
     server, jobs = gpu_server(make_server, tmp_path, 2)
     holder = jobs.submit(name="holder")
     jobs.gpus_seen(holder)
-    pair = jobs.submit(nodes=2, name="pair")
+    pair = jobs.submit(nodes=2, name="pair", framework="pytorch-ddl")
     jobs.wait_queued_for(pair, "waiting for GPUs")
     server.kill()
     server.env["CUDA_VISIBLE_DEVICES"] = jobs.gpus_seen(holder)  # one GPU left to the server
@@ -206,7 +206,7 @@ def test_a_job_needing_more_gpus_than_the_machine_has_is_refused_naming_the_fiel
     assert r.error_targets() == ["execution.compute_configuration.name"], r
     assert jobs.client.api("GET", "").json()["total_count"] == 0
     # What fits is taken: 2 learners x 1 GPU.
-    fits = jobs.submit(nodes=2, name="fits")
+    fits = jobs.submit(nodes=2, name="fits", framework="pytorch-ddl")
     assert [jobs.gpus_seen(fits, learner) for learner in (1, 2)] == ["0", "1"]
     jobs.release(fits)
     assert jobs.client.wait_state(fits, FINAL)["state"] == "completed"
@@ -219,3 +219,16 @@ def test_a_server_whose_cuda_visible_devices_names_no_gpu_does_not_start(tmp_pat
                          stderr=subprocess.PIPE, text=True, timeout=60)
     assert out.returncode != 0
     assert "CUDA_VISIBLE_DEVICES='0,5': '5' names no GPU of this machine" in out.stderr, out.stderr
+
+
+def test_parameter_servers_hold_no_gpu(make_server, tmp_path):
+    # Two parameter-server jobs (learner 1 serves, learner 2 works) on 2 GPUs: the servers run
+    # their optimizer on CPUs, so each job holds only its worker's GPU and both run at once.
+    server, jobs = gpu_server(make_server, tmp_path, 2)
+    first, second = (jobs.submit(nodes=2, name=name) for name in ("first", "second"))
+    assert {jobs.gpus_seen(first, learner=2), jobs.gpus_seen(second, learner=2)} == {"0", "1"}
+    assert jobs.gpus_seen(first, learner=1) == "" and jobs.gpus_seen(second, learner=1) == ""
+    for training_id in (first, second):
+        assert jobs.client.state(training_id) == "running"
+        jobs.release(training_id)
+        assert jobs.client.wait_state(training_id, FINAL)["state"] == "completed"

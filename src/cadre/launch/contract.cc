@@ -76,9 +76,12 @@ Status MakeLearnerContract(const JobContract& job, const SlotFacts& slot, Learne
   c.job = job;
   c.learner_id = slot.learner_id;
   c.local_rank = slot.local_rank;
-  c.gpu_count = slot.node_gpus > 0 ? job.gpus_per_learner : 0;
+  // Parameter servers run their optimizer on CPUs: they see no GPU, even where the engine
+  // allocated their node some (gpu_plan.h).
+  const int gpus = job.is_server(slot.learner_id) ? 0 : job.gpus_per_learner;
+  c.gpu_count = slot.node_gpus > 0 ? gpus : 0;
   // The learner's GPUs, slot k's own being device k (gpu_plan.h).
-  c.visible_gpus = VisibleGpus(slot.node_gpus, job.gpus_per_learner, slot.learner_on_node);
+  c.visible_gpus = VisibleGpus(slot.node_gpus, gpus, slot.learner_on_node);
   if (c.visible_gpus && !slot.node_gpu_ids.empty() && !c.visible_gpus->empty()) {
     std::string mapped;
     size_t start = 0;

@@ -119,6 +119,13 @@ TEST(Contract, GpuPlanOnSharedAndOwnNodes) {
   EXPECT_FALSE(none.visible_gpus);
   EXPECT_EQ(ContractToEnv(none)["GPU_COUNT"], "0");
   EXPECT_FALSE(ContractToEnv(none).contains("CUDA_VISIBLE_DEVICES"));
+  // A parameter server sees none of the GPUs its node was handed (its optimizer runs on CPUs).
+  JobContract ps = Job(2, 1, "parameter-server");
+  ps.parameter_servers = 1;
+  auto server = Make(ps, F(1, 0, 2, 1, {"5", "7"}));
+  EXPECT_EQ(server.visible_gpus, "");
+  EXPECT_EQ(ContractToEnv(server)["GPU_COUNT"], "0");
+  EXPECT_EQ(Make(ps, F(2, 0, 2, 1, {"5", "7"})).visible_gpus, "5,7");
   // Fewer GPU ids than the plan needs: refused, naming the learner.
   LearnerContract c;
   Status st = MakeLearnerContract(job, F(1, 0, 2, 1, {"5"}), &c);

@@ -71,15 +71,18 @@ Status UsableGpus(int physical, std::string_view source, std::optional<std::stri
   return Status::Ok();
 }
 
-Status CheckMachineGpus(const MachineGpus& machine, int gpus_per_learner, int learners,
-                        std::string_view compute_name) {
-  const long wanted = static_cast<long>(gpus_per_learner) * learners;
+Status CheckMachineGpus(const MachineGpus& machine, int gpus_per_learner, int gpu_learners,
+                        std::string_view compute_name, int parameter_servers) {
+  const long wanted = static_cast<long>(gpus_per_learner) * gpu_learners;
   if (machine.count <= 0 || wanted <= machine.count) return Status::Ok();
+  const std::string servers = parameter_servers > 0 ? " (the " + std::to_string(parameter_servers) +
+                                                          " parameter server(s) take none)"
+                                                    : "";
   return InvalidArgument("compute configuration '" + std::string(compute_name) + "' asks for " +
                          std::to_string(gpus_per_learner) + " GPU(s) per learner x " +
-                         std::to_string(learners) + " learner(s) = " + std::to_string(wanted) +
-                         " GPUs, but this machine has " + std::to_string(machine.count) + " (" +
-                         machine.source +
+                         std::to_string(gpu_learners) + " learner(s)" + servers + " = " +
+                         std::to_string(wanted) + " GPUs, but this machine has " +
+                         std::to_string(machine.count) + " (" + machine.source +
                          "): run fewer learners, a configuration with fewer "
                          "GPUs per learner, or a cpu configuration");
 }

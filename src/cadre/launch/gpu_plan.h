@@ -4,8 +4,9 @@
 // per learner. Every slot of the learner sees all of them, in that order, so slot k's own GPU is
 // device k: `torch.cuda.set_device(hvd.local_rank())`, as Horovod's examples and the seed
 // service's usage tip pin the device, names the slot's own GPU, and no slot asks for a device
-// ordinal it cannot see ("invalid device ordinal"). A parameter-server learner, one process,
-// sees its G GPUs the same way. Slots of a cpu configuration see no GPU.
+// ordinal it cannot see ("invalid device ordinal"). In parameter-server mode the servers
+// (learners 1..P) run their optimizer on CPUs and see no GPU; worker learner P+j (one process)
+// owns the j-th share, as learner j would. Slots of a cpu configuration see no GPU.
 //
 // "The machine's GPUs" are those the runner itself may use: all that `nvidia-smi -L` lists, or,
 // when the runner's environment sets CUDA_VISIBLE_DEVICES (a scheduler's allocation, a user
@@ -44,11 +45,12 @@ int CountNvidiaSmiGpus(std::string_view output);
 Status UsableGpus(int physical, std::string_view source, std::optional<std::string_view> visible,
                   MachineGpus* out);
 
-// OK when the machine has the job's GPUs (gpus_per_learner x learners), or has none at all
-// (the slots then run on CPUs; the runner warns); otherwise InvalidArgument naming the
-// compute configuration, what it asks for and what the machine has.
-Status CheckMachineGpus(const MachineGpus& machine, int gpus_per_learner, int learners,
-                        std::string_view compute_name);
+// OK when the machine has the job's GPUs (gpus_per_learner x learners that are not parameter
+// servers: JobSpec::gpu_learners), or has none at all (the slots then run on CPUs; the runner
+// warns); otherwise InvalidArgument naming the compute configuration, what it asks for and what
+// the machine has.
+Status CheckMachineGpus(const MachineGpus& machine, int gpus_per_learner, int gpu_learners,
+                        std::string_view compute_name, int parameter_servers = 0);
 
 // CUDA_VISIBLE_DEVICES for the slots of learner `learner_id` (1-based): "2,3"; "" (no GPU
 // visible) for a cpu configuration on a machine with GPUs; nullopt (left unset) on a machine

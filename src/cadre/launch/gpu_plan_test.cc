@@ -39,6 +39,11 @@ TEST(GpuPlan, MoreGpusThanTheMachineHasIsAClearError) {
                              "but this machine has 3 (nvidia-smi -L)"),
             std::string::npos)
       << s.message();
+  // Parameter servers take no GPU: said, so that the count is not a riddle.
+  s = CheckMachineGpus(Machine(3), 2, 2, "k80x2", 1);
+  EXPECT_NE(s.message().find("x 2 learner(s) (the 1 parameter server(s) take none) = 4 GPUs"),
+            std::string::npos)
+      << s.message();
 }
 
 // Every compute configuration at every learner count that fits a machine: no two learners share

@@ -51,6 +51,9 @@ struct JobSpec {
 
   int total_slots() const { return nodes * slots_per_learner; }
   bool is_server(int learner_id) const { return learner_id <= parameter_servers; }
+  // The learners given GPUs: all but the parameter servers, whose optimizer runs on CPUs
+  // (gpu_plan.h).
+  int gpu_learners() const { return nodes - parameter_servers; }
   bool elastic() const { return min_nodes < nodes; }
 };
 

@@ -58,13 +58,14 @@ JobContract JobContractOf(const JobSpec& spec, const JobLayout& layout) {
 
 std::map<std::string, std::string> ContractEnv(const JobSpec& spec, const JobLayout& layout,
                                                int learner_id, int local_rank) {
-  // Every learner of the local backend is on this machine: learner k owns its k-th GPU share.
+  // Every learner of the local backend is on this machine: learner k owns its k-th GPU share,
+  // counted after the parameter servers, which take none (gpu_plan.h).
   SlotFacts slot;
   slot.learner_id = learner_id;
   slot.local_rank = local_rank;
   slot.node_gpus = layout.gpus.count;
   slot.node_gpu_ids = layout.gpus.ids;
-  slot.learner_on_node = learner_id;
+  slot.learner_on_node = spec.is_server(learner_id) ? 1 : learner_id - spec.parameter_servers;
   LearnerContract contract;
   ThrowIfError(MakeLearnerContract(JobContractOf(spec, layout), slot, &contract));
   auto env = ContractToEnv(contract);

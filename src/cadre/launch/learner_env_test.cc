@@ -108,8 +108,17 @@ TEST(LearnerEnv, GpusArePartitionedPerLearner) {
   EXPECT_EQ(ContractEnv(spec, layout, 1, 0)["CUDA_VISIBLE_DEVICES"], "0,1");
   EXPECT_EQ(ContractEnv(spec, layout, 2, 1)["CUDA_VISIBLE_DEVICES"], "2,3");
   EXPECT_EQ(ContractEnv(spec, layout, 2, 1)["GPU_COUNT"], "2");
-  JobSpec ps = Spec("pytorch", "k80x2", 2, 1);
-  EXPECT_EQ(ContractEnv(ps, layout, 2, 0)["CUDA_VISIBLE_DEVICES"], "2,3");
+  // Parameter-server mode: the server sees none (its optimizer runs on CPUs); the workers take
+  // the shares in order, the first worker the first share.
+  JobSpec ps = Spec("pytorch", "k80x2", 3, 1);
+  layout = Layout(3);
+  layout.gpus.count = 4;
+  EXPECT_EQ(ContractEnv(ps, layout, 1, 0)["CUDA_VISIBLE_DEVICES"], "");
+  EXPECT_EQ(ContractEnv(ps, layout, 1, 0)["GPU_COUNT"], "0");
+  EXPECT_EQ(ContractEnv(ps, layout, 2, 0)["CUDA_VISIBLE_DEVICES"], "0,1");
+  EXPECT_EQ(ContractEnv(ps, layout, 3, 0)["CUDA_VISIBLE_DEVICES"], "2,3");
+  EXPECT_EQ(ContractEnv(ps, layout, 3, 0)["GPU_COUNT"], "2");
+  EXPECT_EQ(ps.gpu_learners(), 2);
 }
 
 TEST(LearnerEnv, ParameterServerModeHasTfConfig) {

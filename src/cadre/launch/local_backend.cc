@@ -82,7 +82,8 @@ class SignalScope {
 
 Status CheckLocalGpus(const JobSpec& spec, MachineGpus* gpus) {
   CADRE_RETURN_IF_ERROR(DetectMachineGpus(gpus));
-  return CheckMachineGpus(*gpus, spec.compute.gpus, spec.nodes, spec.compute.name)
+  return CheckMachineGpus(*gpus, spec.compute.gpus, spec.gpu_learners(), spec.compute.name,
+                          spec.parameter_servers)
       .WithContext(spec.compute_origin);
 }
 

@@ -62,7 +62,8 @@ void Submit(ApiContext& ctx, const httplib::Request& req, httplib::Response& res
     record.framework = std::string(job.spec.framework.name);
     record.nodes = job.spec.nodes;
     record.slots = job.spec.total_slots();
-    record.gpus = static_cast<int64_t>(job.spec.compute.gpus) * job.spec.nodes;
+    // Parameter servers take none (gpu_plan.h): only the workers' GPUs are held.
+    record.gpus = static_cast<int64_t>(job.spec.compute.gpus) * job.spec.gpu_learners();
     record.job_dir = job_dir;
     record.work_dir = work_dir;
     record.created_at = NowIso();

@@ -379,8 +379,8 @@ bool CheckPlan(const User& user, const PreparedJob& job, int64_t active_learners
 
 bool CheckGpus(const launch::MachineGpus& machine, const PreparedJob& job, bool from_wml_body,
                httplib::Response& res) {
-  Status st = launch::CheckMachineGpus(machine, job.spec.compute.gpus,
-                                       static_cast<int>(job.spec.nodes), job.spec.compute.name);
+  Status st = launch::CheckMachineGpus(machine, job.spec.compute.gpus, job.spec.gpu_learners(),
+                                       job.spec.compute.name, job.spec.parameter_servers);
   if (st.ok()) return true;
   std::string target =
       from_wml_body ? WmlFieldOf(job.spec.compute_origin) : job.spec.compute_origin;
