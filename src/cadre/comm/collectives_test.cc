@@ -263,7 +263,8 @@ TEST_P(CollectivesTest, StreamedAllreduceRejectsBadPieces) {
   RunRanks(size(), Base(), [&](Communicator& comm) {
     std::vector<float> a(8, 1.0f);
     StreamedAllreduceOptions o;
-    o.stream = {{a.data()}, {a.data() + 4}, {8}, [](size_t, bool) { return true; }, [](size_t) {}};
+    o.stream = {{a.data()},    {a.data() + 4}, {8}, [](size_t, bool) { return true; },
+                [](size_t) {}, nullptr};
     try {
       StreamedAllreduce(comm, o);
       ADD_FAILURE() << "overlapping input and output accepted";

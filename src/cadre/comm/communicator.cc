@@ -24,6 +24,8 @@ constexpr auto kFailureRecordWait = std::chrono::seconds(2);
 // How long a failing rank gives the store for each of its failure exchanges beyond that wait:
 // plenty for a live store, short against a collective timeout.
 constexpr auto kFailureStoreLimit = std::chrono::seconds(5);
+// Said once (a level of a hierarchy and the communicator above may both meet it).
+constexpr const char* kStoreUnknown = "; the other ranks' failures are unknown: ";
 
 std::string ThisHostName() {
   char buf[256] = {};
@@ -196,35 +198,72 @@ void CommunicatorImpl::Fail(const Status& status, bool in_subgroup) {
                          : status.WithContext(options_.rank_names.empty()
                                                   ? "rank " + std::to_string(topology_.rank)
                                                   : names_[topology_.rank]);
+  // Explained: the failure names its cause from the peers' own word or a connection that ended
+  // without one (a process that exited), or the shared-memory group's (a pid that exited, an
+  // abort whose reason was explained).
+  const bool explained = (tcp_ && tcp_->failure_explained()) ||
+                         (shm_ && (status.code() == Code::kIo || shm_->abort_explained())) ||
+                         (in_subgroup && family_->explained.load());
+  if (explained) family_->explained = true;
+  // The peers first, with the reason (TCP notices): they fail at once knowing why, whatever the
+  // store does next.
+  int culprit = -1;  // for the shared-memory group: the peer the message starts with ("rank 3 ...")
+  for (int r = 0; r < topology_.size; ++r) {
+    const std::string& m = status.message();
+    const std::string& n = names_[r];
+    bool named = m.rfind(n, 0) == 0 && (m.size() == n.size() || !std::isdigit(m[n.size()]));
+    if (r != topology_.rank && named) culprit = r;
+  }
+  ShutdownTransports(s, explained, culprit);
+  if (in_subgroup && hierarchy_) {
+    // Peers waiting in another level learn it too, instead of at this process's exit.
+    for (Communicator* level : hierarchy_->communicators()) {
+      if (auto* impl = dynamic_cast<CommunicatorImpl*>(level)) {
+        impl->ShutdownTransports(s, explained, -1);
+      }
+    }
+  }
   // What the store adds is best effort, each exchange bounded (comm/failure_records.h): a store
-  // that died or stopped must not hold this rank (and its peers, which fail only after the
-  // Shutdown below) for the store's own timeout.
+  // that died or stopped must not hold this rank for the store's own timeout. A failure already
+  // explained needs nothing back from it: its records (what this rank called, for the ranks that
+  // timed out) are written in the background.
   const FailureContext context{store_, topology_.rank, names_, collective_,
                                hierarchy_ ? 2 * kFailureRecordWait : kFailureRecordWait};
   std::optional<SharedFailure> shared;
   if (tcp_ && status.code() != Code::kInvalidArgument) {
-    shared = ShareFailure(context, s, kFailureStoreLimit);
-    if (shared) s = shared->status;
+    // A mismatch or a timeout still wants the store: what each rank called, who did not fail.
+    const bool needs_store = s.code() == Code::kMismatch || s.code() == Code::kTimeout;
+    const bool wait = (needs_store || !explained) && !family_->store_silent.load();
+    std::string store_problem;
+    shared = ShareFailure(context, s, explained, wait ? kFailureStoreLimit : Duration::zero(),
+                          &store_problem);
+    if (shared) {
+      s = shared->status;
+    } else if (wait && s.message().find(kStoreUnknown) == std::string::npos) {
+      if (store_problem.empty()) family_->store_silent = true;  // not answering: do not wait again
+      s = Status(s.code(),
+                 s.message() + kStoreUnknown +
+                     (store_problem.empty()
+                          ? "the rendezvous store did not answer within " +
+                                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                   kFailureStoreLimit)
+                                                   .count()) +
+                                " s (its process is stopped or the machine overloaded)"
+                          : "the rendezvous store failed: " + store_problem));
+    }
   }
-  if (tcp_) tcp_->Shutdown();  // before any wait: the peers fail (and record) only after this
   if (shared && s.code() == Code::kMismatch) {
     s = WithWhatEachRankCalled(context, s, kFailureStoreLimit);
   } else if (shared && (shared->first == Code::kTimeout || s.code() == Code::kTimeout)) {
     s = WithRanksThatDidNotFail(context, s, kFailureStoreLimit);
   }
   if (broken_.ok()) broken_ = s;
-  if (shm_) {
-    // Name the culprit when the message says which peer failed ("rank 3 ...").
-    int culprit = -1;
-    for (int r = 0; r < topology_.size; ++r) {
-      const std::string& m = status.message();
-      const std::string& n = names_[r];
-      bool named = m.rfind(n, 0) == 0 && (m.size() == n.size() || !std::isdigit(m[n.size()]));
-      if (r != topology_.rank && named) culprit = r;
-    }
-    shm_->Abort(culprit, status.code());
-  }
   throw Error(s);
+}
+
+void CommunicatorImpl::ShutdownTransports(const Status& why, bool explained, int culprit) {
+  if (tcp_) tcp_->Shutdown(why, explained);
+  if (shm_) shm_->Abort(culprit, why.code(), why.message(), explained);
 }
 
 std::unique_ptr<Communicator> CommunicatorImpl::Subgroup(const std::vector<int>& ranks,
@@ -237,7 +276,9 @@ std::unique_ptr<Communicator> CommunicatorImpl::Subgroup(const std::vector<int>&
   o.store = std::make_shared<store::PrefixStore>("group/" + name, store_);
   o.rank_names.clear();
   for (int r : ranks) o.rank_names.push_back(names_[r]);
-  return Communicator::Create(std::move(o));
+  auto sub = Communicator::Create(std::move(o));
+  static_cast<CommunicatorImpl&>(*sub).family_ = family_;  // Create makes a CommunicatorImpl
+  return sub;
 }
 
 Communicator& CommunicatorImpl::Local() {

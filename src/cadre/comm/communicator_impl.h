@@ -11,6 +11,7 @@
 // communicators on one store in the same order on every rank never mixes their keys.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,15 @@
 namespace cadre::comm {
 
 class Hierarchy;
+
+// What a communicator and the subgroups made from it (the hierarchical allreduce's levels) learn
+// of a failure together.
+struct FailureFamily {
+  // A level's failure named its cause from what the peers said or did (Device::failure_explained).
+  std::atomic<bool> explained{false};
+  // The store gave no answer to a failure exchange in time: later ones do not wait for it again.
+  std::atomic<bool> store_silent{false};
+};
 
 class CommunicatorImpl final : public Communicator {
  public:
@@ -59,6 +69,10 @@ class CommunicatorImpl final : public Communicator {
   // communicator's subgroups (the hierarchical allreduce's levels), whose message names this
   // rank already.
   [[noreturn]] void Fail(const Status& status, bool in_subgroup = false);
+  // Closes this communicator's transports, telling the peers `why` where the transport can (TCP
+  // notices; the shared-memory group's abort word, with `culprit`, a rank or -1). Fail's, and
+  // for the levels of a hierarchy that failed.
+  void ShutdownTransports(const Status& why, bool explained, int culprit);
   Deadline MakeDeadline(std::optional<Duration> timeout) const {
     return Deadline(timeout.value_or(options_.timeout));
   }
@@ -81,6 +95,7 @@ class CommunicatorImpl final : public Communicator {
   bool warned_not_hierarchical_ = false;
   Status broken_;
   std::string collective_;
+  std::shared_ptr<FailureFamily> family_ = std::make_shared<FailureFamily>();
 };
 
 }  // namespace cadre::comm

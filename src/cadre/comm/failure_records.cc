@@ -6,27 +6,40 @@
 #include <future>
 #include <thread>
 #include <utility>
+#include <variant>
 
 namespace cadre::comm {
 namespace {
 
 // Runs f on a detached thread and waits at most `limit` for it: nullopt when it took longer or
-// threw cadre::Error (the store is gone or stopped). f must own everything it uses.
+// threw cadre::Error (the store is gone or stopped; *error: its message, when given). f must
+// own everything it uses.
+struct StoreError {
+  std::string message;
+};
+
 template <typename T>
-std::optional<T> Bounded(Duration limit, std::function<T()> f) {
-  auto result = std::make_shared<std::promise<std::optional<T>>>();
-  std::future<std::optional<T>> done = result->get_future();
+std::optional<T> Bounded(Duration limit, std::function<T()> f, std::string* error = nullptr) {
+  auto result = std::make_shared<std::promise<std::variant<T, StoreError>>>();
+  auto done = result->get_future();
   std::thread([result, f = std::move(f)] {
     try {
       result->set_value(f());
-    } catch (const Error&) {
-      result->set_value(std::nullopt);
+    } catch (const Error& e) {
+      result->set_value(StoreError{e.what()});
     } catch (...) {
       result->set_exception(std::current_exception());
     }
   }).detach();
-  if (done.wait_for(limit) != std::future_status::ready) return std::nullopt;
-  return done.get();
+  if (limit <= Duration::zero() || done.wait_for(limit) != std::future_status::ready) {
+    return std::nullopt;
+  }
+  auto value = done.get();
+  if (auto* failed = std::get_if<StoreError>(&value)) {
+    if (error != nullptr) *error = failed->message;
+    return std::nullopt;
+  }
+  return std::get<T>(std::move(value));
 }
 
 std::string CalledKey(int rank) { return "failure/called/" + std::to_string(rank); }
@@ -54,34 +67,56 @@ std::vector<std::optional<std::string>> FailureRecords(const FailureContext& c) 
 }  // namespace
 
 std::optional<SharedFailure> ShareFailure(const FailureContext& c, const Status& status,
-                                          Duration limit) {
-  // The first rank to fail records why before it closes its connections, so every later error
-  // names the rank at the root of the failure, not only the neighbour that hung up. The record
-  // is "<code>|<message>".
-  return Bounded<SharedFailure>(limit, [c, status]() {
-    SharedFailure out{status, status.code()};
-    const std::string mine = c.collective.empty() ? "no collective yet" : c.collective;
-    c.store->set_string(CalledKey(c.rank), mine);
-    if (c.store->add("failure/count", 1) == 1) {
-      c.store->set_string("failure/first",
-                          std::to_string(static_cast<int>(status.code())) + "|" + status.message());
-      return out;
-    }
-    c.store->wait({"failure/first"}, std::chrono::milliseconds(200));
-    const std::string record = c.store->get_string("failure/first");
-    const size_t bar = record.find('|');
-    const std::string first = bar == std::string::npos ? record : record.substr(bar + 1);
-    int code = 0;
-    if (bar != std::string::npos &&
-        std::from_chars(record.data(), record.data() + bar, code).ec == std::errc()) {
-      out.first = static_cast<Code>(code);
-    }
-    // When the root was a mismatch, so is this failure: the ranks that only saw a neighbour
-    // hang up fail with kMismatch too.
-    const Code mine_code = out.first == Code::kMismatch ? Code::kMismatch : status.code();
-    out.status = Status(mine_code, status.message() + "; the first failure in the group: " + first);
-    return out;
-  });
+                                          bool explained, Duration limit,
+                                          std::string* store_problem) {
+  // Every later error names the rank at the root of the failure, not only the neighbour that
+  // hung up: a failure that names its cause (explained) is recorded for the others, and the
+  // first failure too, as "<code>|<message>". The peers learn of a failure only after its rank
+  // recorded it when the store is slow, so an unexplained one waits a moment for an explained
+  // record before it takes the first.
+  return Bounded<SharedFailure>(
+      limit,
+      [c, status, explained]() {
+        SharedFailure out{status, status.code()};
+        const std::string mine = c.collective.empty() ? "no collective yet" : c.collective;
+        c.store->set_string(CalledKey(c.rank), mine);
+        const std::string record_of_mine =
+            std::to_string(static_cast<int>(status.code())) + "|" + status.message();
+        if (explained) c.store->set_string("failure/explained", record_of_mine);
+        if (c.store->add("failure/count", 1) == 1) {
+          c.store->set_string("failure/first", record_of_mine);
+        }
+        if (explained) return out;
+        std::string key = "failure/explained";
+        try {
+          c.store->wait({key}, c.record_wait / 4);
+        } catch (const Error& e) {
+          if (e.code() != Code::kTimeout) throw;
+          key = "failure/first";
+          c.store->wait({key}, std::chrono::milliseconds(200));
+        }
+        const std::string record = c.store->get_string(key);
+        if (record == record_of_mine) return out;
+        const size_t bar = record.find('|');
+        const std::string first = bar == std::string::npos ? record : record.substr(bar + 1);
+        int code = 0;
+        if (bar != std::string::npos &&
+            std::from_chars(record.data(), record.data() + bar, code).ec == std::errc()) {
+          out.first = static_cast<Code>(code);
+        }
+        // When the root was a mismatch, so is this failure: the ranks that only saw a neighbour
+        // hang up fail with kMismatch too.
+        const Code mine_code = out.first == Code::kMismatch ? Code::kMismatch : status.code();
+        // A peer's failure notice (transport/tcp/pair.h) may have brought the first one already, or
+        // carried this rank's into the first record.
+        const bool said = status.message().find(first) != std::string::npos ||
+                          first.find(status.message()) != std::string::npos;
+        out.status = Status(mine_code,
+                            said ? status.message()
+                                 : status.message() + "; the first failure in the group: " + first);
+        return out;
+      },
+      store_problem);
 }
 
 Status WithWhatEachRankCalled(const FailureContext& c, const Status& s, Duration limit) {

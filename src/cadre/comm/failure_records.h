@@ -35,8 +35,13 @@ struct SharedFailure {
 };
 
 // Records this failure and what this rank called, and returns `s` with the group's first
-// failure added (kMismatch when that was one). nullopt when the store failed or took `limit`.
-std::optional<SharedFailure> ShareFailure(const FailureContext& c, const Status& s, Duration limit);
+// failure added, or one that names its cause when `s` does not (`explained`, see
+// Device::failure_explained); kMismatch when that was one; nothing added when one message holds
+// the other.
+// nullopt when the store failed (*store_problem: its error) or took `limit` (*store_problem
+// empty); a zero limit records in the background and returns nullopt at once.
+std::optional<SharedFailure> ShareFailure(const FailureContext& c, const Status& s, bool explained,
+                                          Duration limit, std::string* store_problem);
 
 // After the connections are closed: `s` with what each rank called (after a mismatch), or with
 // the ranks that recorded no failure named as stalled (after a timeout). `s` unchanged when the

@@ -25,6 +25,7 @@ class CommLevel final : public HierarchyGroup {
 
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
+  Communicator& comm() const { return comm_; }
 
   void ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
                      ReduceOp op) override {
@@ -167,6 +168,12 @@ std::unique_ptr<Hierarchy> Hierarchy::Create(Communicator& comm, HierarchyOption
         std::make_unique<CommLevel>(*h->grid_groups_.back(), AllreduceAlgorithm::kAuto));
   }
   return h;
+}
+
+std::vector<Communicator*> Hierarchy::communicators() const {
+  std::vector<Communicator*> out;
+  for (const auto& g : groups_) out.push_back(&static_cast<CommLevel&>(*g).comm());
+  return out;
 }
 
 void Hierarchy::Allreduce(const AllreduceOptions& options) {

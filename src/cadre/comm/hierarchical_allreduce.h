@@ -38,6 +38,9 @@ class Hierarchy {
   const std::vector<int>& levels() const { return levels_; }
   bool flat() const { return flat_; }
 
+  // The communicators of its levels, innermost first (after a failure, to close them all).
+  std::vector<Communicator*> communicators() const;
+
   // As Allreduce(); options.algorithm is ignored.
   void Allreduce(const AllreduceOptions& options);
 

@@ -94,6 +94,17 @@ class Handoff {
     ready_ = k + 1;
     cv_.notify_all();
   }
+  // Caller, failing: why, for the helper's error (PieceStream::why_stopped).
+  void StopBecause(const Status& why) {
+    std::lock_guard lock(mu_);
+    why_ = why;
+    stop_ = true;
+    cv_.notify_all();
+  }
+  Status why() {
+    std::lock_guard lock(mu_);
+    return why_;
+  }
   // Caller, on leaving (normally or by an exception): the helper takes no further chunk.
   void Stop() {
     std::lock_guard lock(mu_);
@@ -132,6 +143,7 @@ class Handoff {
   size_t ready_ = 0;          // GUARDED_BY(mu_)
   size_t done_ = 0;           // GUARDED_BY(mu_)
   bool stop_ = false;         // GUARDED_BY(mu_)
+  Status why_;                // GUARDED_BY(mu_)
   std::exception_ptr error_;  // GUARDED_BY(mu_)
 };
 
@@ -186,6 +198,7 @@ void PipelinedAllreduce(std::span<HierarchyGroup* const> levels, const void* inp
         }
         stream.ready = [&](size_t k, bool wait) { return handoff.Ready(k, wait); };
         stream.done = [&](size_t k) { handoff.Done(k); };
+        stream.why_stopped = [&] { return handoff.why(); };
         outer[0]->StreamedAllreduce(stream, dtype, op);
         return;
       }
@@ -208,10 +221,15 @@ void PipelinedAllreduce(std::span<HierarchyGroup* const> levels, const void* inp
   }
   JoinOnExit join(handoff, helper);
 
-  for (size_t k = 0; k < plan.chunks.size(); ++k) {
-    const Chunk& c = plan.chunks[k];
-    inner->ReduceScatter(in + c.offset * esize, shard(c), c.counts, dtype, op);
-    handoff.MarkReady(k);
+  try {
+    for (size_t k = 0; k < plan.chunks.size(); ++k) {
+      const Chunk& c = plan.chunks[k];
+      inner->ReduceScatter(in + c.offset * esize, shard(c), c.counts, dtype, op);
+      handoff.MarkReady(k);
+    }
+  } catch (const Error& e) {
+    handoff.StopBecause(e.status());
+    throw;
   }
   for (size_t k = 0; k < plan.chunks.size(); ++k) {
     if (std::exception_ptr e = handoff.AwaitDone(k)) std::rethrow_exception(e);

@@ -29,14 +29,19 @@ struct PieceStream {
   std::function<bool(size_t k, bool wait)> ready;
   // Called once outputs[k] holds piece k's result, in piece order, on the allreduce's thread.
   std::function<void(size_t k)> done;
+  // Optional: after ready() said the producer gave up, why (its own failure), so that the
+  // allreduce's error, and what its peers are told, carry the cause.
+  std::function<Status()> why_stopped;
 
   size_t size() const { return counts.size(); }
 };
 
-// The error of an allreduce whose producer gave up before piece k of `pieces`.
-inline Status StreamStopped(size_t k, size_t pieces) {
+// The error of an allreduce over `s` whose producer gave up before piece k.
+inline Status StreamStopped(const PieceStream& s, size_t k) {
+  const Status why = s.why_stopped ? s.why_stopped() : Status::Ok();
   return AbortedError("streamed allreduce stopped: piece " + std::to_string(k) + " of " +
-                      std::to_string(pieces) + " was never produced");
+                      std::to_string(s.size()) + " was never produced" +
+                      (why.ok() ? "" : ": " + why.message()));
 }
 
 // The pieces one after another, for an allreduce that cannot keep several in flight: waits for
@@ -46,7 +51,7 @@ template <class InPlaceAllreduce>
 Status AllreducePiecesInTurn(const PieceStream& s, size_t element_size,
                              InPlaceAllreduce&& allreduce) {
   for (size_t k = 0; k < s.size(); ++k) {
-    if (!s.ready(k, /*wait=*/true)) return StreamStopped(k, s.size());
+    if (!s.ready(k, /*wait=*/true)) return StreamStopped(s, k);
     if (s.counts[k] > 0) std::memcpy(s.outputs[k], s.inputs[k], s.counts[k] * element_size);
     allreduce(s.outputs[k], s.counts[k]);
     s.done(k);

@@ -244,7 +244,7 @@ Status StreamedPairAllreduce(Device& d, const PieceStream& s, DataType dtype, Re
       const bool wait = started < need;
       if (!s.ready(started, wait)) {
         if (!wait) break;
-        return StreamStopped(started, pieces);
+        return StreamStopped(s, started);
       }
       const size_t bytes = s.counts[started] * elem;
       t->push_back(Transfer::Send(peer, s.inputs[started], bytes));

@@ -5,8 +5,8 @@
 // with the first failure: kTimeout naming the peers still owed bytes when the deadline passes,
 // kIo naming a peer whose connection broke, kProtocol for a malformed frame, kMismatch for a
 // message of unexpected size. After a failure the device is broken: every later Run fails at
-// once. The owner then calls Shutdown() (after recording why, see comm/communicator.cc), so peers
-// blocked on this rank fail fast too.
+// once. The owner then calls Shutdown(why, ...), so peers blocked on this rank fail fast too, and
+// learn why where the transport can tell them (TCP: a failure notice, tcp/pair.h).
 //
 // Thread-safety: one thread calls Run at a time.
 #pragma once
@@ -41,9 +41,16 @@ class Device {
   using OnReceived = std::function<Status(size_t, std::vector<Transfer>*)>;
   virtual Status RunStreaming(std::span<const Transfer> transfers, Deadline deadline,
                               const OnReceived& on_received) = 0;
-  // Breaks the device (see above) without a failure of its own, e.g. when another transport of
-  // the same communicator failed.
-  virtual void Shutdown() = 0;
+  // Breaks the device (see above) and closes its connections, first telling each peer `why`
+  // (when not ok) where the transport can; `explained`: `why` names its cause (see
+  // failure_explained()). Also after a failure elsewhere, e.g. another transport of the same
+  // communicator.
+  virtual void Shutdown(const Status& why, bool explained) = 0;
+  void Shutdown() { Shutdown(Status::Ok(), false); }
+  // Whether the failure that broke the device names its cause from what the peers said or did
+  // (a peer's own account of its failure, a connection that ended with none: its process
+  // exited), rather than only the neighbour that hung up.
+  virtual bool failure_explained() const { return false; }
   // Names the collective the following runs belong to: `digest` identifies it (the same on
   // every rank that calls the same collective with the same arguments), `description` is how
   // messages show it ("allreduce(count 5, float32, sum)"). A device that can carries the digest

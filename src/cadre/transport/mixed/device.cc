@@ -83,15 +83,22 @@ void MixedDevice::ClearPairs() {
   }
 }
 
-void MixedDevice::Shutdown() {
+void MixedDevice::Shutdown(const Status& why, bool explained) {
   ClearPairs();
-  if (mesh_) mesh_->Close();
-  if (tcp_) tcp_->Shutdown();
+  if (tcp_) tcp_->Shutdown(why, explained);  // the notices first (tcp/pair.h)
+  if (mesh_) mesh_->Close(why, explained);
 }
 
-Status MixedDevice::Fail(Status status) {
-  if (broken_.ok()) broken_ = status;
+Status MixedDevice::Fail(Status status, tcp::TcpPair* failed) {
   ClearPairs();
+  if (broken_.ok()) {
+    if (failed != nullptr && status.code() == Code::kIo) {
+      std::vector<tcp::TcpPair*> others;
+      for (int peer = 0; peer < size_; ++peer) others.push_back(TcpPairOf(peer));
+      status = tcp::ExplainBrokenConnection(*failed, others, status, &explained_);
+    }
+    broken_ = status;
+  }
   return status;
 }
 
@@ -99,7 +106,11 @@ Status MixedDevice::GonePeer(const std::vector<int>& active) {
   for (int peer : active) {
     const shm::ShmPair* p = shm_pairs_[peer].get();
     if (p == nullptr || (!p->send_pending() && !p->recv_pending())) continue;
-    CADRE_RETURN_IF_ERROR(mesh_->Gone(peer));
+    bool explained = false;
+    if (Status s = mesh_->Gone(peer, &explained); !s.ok()) {
+      gone_explained_ = explained;
+      return s;
+    }
   }
   return Status::Ok();
 }
@@ -185,10 +196,10 @@ Status MixedDevice::RunStreaming(std::span<const Transfer> transfers, Deadline d
       } else {
         tcp::TcpPair* p = TcpPairOf(peer);
         if (p->send_pending()) {
-          if (Status st = p->ProgressSend(); !st.ok()) return Fail(st);
+          if (Status st = p->ProgressSend(); !st.ok()) return Fail(st, p);
         }
         if (p->recv_pending()) {
-          if (Status st = p->ProgressRecv(); !st.ok()) return Fail(st);
+          if (Status st = p->ProgressRecv(); !st.ok()) return Fail(st, p);
         }
       }
       if (!order) continue;
@@ -236,6 +247,7 @@ Status MixedDevice::RunStreaming(std::span<const Transfer> transfers, Deadline d
       if (Status st = GonePeer(active); !st.ok()) {
         if (suspect) {
           if (asleep) mesh_->Wake();
+          if (broken_.ok()) explained_ = gone_explained_;
           return Fail(st);
         }
         suspect = true;
@@ -281,7 +293,8 @@ Status MixedDevice::RunStreaming(std::span<const Transfer> transfers, Deadline d
       // A hang-up with nothing left to read surfaces as an error from the next ProgressRecv;
       // make sure a pair that only sends sees it too.
       if ((fds[i].revents & (POLLERR | POLLHUP)) != 0 && !polled[i]->recv_pending()) {
-        return Fail(polled[i]->Broken("connection to " + polled[i]->peer_name() + " was closed"));
+        return Fail(polled[i]->Broken("connection to " + polled[i]->peer_name() + " was closed"),
+                    polled[i]);
       }
     }
   }

@@ -12,7 +12,8 @@
 // in poll(2) on the TCP sockets, this rank's doorbell (rung by same-host peers that moved bytes
 // while it slept) and the pidfds of the same-host peers it waits for. A same-host peer that dies
 // (its process exits) or closes its end (Shutdown, destruction, as a socket closes) while this
-// rank waits for it fails the run with kIo naming it, at once.
+// rank waits for it fails the run naming it, at once: with kIo when it died, with its own code
+// and reason when it failed and said why (Shutdown(why, ...), as TCP's failure notices).
 //
 // Thread-safety: one thread calls Run at a time (Device's).
 #pragma once
@@ -55,12 +56,15 @@ class MixedDevice final : public Device {
   Status Run(std::span<const Transfer> transfers, Deadline deadline) override;
   Status RunStreaming(std::span<const Transfer> transfers, Deadline deadline,
                       const OnReceived& on_received) override;
-  void Shutdown() override;
+  using Device::Shutdown;
+  void Shutdown(const Status& why, bool explained) override;
+  bool failure_explained() const override { return explained_; }
   void BeginCollective(uint32_t digest, std::string description) override;
 
  private:
   MixedDevice() = default;
-  Status Fail(Status status);
+  // As TcpDevice::Fail; `failed`: the TCP pair whose transfer failed.
+  Status Fail(Status status, tcp::TcpPair* failed = nullptr);
   tcp::TcpPair* TcpPairOf(int peer) const { return tcp_ ? tcp_->tcp_pair(peer) : nullptr; }
   void ClearPairs();
   // A same-host peer owed bytes that is gone (its end closed, its process exited): its error.
@@ -73,7 +77,9 @@ class MixedDevice final : public Device {
   std::unique_ptr<shm::ShmMesh> mesh_;
   std::vector<std::unique_ptr<shm::ShmPair>> shm_pairs_;  // by rank; null unless on this host
   Status broken_;
-  std::string collective_;  // BeginCollective's description; the shm pairs point at it
+  bool explained_ = false;
+  bool gone_explained_ = false;  // GonePeer's last error names its cause
+  std::string collective_;       // BeginCollective's description; the shm pairs point at it
 };
 
 }  // namespace cadre::transport::mixed

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -23,7 +24,7 @@ namespace cadre::transport::shm {
 namespace {
 
 constexpr uint32_t kMagic = 0x4d485343;  // "CSHM"
-constexpr uint32_t kLayoutVersion = 3;
+constexpr uint32_t kLayoutVersion = 4;
 constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 // After spinning, a wait yields for up to kYieldFor; a yield that takes longer than kBusyCoreYield
 // means another thread ran meanwhile, and the wait goes to sleep at once.
@@ -64,6 +65,12 @@ struct ShmGroup::Header {
   Line attached;
   Line abort;     // 0, or code << 28 | (reporter + 1) << 14 | (culprit + 1): AbortWord
   Line sleepers;  // ranks inside a futex wait; publishers wake only when non-zero
+  // The first aborting rank's own failure, as text for the ranks it wakes: claimed (0 -> 1, or
+  // 2 when the reason is explained) by one rank, which writes `reason` (NUL-terminated) and then
+  // sets reason_ready.
+  Line reason_claim;
+  Line reason_ready;
+  char reason[kAbortReasonBytes];
 };
 
 struct ShmGroup::RankState {
@@ -195,16 +202,35 @@ Status ShmGroup::AbortedStatus() const {
       what =
           by + " reported a failure of " + who + " (" + std::string(CodeName(AbortCode(a))) + ")";
   }
-  return AbortedError("the shared-memory group failed: " + what);
+  std::string reason;
+  if (header()->reason_ready.value.load(std::memory_order_acquire) != 0) {
+    reason = header()->reason;  // written before reason_ready, never again
+  }
+  return AbortedError("the shared-memory group failed: " + what +
+                      (reason.empty() ? "" : " (" + reason + ")"));
 }
 
-void ShmGroup::Abort(int culprit, Code why) {
+void ShmGroup::Abort(int culprit, Code why, const std::string& reason, bool explained) {
+  Header* h = header();
+  uint32_t unclaimed = 0;
+  if (!reason.empty() &&
+      h->reason_claim.value.compare_exchange_strong(unclaimed, explained ? 2 : 1)) {
+    const size_t n = std::min(reason.size(), sizeof h->reason - 1);
+    std::memcpy(h->reason, reason.data(), n);
+    h->reason[n] = '\0';
+    h->reason_ready.value.store(1, std::memory_order_release);
+  }
   const uint32_t value = AbortWord(why, rank_, culprit);
   uint32_t expected = 0;
   header()->abort.value.compare_exchange_strong(expected, value);
   for (int r = 0; r < size_; ++r) {
     for (auto& line : state(r)->flags) Futex(&line.value, FUTEX_WAKE, INT_MAX, nullptr);
   }
+}
+
+bool ShmGroup::abort_explained() const {
+  return header()->reason_ready.value.load(std::memory_order_acquire) != 0 &&
+         header()->reason_claim.value.load(std::memory_order_relaxed) == 2;
 }
 
 bool ShmGroup::Exited(int peer, int* pid) {

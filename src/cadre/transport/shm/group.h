@@ -35,6 +35,9 @@
 namespace cadre::transport::shm {
 
 // What a rank is doing in its current collective, compared across ranks to catch mismatches.
+// The longest reason an abort carries (ShmGroup::Abort), its terminating NUL included.
+inline constexpr size_t kAbortReasonBytes = 1024;
+
 struct OpDescriptor {
   uint32_t kind = 0;
   uint32_t detail = 0;  // dtype, op, root: packed by the caller
@@ -86,8 +89,13 @@ class ShmGroup {
   // Marks the group failed because of `culprit` (a local rank, or -1 when unknown) and wakes every
   // waiter: they return kAborted naming the culprit and saying what `why` (the code of this
   // rank's failure) means of it (timed out waiting for it: stalled) instead of waiting for their
-  // timeout. The first abort's reason stays; later ones only wake the waiters.
-  void Abort(int culprit, Code why);
+  // timeout. The first abort's reason stays; later ones only wake the waiters. `reason`: the
+  // aborting rank's failure in words (cut at kAbortReasonBytes), added to what the waiters say
+  // by the first rank that gives one; `explained`: the reason names its cause (see
+  // Device::failure_explained).
+  void Abort(int culprit, Code why, const std::string& reason = {}, bool explained = false);
+  // Whether the group was aborted with a reason given as explained.
+  bool abort_explained() const;
 
   const std::string& name(int rank) const { return names_[rank]; }
 

@@ -18,7 +18,7 @@ namespace cadre::transport::shm {
 namespace {
 
 constexpr uint32_t kMagic = 0x48534d43;  // "CMSH"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 
 size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -44,10 +44,19 @@ struct ShmMesh::Header {
   std::atomic<uint32_t> probed{0};  // ranks done checking that they reach every doorbell
 };
 
+// `closed`: 0 open; else kClosed, with kClosedWithReason when `reason` (NUL-terminated, written
+// before) says why, kClosedExplained when that reason names its cause, and the failure's code
+// in bits 8 and up.
+constexpr uint32_t kClosed = 1;
+constexpr uint32_t kClosedWithReason = 2;
+constexpr uint32_t kClosedExplained = 4;
+constexpr size_t kCloseReasonBytes = 1024;
+
 struct ShmMesh::RankState {
   alignas(64) std::atomic<uint32_t> asleep{0};
   std::atomic<uint32_t> closed{0};
   std::atomic<int32_t> pid{0};
+  char reason[kCloseReasonBytes];
 };
 
 ShmMesh::Header* ShmMesh::header() const { return static_cast<Header*>(segment_.data()); }
@@ -208,30 +217,52 @@ void ShmMesh::Wake() {
 
 int ShmMesh::pidfd(int peer) const { return pidfds_[index(peer)]; }
 
-void ShmMesh::Close() {
+void ShmMesh::Close(const Status& why, bool explained) {
   if (closed_) return;
   closed_ = true;
-  state(me_)->closed.store(1, std::memory_order_release);
+  uint32_t closed = kClosed;
+  if (!why.ok()) {
+    RankState* me = state(me_);
+    const size_t n = std::min(why.message().size(), sizeof me->reason - 1);
+    std::memcpy(me->reason, why.message().data(), n);
+    me->reason[n] = '\0';
+    closed |= kClosedWithReason | (explained ? kClosedExplained : 0) |
+              (static_cast<uint32_t>(why.code()) << 8);
+  }
+  state(me_)->closed.store(closed, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
     if (i != me_) Notify(i);  // asleep or not: it may be about to sleep waiting for this rank
   }
 }
 
-Status ShmMesh::Gone(int peer) const {
+Status ShmMesh::Gone(int peer, bool* explained) const {
   const int i = index(peer);
-  const int pid = state(i)->pid.load(std::memory_order_acquire);
-  if (pidfds_[i] >= 0) {
-    pollfd p{pidfds_[i], POLLIN, 0};
-    if (poll(&p, 1, 0) > 0) {
-      return IoError(names_[peer] + " (pid " + std::to_string(pid) + ") died during a collective");
-    }
-  } else if (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) {
-    return IoError(names_[peer] + " (pid " + std::to_string(pid) + ") died during a collective");
+  if (explained != nullptr) *explained = false;
+  // Closed first: a rank that failed closes its end, then its process may well exit.
+  const uint32_t closed = state(i)->closed.load(std::memory_order_acquire);
+  if ((closed & kClosedWithReason) != 0) {
+    if (explained != nullptr) *explained = (closed & kClosedExplained) != 0;
+    const uint32_t code = closed >> 8;
+    const bool known = code > 0 && code <= static_cast<uint32_t>(Code::kInternal);
+    return Status(known ? static_cast<Code>(code) : Code::kIo,
+                  names_[peer] + " failed: " + std::string(state(i)->reason));
   }
-  if (state(i)->closed.load(std::memory_order_acquire) != 0) {
+  if (closed != 0) {
     return IoError(names_[peer] +
                    " closed its end of the shared memory (it failed, or left the group)");
+  }
+  const int pid = state(i)->pid.load(std::memory_order_acquire);
+  bool exited = false;
+  if (pidfds_[i] >= 0) {
+    pollfd p{pidfds_[i], POLLIN, 0};
+    exited = poll(&p, 1, 0) > 0;
+  } else {
+    exited = pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH;
+  }
+  if (exited) {
+    if (explained != nullptr) *explained = true;
+    return IoError(names_[peer] + " (pid " + std::to_string(pid) + ") died during a collective");
   }
   return Status::Ok();
 }

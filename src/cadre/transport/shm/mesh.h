@@ -71,11 +71,14 @@ class ShmMesh {
   // thread of this process (or the kernel has no pidfds).
   int pidfd(int peer) const;
 
-  // Marks this rank's end closed and rings every peer: the ones waiting for it fail at once.
-  // Idempotent.
-  void Close();
-  // Non-ok (kIo, naming the peer) when `peer` has closed its end or its process has exited.
-  Status Gone(int peer) const;
+  // Marks this rank's end closed and rings every peer: the ones waiting for it fail at once,
+  // with `why` (when not ok: this rank's failure, cut at 1 KiB) as the reason. `explained`: `why`
+  // names its cause (Device::failure_explained). Idempotent.
+  void Close(const Status& why = Status::Ok(), bool explained = false);
+  // Non-ok, naming the peer, when `peer` has closed its end (with its reason and code when it
+  // gave one) or its process has exited without closing it (kIo: it died). *explained (when
+  // given): the error names its cause (a death, or a reason given as explained).
+  Status Gone(int peer, bool* explained = nullptr) const;
 
  private:
   struct Header;

@@ -171,19 +171,31 @@ void TcpDevice::BeginCollective(uint32_t digest, std::string description) {
   }
 }
 
-void TcpDevice::Shutdown() {
+void TcpDevice::Shutdown(const Status& why, bool explained) {
+  // Every notice first, then every close: a peer that reads one notice and looks at the other
+  // connections finds the rest.
+  Deadline notices(std::chrono::milliseconds(200));
   for (auto& p : pairs_) {
-    if (p) {
-      p->Clear();
-      p->Shutdown();
-    }
+    if (!p) continue;
+    p->Clear();
+    if (!why.ok()) p->SendNotice(why, explained, notices);
+  }
+  for (auto& p : pairs_) {
+    if (p) p->Shutdown();
   }
 }
 
-Status TcpDevice::Fail(Status status) {
-  if (broken_.ok()) broken_ = status;
+Status TcpDevice::Fail(Status status, TcpPair* failed) {
   for (auto& p : pairs_) {
     if (p) p->Clear();
+  }
+  if (broken_.ok()) {
+    if (failed != nullptr && status.code() == Code::kIo) {
+      std::vector<TcpPair*> others;
+      for (auto& p : pairs_) others.push_back(p.get());
+      status = ExplainBrokenConnection(*failed, others, status, &explained_);
+    }
+    broken_ = status;
   }
   return status;
 }
@@ -227,10 +239,10 @@ Status TcpDevice::RunStreaming(std::span<const Transfer> transfers, Deadline dea
     for (size_t a = 0; a < active.size(); ++a) {  // the callback may add pairs
       TcpPair* p = active[a];
       if (p->send_pending()) {
-        if (Status s = p->ProgressSend(); !s.ok()) return Fail(s);
+        if (Status s = p->ProgressSend(); !s.ok()) return Fail(s, p);
       }
       if (p->recv_pending()) {
-        if (Status s = p->ProgressRecv(); !s.ok()) return Fail(s);
+        if (Status s = p->ProgressRecv(); !s.ok()) return Fail(s, p);
       }
       if (!order) continue;
       while (auto k = order->NextCompleted(p->peer(), p->recvs_done())) {
@@ -270,7 +282,8 @@ Status TcpDevice::RunStreaming(std::span<const Transfer> transfers, Deadline dea
       // A hang-up with nothing left to read surfaces as an error from the next ProgressRecv;
       // make sure a pair that only sends sees it too.
       if ((fds[i].revents & (POLLERR | POLLHUP)) != 0 && !polled[i]->recv_pending()) {
-        return Fail(polled[i]->Broken("connection to " + polled[i]->peer_name() + " was closed"));
+        return Fail(polled[i]->Broken("connection to " + polled[i]->peer_name() + " was closed"),
+                    polled[i]);
       }
     }
   }

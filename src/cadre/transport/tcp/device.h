@@ -56,17 +56,22 @@ class TcpDevice final : public Device {
   Status Run(std::span<const Transfer> transfers, Deadline deadline) override;
   Status RunStreaming(std::span<const Transfer> transfers, Deadline deadline,
                       const OnReceived& on_received) override;
-  void Shutdown() override;
+  using Device::Shutdown;
+  void Shutdown(const Status& why, bool explained) override;
+  bool failure_explained() const override { return explained_; }
   void BeginCollective(uint32_t digest, std::string description) override;
 
  private:
   TcpDevice() = default;
-  Status Fail(Status status);
+  // Breaks the device with `status`; a kIo failure of a transfer with `failed` is first explained
+  // from the ends of the connections (ExplainBrokenConnection). Returns the device's error.
+  Status Fail(Status status, TcpPair* failed = nullptr);
 
   int rank_ = 0;
   int size_ = 1;
   std::vector<std::unique_ptr<TcpPair>> pairs_;  // null at rank_
   Status broken_;
+  bool explained_ = false;
   std::string collective_;  // BeginCollective's description; the pairs point at it
 };
 

@@ -134,6 +134,51 @@ TEST(TcpDeviceTest, ACallbackErrorEndsTheRunAndBreaksTheDevice) {
   });
 }
 
+TEST(TcpDeviceTest, APeerThatFailsSaysWhyBeforeItsConnectionsClose) {
+  // Rank 2 fails (its owner's reason: a mismatch it found) while ranks 0 and 1 wait for it: they
+  // fail with its code and its words, not only "connection closed".
+  RunRanks([](TcpDevice& d) {
+    int32_t v = 0;
+    if (d.rank() == 2) {
+      d.Shutdown(MismatchError("rank 2: another collective"), /*explained=*/true);
+      return;
+    }
+    Transfer t[1] = {Transfer::Recv(2, &v, 4)};
+    Status s = d.Run(t, Deadline(30s));
+    EXPECT_EQ(s.code(), Code::kMismatch) << s.ToString();
+    EXPECT_NE(s.message().find("rank 2 failed: rank 2: another collective"), std::string::npos)
+        << s.ToString();
+    EXPECT_TRUE(d.failure_explained());
+  });
+}
+
+TEST(TcpDeviceTest, AConnectionThatEndsWithoutANoticeNamesThePeerAsGone) {
+  // Rank 2 closes with nothing to say (as a process that died: the kernel closes its sockets).
+  // Rank 0 only sends to it and rank 1 waits for rank 0, which fails and tells rank 1 why: both
+  // name rank 2.
+  RunRanks([](TcpDevice& d) {
+    std::vector<int32_t> v(1 << 22);  // more than the socket buffers take
+    if (d.rank() == 2) {
+      d.Shutdown();
+      return;
+    }
+    Transfer t[1] = {d.rank() == 0 ? Transfer::Send(2, v.data(), v.size() * 4)
+                                   : Transfer::Recv(0, v.data(), 4)};
+    Status s = d.Run(t, Deadline(30s));
+    EXPECT_EQ(s.code(), Code::kIo) << s.ToString();
+    EXPECT_NE(s.message().find("rank 2 closed its connection without a failure notice: its "
+                               "process exited or died"),
+              std::string::npos)
+        << s.ToString();
+    if (d.rank() == 0) {
+      EXPECT_TRUE(d.failure_explained());
+      d.Shutdown(s, true);
+    } else {
+      EXPECT_NE(s.message().find("rank 0 failed: "), std::string::npos) << s.ToString();
+    }
+  });
+}
+
 // Rank `rank` of two, connecting with `token` through `store`.
 Status ConnectRank(store::Store& store, int rank, const std::string& token,
                    std::unique_ptr<TcpDevice>* out) {
