@@ -44,19 +44,25 @@ def survivors_fail_naming(job, survivors, lost):
             rank, log)
 
 
-def test_stalled_tensor_fails_every_rank_naming_the_missing_ranks(tmp_path):
+# Rank 0's 'lonely' against the others' barrier is a deadlock (each waits for a name the other
+# side never submits): the deadlock time ends it with the stall shutdown left at its 30-minute
+# default, and the stall shutdown ends it when that is the shorter.
+@pytest.mark.parametrize("setting,ended_by", [
+    ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "stall shutdown time"),
+    ("CADRE_STALL_DEADLOCK_TIME_SECONDS", "deadlock time"),
+])
+def test_stalled_tensor_fails_every_rank_naming_the_missing_ranks(tmp_path, setting, ended_by):
     # 6 s: well above any skew between the ranks' warm-up submissions on a loaded machine.
     job = run_script(tmp_path, "torch_job_stall.py", 2, "cpux2", timeout=150,
                      runner_args=["--grace", "60"],
-                     env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "2",
-                          "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "6"})
+                     env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "2", setting: "6"})
     assert not job.timed_out and job.returncode == 1, job.describe()
     for rank in range(4):
         assert job.slots[rank].get("exit_code") == 3, "rank %d: %s\n%s" % (
             rank, job.slots[rank], job.describe())
         failed = [line for line in job.logs[rank].splitlines() if line.startswith("FAILED")]
         assert failed, "rank %d:\n%s" % (rank, job.logs[rank])
-        assert "stalled" in failed[0], failed[0]
+        assert "stalled past the " + ended_by in failed[0], failed[0]
         assert "'lonely' (waiting" in failed[0], failed[0]
         assert "missing from rank(s) 1, 2, 3" in failed[0], failed[0]
         assert "'barrier.noname.0' (waiting" in failed[0], failed[0]

@@ -100,6 +100,7 @@ engine::EngineOptions EngineOptionsFromEnv() {
                                      "HOROVOD_STALL_CHECK_TIME_SECONDS", o.stall_warning);
   o.stall_shutdown = EnvSecondsEither("CADRE_STALL_SHUTDOWN_TIME_SECONDS",
                                       "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", o.stall_shutdown);
+  o.stall_deadlock = EnvSeconds("CADRE_STALL_DEADLOCK_TIME_SECONDS", o.stall_deadlock);
   if (auto t = GetEnv("CADRE_TIMELINE")) {
     o.timeline_path = *t;
   } else if (auto h = GetEnv("HOROVOD_TIMELINE")) {

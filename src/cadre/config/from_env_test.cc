@@ -106,6 +106,24 @@ TEST(EngineOptionsFromEnvTest, StallShutdownHasAFiniteDefaultAndHorovodsZeroMean
   EXPECT_EQ(EngineOptionsFromEnv().stall_shutdown, Duration::zero());
 }
 
+TEST(EngineOptionsFromEnvTest, TheDeadlockTimeIsFiveMinutesUnlessSet) {
+  EXPECT_EQ(EngineOptionsFromEnv().stall_deadlock, engine::kDefaultStallDeadlock);
+  {
+    ScopedEnv env("CADRE_STALL_DEADLOCK_TIME_SECONDS", "45");
+    EXPECT_EQ(EngineOptionsFromEnv().stall_deadlock, std::chrono::seconds(45));
+  }
+  ScopedEnv off("CADRE_STALL_DEADLOCK_TIME_SECONDS", "0");
+  EXPECT_EQ(EngineOptionsFromEnv().stall_deadlock, Duration::zero());
+  ScopedEnv bad("CADRE_STALL_DEADLOCK_TIME_SECONDS", "-1");
+  try {
+    EngineOptionsFromEnv();
+    ADD_FAILURE() << "a negative deadlock time was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CADRE_STALL_DEADLOCK_TIME_SECONDS"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(EngineOptionsFromEnvTest, CadreWinsAndTheAlgorithmHasTwoNames) {
   EXPECT_EQ(EngineOptionsFromEnv().allreduce_algorithm, comm::AllreduceAlgorithm::kAuto);
   {

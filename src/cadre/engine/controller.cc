@@ -194,9 +194,22 @@ std::vector<Response> Controller::Process(const std::vector<Message>& messages) 
   if (!shutdown_ranks.empty()) {
     std::string who;
     for (int r : shutdown_ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    // Names still pending then were submitted by some ranks and never will be by the ones that
+    // shut down: say which, so that a rank waiting on one learns why.
+    std::string pending;
+    for (const PendingName& p : Pending()) {
+      if (p.missing_ranks.empty()) continue;
+      std::string missing;
+      for (int r : p.missing_ranks) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      pending += "; '" + p.name + "' was pending, never submitted by rank(s) " + missing;
+      if (pending.size() > 2000) {
+        pending += " ...";
+        break;
+      }
+    }
     Response s;
     s.kind = Response::Kind::kShutdown;
-    s.error = AbortedError("the engine was shut down (by rank " + who + ")");
+    s.error = AbortedError("the engine was shut down (by rank " + who + ")" + pending);
     responses.push_back(std::move(s));
     return responses;
   }

@@ -425,19 +425,64 @@ void Engine::CheckStalls() {
   const auto now = Clock::now();
   if (now - last_stall_check_ < std::chrono::seconds(1)) return;
   last_stall_check_ = now;
+  const std::vector<PendingName> pending = controller_.Pending();
+  // Deadlocked: some rank is waited for, and every rank waited for has itself submitted a
+  // pending name that another rank has not (so it is waiting too, unless it submits more without
+  // waiting on its handles). Since when, across checks.
+  std::vector<bool> waiting(static_cast<size_t>(size_), false), waited_for(waiting);
+  for (const PendingName& p : pending) {
+    if (p.missing_ranks.empty()) continue;
+    std::vector<bool> missing(static_cast<size_t>(size_), false);
+    for (int r : p.missing_ranks)
+      missing[static_cast<size_t>(r)] = waited_for[static_cast<size_t>(r)] = true;
+    for (int r = 0; r < size_; ++r) {
+      if (!missing[static_cast<size_t>(r)]) waiting[static_cast<size_t>(r)] = true;
+    }
+  }
+  bool deadlocked = false;
+  for (int r = 0; r < size_; ++r) {
+    if (!waited_for[static_cast<size_t>(r)]) continue;
+    deadlocked = waiting[static_cast<size_t>(r)];
+    if (!deadlocked) break;
+  }
+  if (!deadlocked) {
+    deadlocked_since_.reset();
+  } else if (!deadlocked_since_) {
+    deadlocked_since_ = now;
+  }
+  const Duration deadlocked_for =
+      deadlocked_since_ ? std::chrono::duration_cast<Duration>(now - *deadlocked_since_)
+                        : Duration::zero();
+  const bool deadlock_applies = options_.stall_deadlock > Duration::zero() && deadlocked_since_;
   std::string report;
   Duration oldest{};
   // A shutdown time below the warning time still applies: report from the earlier of the two.
-  const Duration report_after = options_.stall_shutdown > Duration::zero()
-                                    ? std::min(options_.stall_warning, options_.stall_shutdown)
-                                    : options_.stall_warning;
-  for (const PendingName& p : controller_.Pending()) {
+  Duration report_after = options_.stall_warning;
+  if (options_.stall_shutdown > Duration::zero()) {
+    report_after = std::min(report_after, options_.stall_shutdown);
+  }
+  if (options_.stall_deadlock > Duration::zero()) {
+    report_after = std::min(report_after, options_.stall_deadlock);
+  }
+  for (const PendingName& p : pending) {
     if (p.age < report_after || p.missing_ranks.empty()) continue;
-    std::string ranks;
-    for (int r : p.missing_ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    std::string missing, submitted;
+    for (int r = 0, m = 0; r < size_; ++r) {
+      const bool is_missing = m < static_cast<int>(p.missing_ranks.size()) &&
+                              p.missing_ranks[static_cast<size_t>(m)] == r;
+      if (is_missing) ++m;
+      std::string& list = is_missing ? missing : submitted;
+      list += (list.empty() ? "" : ", ") + std::to_string(r);
+    }
     report += (report.empty() ? "" : "; ") + std::string("'") + p.name + "' (waiting " +
-              std::to_string(p.age.count() / 1000) + " s) missing from rank(s) " + ranks;
+              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(p.age).count()) +
+              " s) submitted by rank(s) " + submitted + ", missing from rank(s) " + missing;
     oldest = std::max(oldest, p.age);
+  }
+  if (!report.empty() && deadlock_applies) {
+    report +=
+        " (every rank waited for waits itself for a tensor another rank has not submitted: "
+        "the ranks submitted different tensors)";
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -446,17 +491,32 @@ void Engine::CheckStalls() {
   if (report.empty()) return;
   if (rank_ == 0 && oldest >= options_.stall_warning &&
       now - last_stall_log_ >= options_.stall_warning) {
-    CADRE_LOG(WARNING) << "stalled tensors: some ranks submitted them and others did not: "
-                       << report;
+    Duration fails_at = options_.stall_shutdown;
+    if (deadlock_applies && (fails_at <= Duration::zero() || options_.stall_deadlock < fails_at)) {
+      fails_at = options_.stall_deadlock;
+    }
+    CADRE_LOG(WARNING)
+        << "stalled tensors: some ranks submitted them and others did not: " << report
+        << (fails_at > Duration::zero()
+                ? "; every rank fails once stalled for " +
+                      std::to_string(
+                          std::chrono::duration_cast<std::chrono::seconds>(fails_at).count()) +
+                      " s"
+                : std::string());
     last_stall_log_ = now;
   }
-  if (options_.stall_shutdown > Duration::zero() && oldest >= options_.stall_shutdown &&
-      abort_.ok()) {
+  const bool past_shutdown =
+      options_.stall_shutdown > Duration::zero() && oldest >= options_.stall_shutdown;
+  const bool past_deadlock = deadlock_applies && deadlocked_for >= options_.stall_deadlock &&
+                             oldest >= options_.stall_deadlock;
+  if ((past_shutdown || past_deadlock) && abort_.ok()) {
     // Sent in the next exchange: every rank stops with this same error (Controller::Process).
     constexpr size_t kMaxReport = 4000;
     if (report.size() > kMaxReport) report = report.substr(0, kMaxReport) + " ...";
-    abort_ = TimeoutError("rank " + std::to_string(rank_) +
-                          ": stalled past the stall shutdown time: " + report);
+    abort_ =
+        TimeoutError("rank " + std::to_string(rank_) + ": stalled past the " +
+                     (past_deadlock && !past_shutdown ? "deadlock time" : "stall shutdown time") +
+                     ": " + report);
   }
 }
 

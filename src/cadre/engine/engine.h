@@ -14,6 +14,11 @@
 //   0) naming the missing ranks; after stall_shutdown (30 min by default, see
 //   kDefaultStallShutdown) every rank's engine fails with that report: a rank that never submits
 //   cannot hang the job. Only an explicit zero stall_shutdown waits forever.
+// - A stall in which every rank that others wait for is itself waiting for a name that another
+//   rank has not submitted (ranks submitted different names, e.g. an extra allreduce on one rank:
+//   a deadlock unless a rank submits more without waiting) fails every rank once it has lasted
+//   stall_deadlock (5 min by default, kDefaultStallDeadlock), well before stall_shutdown. A rank
+//   that is merely slow (submitted nothing the others lack) does not make one.
 // - Shutdown() (or destruction) on any rank stops every rank's engine: pending handles everywhere
 //   complete with Error(kAborted).
 #pragma once
@@ -47,6 +52,12 @@ namespace cadre::engine {
 // torch.distributed's default collective timeout, the bound PyTorch users already plan around;
 // a real hang ends then instead of never. HOROVOD_STALL_SHUTDOWN_TIME_SECONDS overrides it.
 inline constexpr Duration kDefaultStallShutdown = std::chrono::minutes(30);
+
+// How long a deadlocked stall (see the header comment: every rank waited for waits itself) may
+// last before every rank fails with the stall report. A rank evaluating alone has nothing
+// pending, so it never makes one; ranks whose submissions cross (gradients in different orders)
+// untangle within a cycle. Five checks' worth of warnings at the default check time.
+inline constexpr Duration kDefaultStallDeadlock = std::chrono::minutes(5);
 
 // The engine's tunables, as values with their defaults here. The HOROVOD_*/CADRE_* variables that
 // set them are read at the edges only (config::EngineOptionsFromEnv, docs/environment.md).
@@ -89,6 +100,7 @@ struct EngineOptions {
   std::chrono::microseconds spin{50};
   Duration stall_warning = std::chrono::seconds(60);
   Duration stall_shutdown = kDefaultStallShutdown;  // zero: never fail stalled tensors
+  Duration stall_deadlock = kDefaultStallDeadlock;  // zero: only stall_shutdown applies
   // Horovod's timeline file, written by rank 0 when non-empty (timeline.h); with
   // timeline_mark_cycles every negotiation cycle is marked.
   std::string timeline_path;
@@ -185,6 +197,7 @@ class Engine {
   int64_t next_external_ = 0;                 // engine thread only (Request::external)
   Status abort_;                              // engine thread only: sent to every rank, then stop
   Clock::time_point last_stall_check_{};      // engine thread only
+  std::optional<Clock::time_point> deadlocked_since_;  // engine thread only (CheckStalls)
   // Rank 0 with a measured window only (else null): engine thread only.
   std::unique_ptr<BatchWindowTuner> tuner_;
   std::optional<std::chrono::microseconds> announced_;  // engine thread only (rank 0)

@@ -400,6 +400,60 @@ TEST(EngineTest, ShutdownOnOneRankAbortsPendingWorkEverywhere) {
   EXPECT_NE(h->status().message().find("rank 0"), std::string::npos);
 }
 
+TEST(EngineTest, AShutdownNamesWhatWasPendingAndWhoNeverSubmittedIt) {
+  // Rank 0 submitted an extra allreduce the others never do, and rank 1 ended its engine (its
+  // program finished): rank 0 learns at once which name was left and who never submitted it.
+  auto engines = MakeEngines(2);
+  std::vector<float> a(2);
+  auto h = engines[0]->Enqueue(Make(OpType::kAllreduce, "extra", {2}), a.data());
+  engines[1]->Shutdown();
+  ASSERT_TRUE(h->Wait(30s));
+  EXPECT_EQ(h->status().code(), Code::kAborted);
+  EXPECT_NE(h->status().message().find("'extra' was pending, never submitted by rank(s) 1"),
+            std::string::npos)
+      << h->status().message();
+}
+
+TEST(EngineTest, RanksThatSubmittedDifferentNamesFailAtTheDeadlockTime) {
+  // Rank 0 does an extra allreduce the other never does, and rank 1 goes on to its next one:
+  // each waits for a name the other has not submitted. The stall shutdown is far away; the
+  // deadlock time ends it, naming both tensors, who submitted each and who did not.
+  EngineOptions o = FastOptions();
+  o.stall_warning = 0ms;
+  o.stall_shutdown = std::chrono::minutes(20);
+  o.stall_deadlock = 1500ms;
+  auto engines = MakeEngines(2, o);
+  std::vector<float> a(1), b(1);
+  auto h0 = engines[0]->Enqueue(Make(OpType::kAllreduce, "extra", {1}), a.data());
+  auto h1 = engines[1]->Enqueue(Make(OpType::kAllreduce, "next", {1}), b.data());
+  for (const auto& h : {h0, h1}) {
+    ASSERT_TRUE(h->Wait(60s)) << "the deadlock was not ended by the deadlock time";
+    const std::string m = h->status().message();
+    EXPECT_EQ(h->status().code(), Code::kTimeout) << m;
+    EXPECT_NE(m.find("stalled past the deadlock time"), std::string::npos) << m;
+    EXPECT_NE(m.find("'extra' (waiting "), std::string::npos) << m;
+    EXPECT_NE(m.find("submitted by rank(s) 0, missing from rank(s) 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("submitted by rank(s) 1, missing from rank(s) 0"), std::string::npos) << m;
+  }
+}
+
+TEST(EngineTest, ASlowRankIsNotADeadlock) {
+  // Rank 1 submits nothing (one rank evaluating alone): only the stall shutdown ends the wait,
+  // however short the deadlock time.
+  EngineOptions o = FastOptions();
+  o.stall_warning = 0ms;
+  o.stall_deadlock = 100ms;
+  o.stall_shutdown = 2500ms;
+  auto engines = MakeEngines(2, o);
+  std::vector<float> a(1);
+  auto h = engines[0]->Enqueue(Make(OpType::kAllreduce, "y", {1}), a.data());
+  ASSERT_TRUE(h->Wait(60s));
+  const std::string m = h->status().message();
+  EXPECT_EQ(h->status().code(), Code::kTimeout) << m;
+  EXPECT_NE(m.find("stalled past the stall shutdown time"), std::string::npos) << m;
+  EXPECT_EQ(m.find("deadlock"), std::string::npos) << m;
+}
+
 TEST(EngineTest, StallReportNamesMissingRanksAndStallShutdownFails) {
   EngineOptions o = FastOptions();
   o.stall_warning = 0ms;
@@ -440,6 +494,9 @@ TEST(EngineTest, AStallFailsEveryRankByDefault) {
   EXPECT_EQ(defaults.stall_shutdown, kDefaultStallShutdown);
   EXPECT_GT(kDefaultStallShutdown, std::chrono::minutes(10));
   EXPECT_LE(kDefaultStallShutdown, std::chrono::hours(1));
+  // A deadlock (ranks that submitted different names) ends well before.
+  EXPECT_EQ(defaults.stall_deadlock, kDefaultStallDeadlock);
+  EXPECT_LE(kDefaultStallDeadlock, std::chrono::minutes(10));
   // What the environment makes of it: config/from_env_test.cc.
 }
 
