@@ -100,6 +100,28 @@ Status DeploymentStore::Update(const std::string& id, const std::string& state,
   return Status::Ok();
 }
 
+namespace {
+
+Status SetText(Db& db, const char* sql, const std::string& id, const std::string& value) {
+  auto lock = db.Lock();
+  Statement s(db, sql);
+  s.Bind(1, value).Bind(2, NowIso()).Bind(3, id);
+  CADRE_RETURN_IF_ERROR(s.Run());
+  if (db.changes() == 0) return NotFound("no such deployment");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DeploymentStore::SetName(const std::string& id, const std::string& name) {
+  return SetText(db_, "UPDATE deployments SET name = ?, modified_at = ? WHERE id = ?", id, name);
+}
+
+Status DeploymentStore::SetModel(const std::string& id, const std::string& model_id) {
+  return SetText(db_, "UPDATE deployments SET model_id = ?, modified_at = ? WHERE id = ?", id,
+                 model_id);
+}
+
 bool DeploymentStore::Remove(const std::string& id, int64_t user_id) {
   auto lock = db_.Lock();
   Statement s(db_, "DELETE FROM deployments WHERE id = ? AND user_id = ?");

@@ -1,7 +1,8 @@
 // DeploymentStore: the `deployments` table, one row per online deployment of a stored model.
 //
 // States are WML's: initializing (its scoring process is starting, or starting again after it
-// died), ready (answering predictions), failed (with the reason in `failure`). A deleted
+// died), updating (a process for another model is starting while the current one answers),
+// ready (answering predictions), failed (with the reason in `failure`). A deleted
 // deployment's row is removed at once; its process is stopped by the Deployments supervisor
 // (deployments.h). Every read by a route takes the owner's user id: another user's deployment
 // is simply not found.
@@ -20,6 +21,7 @@
 namespace cadre::service {
 
 inline constexpr char kInitializing[] = "initializing";
+inline constexpr char kUpdating[] = "updating";
 inline constexpr char kReady[] = "ready";
 // kFailed ("failed") is shared with trainings (training_store.h).
 
@@ -48,6 +50,9 @@ class DeploymentStore {
   // Sets state, message, failure (null clears it) and restarts; NotFound once deleted.
   Status Update(const std::string& id, const std::string& state, const std::string& message,
                 const std::optional<std::string>& failure, int64_t restarts);
+  // Sets the deployment's name, or the model it serves; NotFound once deleted.
+  Status SetName(const std::string& id, const std::string& name);
+  Status SetModel(const std::string& id, const std::string& model_id);
   // Removes the user's deployment; false when there was none.
   bool Remove(const std::string& id, int64_t user_id);
 

@@ -64,6 +64,7 @@ std::optional<Deployments::Process> Deployments::ProcessFor(const DeploymentReco
   p.id = record.id;
   p.dir = options_.dir / record.id;
   p.restarts = record.restarts;
+  p.model_id = record.model_id;
   std::optional<ModelRecord> model = models_.GetAny(record.model_id);
   if (!model) {
     Record(p, kFailed, "deployment failed", "its model " + record.model_id + " is gone");
@@ -74,10 +75,22 @@ std::optional<Deployments::Process> Deployments::ProcessFor(const DeploymentReco
 }
 
 void Deployments::Start() {
-  for (const auto& record : store_.InStates({kInitializing, kReady})) {
+  // The folders of updates that were under way, or had taken over, when the server last
+  // stopped: their processes ended with it, and each deployment starts in its own folder.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
+    if (entry.path().filename().string().find(".update-") != std::string::npos) {
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+  for (const auto& record : store_.InStates({kInitializing, kUpdating, kReady})) {
     std::optional<Process> p = ProcessFor(record);
     if (!p) continue;
-    Record(*p, kInitializing, "starting its scoring process again: the server started",
+    Record(*p, kInitializing,
+           record.state == kUpdating
+               ? "starting its scoring process again: the server started (the update to "
+                 "another model that was under way was abandoned; send it again)"
+               : "starting its scoring process again: the server started",
            std::nullopt);
     std::string id = p->id;
     live_.emplace(std::move(id), std::move(*p));
@@ -98,20 +111,63 @@ void Deployments::Launch(const DeploymentRecord& record) {
   wake_.notify_all();
 }
 
+void Deployments::Update(const DeploymentRecord& record, const ModelRecord& model) {
+  Process next;
+  next.id = record.id;
+  next.model_id = model.id;
+  next.model_dir = model.dir;
+  // A folder of its own: the current process keeps its port file and log until it is stopped.
+  next.dir = options_.dir / (record.id + ".update-" + RandomHex(4));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    if (auto pending = updates_.find(record.id); pending != updates_.end()) {
+      RetireProcess(std::move(pending->second));  // superseded by this update
+      updates_.erase(pending);
+    }
+    auto live = live_.find(record.id);
+    if (live == live_.end() || !live->second.ready) {
+      // Nothing answers for it (failed, or still starting): the new model's process is the
+      // deployment's process from now on.
+      if (live != live_.end()) {
+        RetireProcess(std::move(live->second));
+        live_.erase(live);
+      }
+      (void)store_.SetModel(record.id, model.id);
+      Record(next, kInitializing, "starting its scoring process for model " + model.id,
+             std::nullopt);
+      live_.emplace(record.id, std::move(next));
+    } else {
+      Record(next, kUpdating,
+             "starting a scoring process for model " + model.id + "; model " +
+                 live->second.model_id + " answers until it is ready",
+             std::nullopt);
+      updates_.emplace(record.id, std::move(next));
+    }
+    woken_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Deployments::RetireProcess(Process p) {
+  if (p.pid > 0) {
+    kill(p.pid, SIGTERM);
+    p.term_sent = Clock::now();
+    retiring_.push_back(std::move(p));
+  } else {
+    std::error_code ec;
+    fs::remove_all(p.dir, ec);
+  }
+}
+
 void Deployments::Retire(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = live_.find(id);
-    if (it == live_.end()) return;
-    Process p = std::move(it->second);
-    live_.erase(it);
-    if (p.pid > 0) {
-      kill(p.pid, SIGTERM);
-      p.term_sent = Clock::now();
-      retiring_.push_back(std::move(p));
-    } else {
-      std::error_code ec;
-      fs::remove_all(p.dir, ec);
+    for (auto* processes : {&live_, &updates_}) {
+      auto it = processes->find(id);
+      if (it == processes->end()) continue;
+      RetireProcess(std::move(it->second));
+      processes->erase(it);
     }
     woken_ = true;
   }
@@ -149,7 +205,7 @@ void Deployments::Loop() {
     lock.unlock();
     Pass();
     lock.lock();
-    bool busy = !retiring_.empty();
+    bool busy = !retiring_.empty() || !updates_.empty();
     for (const auto& [id, p] : live_) busy = busy || !p.ready;
     auto period = busy ? options_.poll : std::chrono::milliseconds(250);
     wake_.wait_for(lock, period, [this] { return stopping_ || woken_; });
@@ -266,8 +322,54 @@ bool Deployments::Ended(Process& p, int status) {
   return true;
 }
 
-void Deployments::Pass() {
+std::vector<std::pair<std::string, int>> Deployments::PassUpdates() {
   std::vector<std::pair<std::string, int>> starting;
+  auto now = Clock::now();
+  for (auto it = updates_.begin(); it != updates_.end();) {
+    Process& p = it->second;
+    if (p.pid == 0) Spawn(p);
+    if (p.pid == 0) {
+      UpdateFailed(p, "its scoring process could not be started: " + p.fail_reason);
+      it = updates_.erase(it);
+      continue;
+    }
+    int status = 0;
+    if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
+      std::string why = p.fail_reason.empty()
+                            ? "its scoring process " + DescribeWait(status) + " before it was ready"
+                            : p.fail_reason;
+      UpdateFailed(p, why + LastOutput(p.dir));
+      std::error_code ec;
+      fs::remove_all(p.dir, ec);
+      it = updates_.erase(it);
+      continue;
+    }
+    if (p.fail_reason.empty()) {
+      if (now - p.started > options_.startup_timeout) {
+        p.fail_reason = "its scoring process was not ready within " +
+                        std::to_string(options_.startup_timeout.count() / 1000) + " s";
+        kill(p.pid, SIGKILL);
+      } else if (int port = ReadPort(p.dir / "port"); port > 0) {
+        starting.emplace_back(p.id, port);
+      }
+    }
+    ++it;
+  }
+  return starting;
+}
+
+void Deployments::UpdateFailed(const Process& next, const std::string& why) {
+  auto live = live_.find(next.id);
+  if (live == live_.end()) return;
+  const Process& current = live->second;
+  Record(current, current.ready ? kReady : kInitializing,
+         "the update to model " + next.model_id + " failed, model " + current.model_id +
+             " still answers: " + why,
+         std::nullopt);
+}
+
+void Deployments::Pass() {
+  std::vector<std::pair<std::string, int>> starting, updates;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto now = Clock::now();
@@ -313,11 +415,14 @@ void Deployments::Pass() {
       if (now - it->term_sent > options_.grace) kill(it->pid, SIGKILL);
       ++it;
     }
+    updates = PassUpdates();
   }
-  CheckReady(starting);
+  CheckReady(starting, false);
+  CheckReady(updates, true);
 }
 
-void Deployments::CheckReady(const std::vector<std::pair<std::string, int>>& starting) {
+void Deployments::CheckReady(const std::vector<std::pair<std::string, int>>& starting,
+                             bool updates) {
   for (const auto& [id, port] : starting) {
     httplib::Client client("127.0.0.1", port);
     client.set_connection_timeout(1);
@@ -325,6 +430,26 @@ void Deployments::CheckReady(const std::vector<std::pair<std::string, int>>& sta
     auto r = client.Get("/v2/health/ready");
     if (!r || r->status != 200) continue;
     std::lock_guard<std::mutex> lock(mutex_);
+    if (updates) {
+      // The new model answers from here on; the old process finishes what it was sent.
+      auto next = updates_.find(id);
+      if (next == updates_.end() || next->second.pid == 0) continue;
+      Process p = std::move(next->second);
+      updates_.erase(next);
+      p.port = port;
+      p.ready = p.was_ready = true;
+      if (auto live = live_.find(id); live != live_.end()) {
+        RetireProcess(std::move(live->second));
+        live_.erase(live);
+      }
+      if (!store_.SetModel(id, p.model_id).ok()) {  // deleted meanwhile
+        RetireProcess(std::move(p));
+        continue;
+      }
+      Record(p, kReady, "ready; updated to model " + p.model_id, std::nullopt);
+      live_.emplace(id, std::move(p));
+      continue;
+    }
     auto it = live_.find(id);
     if (it == live_.end() || it->second.ready || it->second.pid == 0) continue;
     Process& p = it->second;
@@ -347,11 +472,16 @@ void Deployments::ShutDown() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [id, p] : live_) all.push_back(std::move(p));
+    for (auto& [id, p] : updates_) {  // abandoned: the deployment keeps its recorded model
+      deleted.push_back(p.dir);
+      all.push_back(std::move(p));
+    }
     for (auto& p : retiring_) {
       deleted.push_back(p.dir);
       all.push_back(std::move(p));
     }
     live_.clear();
+    updates_.clear();
     retiring_.clear();
   }
   Reap(all);

@@ -20,6 +20,13 @@
 // A deleted deployment (Retire) is stopped the same way: requests already inside its process
 // are answered; requests still on their way to it get 503 from the proxy.
 //
+// An update to another model (Update) starts the new model's process beside the current one,
+// in a folder of its own; the current one answers every prediction until the new one is ready,
+// then the new one takes them and the old one is stopped as a deleted one is. A new process
+// that does not become ready leaves the current one answering, and the reason in the message.
+// A deployment with no process (failed) simply starts afresh with the new model. The count of
+// restarts starts again at 0 with each update.
+//
 // State changes are written to the DeploymentStore; the processes (pid, port, token) are only
 // in memory. Thread-safe.
 #pragma once
@@ -70,6 +77,8 @@ class Deployments {
   void Start();
   // `record` was just inserted (initializing): start its process.
   void Launch(const DeploymentRecord& record);
+  // `record` is to serve `model` instead: start its process, swap once it is ready.
+  void Update(const DeploymentRecord& record, const ModelRecord& model);
   // The deployment's row was removed: stop its process.
   void Retire(const std::string& id);
   // The ready deployment's process; nullopt when it is not ready.
@@ -82,6 +91,7 @@ class Deployments {
  private:
   struct Process {
     std::string id;
+    std::string model_id;
     std::filesystem::path model_dir, dir;
     pid_t pid = 0;  // 0: to be started
     int port = 0;
@@ -100,7 +110,15 @@ class Deployments {
   // The process ended with wait status `status`: restarts it (true), or records the failure
   // (false: the caller forgets it).
   bool Ended(Process& p, int status);
-  void CheckReady(const std::vector<std::pair<std::string, int>>& starting);
+  // Asks the processes that wrote their port whether they are ready; `updates`: those of
+  // updates_, which take over from live_ when they are.
+  void CheckReady(const std::vector<std::pair<std::string, int>>& starting, bool updates);
+  // Starts, reaps and times out the processes of updates_; returns those that wrote their port.
+  std::vector<std::pair<std::string, int>> PassUpdates();
+  // The update's process did not become ready: the live process carries on.
+  void UpdateFailed(const Process& next, const std::string& why);
+  // Moves `p` to retiring_ (SIGTERM) when it runs, else removes its folder.
+  void RetireProcess(Process p);
   void ShutDown();  // on the supervisor thread, so that PR_SET_PDEATHSIG holds until the end
   // SIGTERM to every process of `all`, SIGKILL to those left after grace; returns once all ended.
   void Reap(std::vector<Process>& all);
@@ -117,8 +135,9 @@ class Deployments {
   std::condition_variable wake_;
   bool woken_ = false;
   bool stopping_ = false;
-  std::map<std::string, Process> live_;  // GUARDED_BY(mutex_)
-  std::vector<Process> retiring_;        // GUARDED_BY(mutex_): SIGTERM sent
+  std::map<std::string, Process> live_;     // GUARDED_BY(mutex_)
+  std::map<std::string, Process> updates_;  // GUARDED_BY(mutex_): the next model's process
+  std::vector<Process> retiring_;           // GUARDED_BY(mutex_): SIGTERM sent
   std::thread thread_;
 };
 

@@ -1,4 +1,4 @@
-// POST/GET /ml/v4/deployments, GET/DELETE /ml/v4/deployments/{id}, and scoring through the
+// POST/GET /ml/v4/deployments, GET/PATCH/DELETE /ml/v4/deployments/{id}, and scoring through the
 // service: POST /ml/v4/deployments/{id}/predictions, proxied to the deployment's own process
 // (deployments.h), and the same through the Open Inference Protocol: POST /v2/models/{id}/infer,
 // GET /v2/models/{id}[/ready], and the server's GET /v2/health/live and /v2/health/ready.
@@ -158,6 +158,92 @@ void Get(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
   SendJson(res, 200, DeploymentResource(*d));
 }
 
+// PATCH /ml/v4/deployments/{id}: WML's JSON Patch, `[{"op": "replace", "path": "/asset",
+// "value": {"id": MODEL}}]` (or "/asset/id" with the id) to serve another model, "/name" to
+// rename. All or nothing: every operation is checked, each error naming its place, before any
+// is applied. 202 when a model is being changed (the state is `updating`, or `initializing`
+// for a deployment with no process), else 200.
+void Patch(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (!CheckVersion(req, res)) return;
+  std::optional<User> user = Authenticate(ctx, req, res);
+  if (!user) return;
+  std::string id = req.matches[1];
+  std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
+  if (!d) return SendDeploymentNotFound(res, id);
+  json body = json::parse(req.body, nullptr, false);
+  if (!body.is_array() || body.empty()) {
+    SendError(res, 400, "invalid_request_entity",
+              "the body must be a JSON Patch array, such as [{\"op\": \"replace\", \"path\": "
+              "\"/asset\", \"value\": {\"id\": \"MODEL_ID\"}}]");
+    return;
+  }
+  std::vector<ApiError> errors;
+  std::optional<std::string> name, model_id;
+  std::string model_target;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const std::string at = "[" + std::to_string(i) + "]";
+    const json& op = body[i];
+    if (!op.is_object()) {
+      errors.push_back({"invalid_parameter", at + ": expected an object {op, path, value}", at});
+      continue;
+    }
+    CheckFields(op, at, {"op", "path", "value"}, &errors);
+    const std::string verb = op.value("op", json()).is_string() ? op["op"].get<std::string>() : "";
+    if (verb != "replace" && verb != "add") {
+      errors.push_back(
+          {"invalid_parameter", at + ".op: expected \"replace\" (or \"add\")", at + ".op"});
+    }
+    const std::string path =
+        op.value("path", json()).is_string() ? op["path"].get<std::string>() : "";
+    const json value = op.value("value", json());
+    if (path == "/name") {
+      if (!value.is_string() || value.get<std::string>().empty()) {
+        errors.push_back(
+            {"invalid_parameter", at + ".value: expected a non-empty name", at + ".value"});
+      } else {
+        name = value.get<std::string>();
+      }
+    } else if (path == "/asset" || path == "/asset/id") {
+      const json model = path == "/asset" && value.is_object() ? value.value("id", json()) : value;
+      if (path == "/asset" && value.is_object()) {
+        CheckFields(value, at + ".value", {"id", "rev"}, &errors);
+      }
+      if (!model.is_string() || model.get<std::string>().empty()) {
+        errors.push_back({"invalid_parameter",
+                          at + ".value: expected " +
+                              (path == "/asset" ? "{\"id\": MODEL_ID}" : "a model's id") +
+                              " (GET /ml/v4/models)",
+                          at + ".value"});
+      } else {
+        model_id = model.get<std::string>();
+        model_target = at + ".value";
+      }
+    } else {
+      errors.push_back({"invalid_parameter",
+                        at + ".path: expected \"/asset\", \"/asset/id\" or \"/name\" (" +
+                            (path.empty() ? std::string("none given") : Quoted(path)) + ")",
+                        at + ".path"});
+    }
+  }
+  if (!errors.empty()) return (void)SendErrors(res, 400, errors);
+  std::optional<ModelRecord> model;
+  if (model_id) {
+    model = ctx.models.Get(*model_id, user->id);
+    if (!model) {
+      SendError(res, 404, "model_not_found",
+                model_target + ": model " + Quoted(*model_id) + " does not exist", model_target);
+      return;
+    }
+  }
+  if (name && !ctx.deployment_store.SetName(id, *name).ok()) {
+    return SendDeploymentNotFound(res, id);
+  }
+  if (model) ctx.deployments.Update(*d, *model);
+  d = ctx.deployment_store.Get(id, user->id);
+  if (!d) return SendDeploymentNotFound(res, id);
+  SendJson(res, model ? 202 : 200, DeploymentResource(*d));
+}
+
 void Delete(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
   if (!CheckVersion(req, res)) return;
   std::optional<User> user = Authenticate(ctx, req, res);
@@ -236,6 +322,14 @@ void Forward(ApiContext& ctx, const ScoringTarget& target, const std::string& id
   httplib::Headers headers = {{"Authorization", "Bearer " + target.token}};
   auto r = method == "GET" ? client.Get(path.c_str(), headers)
                            : client.Post(path.c_str(), headers, body, "application/json");
+  if (!r && r.error() == httplib::Error::Connection) {
+    // Not connected, so not sent: a process that an update has just replaced closes its
+    // listener (what it was sent is answered); the request goes to the new one.
+    std::optional<ScoringTarget> now = ctx.deployments.Target(id);
+    if (now && now->port != target.port) {
+      return Forward(ctx, *now, id, v2, method, path, body, res);
+    }
+  }
   if (!r) {
     ctx.deployments.Wake();
     Fail(v2, res, 503, "deployment_unavailable",
@@ -351,6 +445,9 @@ void AddDeploymentRoutes(httplib::Server& server, ApiContext& ctx) {
              [&ctx](const httplib::Request& req, httplib::Response& res) { List(ctx, req, res); });
   server.Get(R"(/ml/v4/deployments/([^/]+))",
              [&ctx](const httplib::Request& req, httplib::Response& res) { Get(ctx, req, res); });
+  server.Patch(
+      R"(/ml/v4/deployments/([^/]+))",
+      [&ctx](const httplib::Request& req, httplib::Response& res) { Patch(ctx, req, res); });
   server.Delete(
       R"(/ml/v4/deployments/([^/]+))",
       [&ctx](const httplib::Request& req, httplib::Response& res) { Delete(ctx, req, res); });
