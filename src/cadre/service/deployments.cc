@@ -322,6 +322,17 @@ bool Deployments::Ended(Process& p, int status) {
   return true;
 }
 
+void Deployments::WatchStart(Process& p, Clock::time_point now,
+                             std::vector<std::pair<std::string, int>>* starting) {
+  if (now - p.started > options_.startup_timeout) {
+    p.fail_reason = "its scoring process was not ready within " +
+                    std::to_string(options_.startup_timeout.count() / 1000) + " s";
+    kill(p.pid, SIGKILL);
+  } else if (int port = ReadPort(p.dir / "port"); port > 0) {
+    starting->emplace_back(p.id, port);
+  }
+}
+
 std::vector<std::pair<std::string, int>> Deployments::PassUpdates() {
   std::vector<std::pair<std::string, int>> starting;
   auto now = Clock::now();
@@ -344,15 +355,7 @@ std::vector<std::pair<std::string, int>> Deployments::PassUpdates() {
       it = updates_.erase(it);
       continue;
     }
-    if (p.fail_reason.empty()) {
-      if (now - p.started > options_.startup_timeout) {
-        p.fail_reason = "its scoring process was not ready within " +
-                        std::to_string(options_.startup_timeout.count() / 1000) + " s";
-        kill(p.pid, SIGKILL);
-      } else if (int port = ReadPort(p.dir / "port"); port > 0) {
-        starting.emplace_back(p.id, port);
-      }
-    }
+    if (p.fail_reason.empty()) WatchStart(p, now, &starting);
     ++it;
   }
   return starting;
@@ -393,15 +396,7 @@ void Deployments::Pass() {
         }
         continue;
       }
-      if (!p.ready && p.fail_reason.empty()) {
-        if (now - p.started > options_.startup_timeout) {
-          p.fail_reason = "its scoring process was not ready within " +
-                          std::to_string(options_.startup_timeout.count() / 1000) + " s";
-          kill(p.pid, SIGKILL);
-        } else if (int port = ReadPort(p.dir / "port"); port > 0) {
-          starting.emplace_back(p.id, port);
-        }
-      }
+      if (!p.ready && p.fail_reason.empty()) WatchStart(p, now, &starting);
       ++it;
     }
     for (auto it = retiring_.begin(); it != retiring_.end();) {

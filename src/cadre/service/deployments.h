@@ -113,6 +113,10 @@ class Deployments {
   // Asks the processes that wrote their port whether they are ready; `updates`: those of
   // updates_, which take over from live_ when they are.
   void CheckReady(const std::vector<std::pair<std::string, int>>& starting, bool updates);
+  // A process still starting: killed past startup_timeout (fail_reason set), else its port
+  // added to `starting` once it wrote it.
+  void WatchStart(Process& p, std::chrono::steady_clock::time_point now,
+                  std::vector<std::pair<std::string, int>>* starting);
   // Starts, reaps and times out the processes of updates_; returns those that wrote their port.
   std::vector<std::pair<std::string, int>> PassUpdates();
   // The update's process did not become ready: the live process carries on.

@@ -148,14 +148,23 @@ void List(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
   SendJson(res, 200, {{"total_count", resources.size()}, {"resources", resources}});
 }
 
-void Get(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  if (!CheckVersion(req, res)) return;
+// The caller's deployment named in the path; otherwise answers (400, 401, 404) and nullopt.
+std::optional<std::pair<User, DeploymentRecord>> Owned(ApiContext& ctx, const httplib::Request& req,
+                                                       httplib::Response& res) {
+  if (!CheckVersion(req, res)) return std::nullopt;
   std::optional<User> user = Authenticate(ctx, req, res);
-  if (!user) return;
+  if (!user) return std::nullopt;
   std::string id = req.matches[1];
   std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
-  if (!d) return SendDeploymentNotFound(res, id);
-  SendJson(res, 200, DeploymentResource(*d));
+  if (!d) {
+    SendDeploymentNotFound(res, id);
+    return std::nullopt;
+  }
+  return std::make_pair(std::move(*user), std::move(*d));
+}
+
+void Get(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (auto owned = Owned(ctx, req, res)) SendJson(res, 200, DeploymentResource(owned->second));
 }
 
 // PATCH /ml/v4/deployments/{id}: WML's JSON Patch, `[{"op": "replace", "path": "/asset",
@@ -164,12 +173,11 @@ void Get(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
 // is applied. 202 when a model is being changed (the state is `updating`, or `initializing`
 // for a deployment with no process), else 200.
 void Patch(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  if (!CheckVersion(req, res)) return;
-  std::optional<User> user = Authenticate(ctx, req, res);
-  if (!user) return;
-  std::string id = req.matches[1];
-  std::optional<DeploymentRecord> d = ctx.deployment_store.Get(id, user->id);
-  if (!d) return SendDeploymentNotFound(res, id);
+  auto owned = Owned(ctx, req, res);
+  if (!owned) return;
+  const User& user = owned->first;
+  const std::string& id = owned->second.id;
+  std::optional<DeploymentRecord> d = owned->second;
   json body = json::parse(req.body, nullptr, false);
   if (!body.is_array() || body.empty()) {
     SendError(res, 400, "invalid_request_entity",
@@ -228,7 +236,7 @@ void Patch(ApiContext& ctx, const httplib::Request& req, httplib::Response& res)
   if (!errors.empty()) return (void)SendErrors(res, 400, errors);
   std::optional<ModelRecord> model;
   if (model_id) {
-    model = ctx.models.Get(*model_id, user->id);
+    model = ctx.models.Get(*model_id, user.id);
     if (!model) {
       SendError(res, 404, "model_not_found",
                 model_target + ": model " + Quoted(*model_id) + " does not exist", model_target);
@@ -239,7 +247,7 @@ void Patch(ApiContext& ctx, const httplib::Request& req, httplib::Response& res)
     return SendDeploymentNotFound(res, id);
   }
   if (model) ctx.deployments.Update(*d, *model);
-  d = ctx.deployment_store.Get(id, user->id);
+  d = ctx.deployment_store.Get(id, user.id);
   if (!d) return SendDeploymentNotFound(res, id);
   SendJson(res, model ? 202 : 200, DeploymentResource(*d));
 }
