@@ -1,5 +1,7 @@
 // cadre's dashboard. Talks to the trainings API with the bearer token kept in sessionStorage.
-// Routes: #/ (the job list), #/jobs/<id> (one job: state, live log, metric curves, cancel).
+// Routes: #/ (the job list), #/jobs/<id> (one job: state, live log, metric curves, cancel, and
+// its model with a deploy button), #/deployments (the online deployments: state, model,
+// restarts, why one failed, delete).
 "use strict";
 
 const VERSION = "2020-09-01";
@@ -10,16 +12,19 @@ let logAbort = null;
 
 function token() { return sessionStorage.getItem("cadre-token"); }
 
-async function api(method, path) {
+async function api(method, path, body) {
   const sep = path.includes("?") ? "&" : "?";
+  const headers = { Authorization: `Bearer ${token()}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
   const r = await fetch(`${path}${sep}version=${VERSION}`, {
-    method, headers: { Authorization: `Bearer ${token()}` } });
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   if (r.status === 401) { signOut(); throw new Error("signed out"); }
   return r;
 }
 
 function show(section) {
-  for (const id of ["sign-in", "jobs", "job"]) $(id).hidden = id !== section;
+  for (const id of ["sign-in", "jobs", "job", "deployments"]) $(id).hidden = id !== section;
+  $("nav").hidden = section === "sign-in";
 }
 
 function stopUpdates() {
@@ -214,12 +219,72 @@ async function refreshJob(id) {
   drawChart(s.metrics || []);
   if (!["completed", "failed", "canceled"].includes(s.state)) {
     refreshTimer = setTimeout(() => refreshJob(id), 1000);
+  } else if (s.state === "completed") {
+    await showModel(id, t.metadata.name);
   }
+}
+
+// The completed training's stored model (cadre.save_model), with a button that deploys it.
+async function showModel(id, name) {
+  const r = await api("GET", `/ml/v4/models?training_id=${encodeURIComponent(id)}`);
+  const model = r.ok ? (await r.json()).resources[0] : undefined;
+  $("job-model").hidden = !model;
+  if (!model) return;
+  $("job-model-id").textContent = model.metadata.id;
+  $("deploy").disabled = false;
+  $("deploy").onclick = async () => {
+    $("deploy").disabled = true;  // one deployment a click
+    const d = await api("POST", "/ml/v4/deployments",
+                        { name, online: {}, asset: { id: model.metadata.id } });
+    const answer = await d.json();
+    if (d.status !== 201) {
+      $("deploy-error").textContent = answer.errors.map((e) => e.message).join("\n");
+      $("deploy").disabled = false;
+      return;
+    }
+    location.hash = "#/deployments";
+  };
+}
+
+// One row per deployment, newest first; refreshed every 2 s.
+async function showDeployments() {
+  show("deployments");
+  const r = await api("GET", "/ml/v4/deployments");
+  const list = await r.json();
+  const rows = $("deployment-rows");
+  rows.replaceChildren();
+  for (const d of list.resources) {
+    const s = d.entity.status;
+    const why = s.failure ? s.failure.errors.map((e) => e.message).join("\n")
+                          : (s.message ? s.message.text : "");
+    const remove = document.createElement("button");
+    remove.textContent = "Delete";
+    remove.className = "delete";
+    remove.onclick = async () => {
+      remove.disabled = true;
+      const answer = await api("DELETE", `/ml/v4/deployments/${d.metadata.id}`);
+      $("deployments-error").textContent = answer.status === 204 || answer.status === 404 ? "" :
+        `deleting ${d.metadata.id} answered ${answer.status}`;
+      route();
+    };
+    const actions = document.createElement("td");
+    actions.appendChild(remove);
+    const tr = document.createElement("tr");
+    tr.id = `deployment-${d.metadata.id}`;
+    tr.append(cell(d.metadata.id), cell(d.metadata.name), cell(s.state, `state state-${s.state}`),
+              cell(d.entity.asset.id), cell(String(d.entity.restarts)),
+              cell(why, s.failure ? "message error" : "message"), actions);
+    rows.appendChild(tr);
+  }
+  $("no-deployments").hidden = list.resources.length > 0;
+  refreshTimer = setTimeout(route, 2000);
 }
 
 async function showJob(id) {
   show("job");
   $("cancel").onclick = async () => { await api("DELETE", `/ml/v4/trainings/${id}`); };
+  $("job-model").hidden = true;
+  $("deploy-error").textContent = "";
   followLog(id);
   await refreshJob(id);
 }
@@ -229,7 +294,9 @@ async function route() {
   if (!token()) { show("sign-in"); return; }
   const m = location.hash.match(/^#\/jobs\/([\w-]+)$/);
   try {
-    if (m) await showJob(m[1]); else await showJobs();
+    if (m) await showJob(m[1]);
+    else if (location.hash === "#/deployments") await showDeployments();
+    else await showJobs();
   } catch (e) {
     if (e.message === "signed out") return;
     console.error(e);

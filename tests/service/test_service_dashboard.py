@@ -60,6 +60,33 @@ def test_dashboard_pages_through_older_trainings(make_server, tmp_path):
     assert check.returncode == 0, check.stdout
 
 
+def test_dashboard_deploys_a_model_and_deletes_the_deployment(make_server, tmp_path):
+    from test_service_deployments import GARBAGE, TINY, deploy, ml, model_of, train, \
+        wait_deployment
+    chromium, node = browser()
+    server = make_server(slots=2)
+    token = server.add_user("ada")
+    ada = server.client(token)
+    tiny_t, garbage_t = train(ada, TINY, GARBAGE)
+    model = model_of(ada, tiny_t)["metadata"]["id"]
+    failed = deploy(ada, model_of(ada, garbage_t)["metadata"]["id"], "broken")
+    assert wait_deployment(ada, failed, ("ready", "failed"))["status"]["state"] == "failed"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "deps": DEPS, "chromium": chromium, "url": server.url + "/", "token": token,
+        "deployments": {"training": tiny_t, "model": model, "failed": failed},
+        "screenshot": str(tmp_path / "deployments.png")}))
+    check = subprocess.run([node, os.path.join(HERE, "browser", "dashboard_check.cjs"),
+                            str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=400)
+    assert check.returncode == 0, check.stdout
+    (deployed,) = [line.split()[1] for line in check.stdout.splitlines()
+                   if line.startswith("deployed ")]
+    assert ml(ada, "GET", f"deployments/{deployed}").status == 404
+    assert [d["metadata"]["id"] for d in ml(ada, "GET", "deployments").json()["resources"]] \
+        == [failed]
+
+
 def test_dashboard_in_headless_chromium(make_server, tmp_path):
     chromium, node = browser()
     server = make_server(slots=2)

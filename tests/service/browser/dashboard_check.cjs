@@ -3,7 +3,8 @@
 // runs, its metric curve drawn, and the cancel button stopping another job.
 //
 //   node dashboard_check.cjs CONFIG.json
-// CONFIG: {deps, chromium, url, token, job, release, hold, screenshot, restart, restarted}.
+// CONFIG: {deps, chromium, url, token, job, release, hold, screenshot, restart, restarted}, or
+// {deps, chromium, url, token, screenshot} with `paging` or `deployments` (see each check).
 // While the job runs the check writes the file `restart` and waits for the test to restart the
 // server (on the same port) and write `restarted`: the page must carry on by itself. Exit 0 when
 // all is as expected; otherwise prints what was not and exits 1. Every wait is bounded.
@@ -62,6 +63,50 @@ async function checkPaging(page, paging) {
                     ids.slice(start, start + 2));
 }
 
+// The text of each cell of the deployment's row, or null while it is not listed.
+async function deploymentRow(page, id) {
+  return page.evaluate((id) => {
+    const row = document.getElementById(`deployment-${id}`);
+    return row ? [...row.cells].map((c) => c.textContent) : null;
+  }, id);
+}
+
+// deployments: {training, model, failed}. The training's page offers its model; Deploy opens
+// the deployments, where the new one turns ready; the failed one shows why; Delete removes it.
+// Prints "deployed ID" for the test.
+async function checkDeployments(page, d) {
+  await page.goto(`${config.url}#/jobs/${d.training}`, { waitUntil: "load", ...WAIT });
+  await page.waitForFunction(
+    (model) => !document.getElementById("job-model").hidden &&
+               document.getElementById("job-model-id").textContent === model, WAIT, d.model);
+  await page.click("#deploy");
+  await page.waitForFunction(() => location.hash === "#/deployments", WAIT);
+  const rowOf = (model) => page.evaluate((model) => {
+    const row = [...document.querySelectorAll("#deployment-rows tr")]
+      .find((tr) => tr.cells[3].textContent === model);
+    return row ? row.id.replace(/^deployment-/, "") : null;
+  }, model);
+  await page.waitForFunction((model) => [...document.querySelectorAll("#deployment-rows tr")]
+    .some((tr) => tr.cells[3].textContent === model), WAIT, d.model);
+  const id = await rowOf(d.model);
+  try {
+    await page.waitForFunction((id) => {
+      const row = document.getElementById(`deployment-${id}`);
+      return row && row.cells[2].textContent === "ready";
+    }, WAIT, id);
+  } catch (e) {
+    throw new Error(`deployment ${id} not shown ready: ${await deploymentRow(page, id)}`);
+  }
+  const failed = await deploymentRow(page, d.failed);
+  if (!failed || failed[2] !== "failed" || !failed[5].includes("before it was ready")) {
+    throw new Error(`the failed deployment is shown as ${failed}`);
+  }
+  console.log(`deployed ${id}`);
+  await page.click(`#deployment-${id} button.delete`);
+  await page.waitForFunction((id) => !document.getElementById(`deployment-${id}`), WAIT, id);
+  if (!(await deploymentRow(page, d.failed))) throw new Error("the other deployment went too");
+}
+
 async function main() {
   const browser = await puppeteer.launch({
     executablePath: config.chromium,
@@ -87,6 +132,10 @@ async function main() {
     await page.click("#sign-in-form button");
     if (config.paging) {
       await checkPaging(page, config.paging);
+      return;
+    }
+    if (config.deployments) {
+      await checkDeployments(page, config.deployments);
       return;
     }
     const link = `#job-rows a[href="#/jobs/${config.job}"]`;
