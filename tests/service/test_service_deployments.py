@@ -404,6 +404,20 @@ def test_a_deployment_updated_to_another_model_answers_every_request(server):
     assert r.status == 200 and r.json()["predictions"][0]["values"][0][1] == [2.0, 4.0, 6.0], r
     assert len(serve_pids(server, did)) == 1
 
+    # From the terminal: `cadre deploy TRAINING --update DEPLOYMENT` waits for the swap.
+    env = {"CADRE_SERVER": server.url, "CADRE_TOKEN": ada.token}
+    out = run_cli("deploy", tiny_t, "--update", did, env_extra=env)
+    assert out.returncode == 0 and out.stdout.strip() == did, out.stderr
+    assert ml(ada, "GET", f"deployments/{did}").json()["entity"]["asset"]["id"] == tiny
+    assert score(ada, did, [[1, 2, 3, 4]]).json()["predictions"][0]["values"][0][1] == \
+        [1.0, 2.0, 3.0]
+    out = run_cli("deploy", garbage_t, "--update", did, env_extra=env)
+    assert out.returncode == 1 and "was not updated" in out.stderr, out.stderr
+    out = run_cli("deploy", tiny_t, "--update", "deployment-nope", env_extra=env)
+    assert out.returncode == 1 and "does not exist" in out.stderr, out.stderr
+    out = run_cli("deploy", tiny_t, "--update", "../x", env_extra=env)
+    assert out.returncode == 2 and "deployment" in out.stderr, out.stderr
+
     # A deployment that failed starts afresh with another model.
     broken = deploy(ada, garbage, "broken")
     assert wait_deployment(ada, broken, ("ready", "failed"))["status"]["state"] == "failed"

@@ -6,8 +6,9 @@
 //   cadre jobs logs [-f] ID          its log; -f follows it until the job ends (through a
 //                                    restart of the server)
 //   cadre jobs cancel ID [--hard-delete]
-//   cadre deploy TRAINING_ID [--name N]  deploys the completed training's saved model; prints
-//                                    the deployment's id once it is ready
+//   cadre deploy TRAINING_ID [--name N] [--update DEPLOYMENT_ID]  deploys the completed
+//                                    training's saved model (or serves it from an existing
+//                                    deployment); prints the deployment's id once it is ready
 //   cadre score DEPLOYMENT_ID input.json
 //                                    WML predictions of that deployment for the payload in the
 //                                    file ({"input_data": [...]}; - reads stdin); prints them
@@ -353,7 +354,7 @@ int ModelOfTraining(Connection& c, const char* who, const std::string& training_
 }
 
 int Deploy(const ClientFlags& flags, const std::string& training_id, std::string name,
-           double timeout_s) {
+           double timeout_s, const std::string& update) {
   const char* who = "cadre deploy";
   Connection c;
   if (!Connect(flags, who, &c)) return 2;
@@ -361,22 +362,42 @@ int Deploy(const ClientFlags& flags, const std::string& training_id, std::string
   if (int rc = ModelOfTraining(c, who, training_id, &model_id, &training_name); rc != 0) {
     return rc;
   }
-  if (name.empty()) name = training_name;
-  json request = {{"name", name}, {"online", json::object()}, {"asset", {{"id", model_id}}}};
-  auto r = c.client->Post(std::string("/ml/v4/deployments?") + kVersion, c.headers, request.dump(),
-                          "application/json");
-  if (!r || r->status != 201) return Report(who, c, r);
-  std::string id = json::parse(r->body)["metadata"]["id"].get<std::string>();
-  std::cerr << who << ": deployment " << id << " of model " << model_id << " is initializing\n";
+  std::string id = update;
+  if (update.empty()) {
+    if (name.empty()) name = training_name;
+    json request = {{"name", name}, {"online", json::object()}, {"asset", {{"id", model_id}}}};
+    auto r = c.client->Post(std::string("/ml/v4/deployments?") + kVersion, c.headers,
+                            request.dump(), "application/json");
+    if (!r || r->status != 201) return Report(who, c, r);
+    id = json::parse(r->body)["metadata"]["id"].get<std::string>();
+    std::cerr << who << ": deployment " << id << " of model " << model_id << " is initializing\n";
+  } else {
+    // The deployment serves the new model once its process is ready; the old one answers
+    // until then.
+    json patch =
+        json::array({{{"op", "replace"}, {"path", "/asset"}, {"value", {{"id", model_id}}}}});
+    if (!name.empty()) patch.push_back({{"op", "replace"}, {"path", "/name"}, {"value", name}});
+    auto r = c.client->Patch("/ml/v4/deployments/" + UrlComponent(id) + "?" + kVersion, c.headers,
+                             patch.dump(), "application/json");
+    if (!r || r->status != 202) return Report(who, c, r);
+    std::cerr << who << ": deployment " << id << " is being updated to model " << model_id << "\n";
+  }
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   std::string state;
   for (;;) {
-    r = c.client->Get("/ml/v4/deployments/" + UrlComponent(id) + "?" + kVersion, c.headers);
+    auto r = c.client->Get("/ml/v4/deployments/" + UrlComponent(id) + "?" + kVersion, c.headers);
     if (!r || r->status != 200) return Report(who, c, r);
-    json status = json::parse(r->body)["entity"]["status"];
+    json entity = json::parse(r->body)["entity"];
+    json status = entity["status"];
     state = status.value("state", "");
-    if (state == "ready") break;
+    const bool serves_it = entity["asset"].value("id", "") == model_id;
+    if (state == "ready" && serves_it) break;
+    const std::string said = status.contains("message") ? status["message"].value("text", "") : "";
+    if (state == "ready" && said.rfind("the update to model " + model_id + " failed", 0) == 0) {
+      std::cerr << who << ": deployment " << id << " was not updated: " << said << "\n";
+      return 1;
+    }
     if (state == "failed") {
       std::string why = "no reason given";
       if (status.contains("failure")) why = status["failure"]["errors"][0].value("message", why);
@@ -465,6 +486,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   auto training = std::make_shared<std::string>();
   auto name = std::make_shared<std::string>();
   auto timeout = std::make_shared<double>(300);
+  auto update = std::make_shared<std::string>();
   auto* deploy =
       app.add_subcommand("deploy",
                          "Deploy a completed training's saved model for online scoring; prints the "
@@ -473,11 +495,15 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   deploy->add_option("--name", *name, "The deployment's name (default: the training's)");
   deploy->add_option("--timeout", *timeout, "Seconds to wait for it to be ready (default 300)")
       ->check(CLI::Range(0.1, 1e6));
+  deploy->add_option("--update", *update,
+                     "Serve the model from this existing deployment instead of a new one (its "
+                     "current model answers until the new one is ready)");
   AddConnectionFlags(deploy, flags.get());
   deploy->callback([=] {
-    *exit_code = BadId("cadre deploy", *training, "training")
+    *exit_code = BadId("cadre deploy", *training, "training") ||
+                         (!update->empty() && BadId("cadre deploy", *update, "deployment"))
                      ? 2
-                     : Deploy(*flags, *training, *name, *timeout);
+                     : Deploy(*flags, *training, *name, *timeout, *update);
   });
 
   auto deployment = std::make_shared<std::string>();
