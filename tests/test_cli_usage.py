@@ -31,6 +31,17 @@ USAGE_ERRORS = [
      "cadre bench server: --clients was given no value; it takes a number"),
     (["netem"], "cadre netem: a subcommand is required: exec, sweep"),
     (["netem", "exec", "--link", "1gbit"], "cadre netem exec: the argument command is required"),
+    # Checked while parsing: these were "cadre: InvalidArgument: link spec ...", and a timeout
+    # of -1 or nan was taken as none.
+    (["netem", "exec", "--link", "1gbt", "--", "true"],
+     "cadre netem exec: --link: link spec \"1gbt\": rate \"1gbt\" has unknown unit \"gbt\" "
+     "(use bit, kbit, mbit, gbit or tbit)"),
+    (["netem", "exec", "--link", "1gbit", "--job-id", "../x", "--", "true"],
+     "cadre netem exec: --job-id: job id '../x' must be 1..40 characters of [A-Za-z0-9_.-]"),
+    (["netem", "exec", "--link", "1gbit", "--timeout", "nan", "--", "true"],
+     "cadre netem exec: --timeout: must be above 0 and at most 30000000 seconds, got 'nan'"),
+    (["netem", "exec", "--link", "1gbit", "--timeout", "-1", "--", "true"],
+     "cadre netem exec: --timeout: must be above 0 and at most 30000000 seconds, got '-1'"),
     (["netem", "sweep", "extra"],
      "cadre netem sweep: unexpected argument 'extra' (it takes no arguments)"),
     # CLI::PositiveNumber printed its bound, the largest double, in 300 digits.

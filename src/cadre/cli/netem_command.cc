@@ -4,9 +4,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
 
+#include "cadre/base/printable.h"
 #include "cadre/cli/commands.h"
 #include "cadre/cli/support.h"
 #include "cadre/netem/host_exec.h"
@@ -14,6 +17,16 @@
 
 namespace cadre::cli {
 namespace {
+
+// A CLI11 check from a Status-returning one: its message, or "" when the value is good.
+CLI::Validator StatusCheck(std::function<Status(const std::string&)> check, const char* name) {
+  return CLI::Validator(
+      [check = std::move(check)](std::string& value) {
+        Status s = check(value);
+        return s.ok() ? std::string() : s.message();
+      },
+      "", name);
+}
 
 struct ExecArgs {
   int hosts = 2;
@@ -79,10 +92,18 @@ void AddNetemCommand(CLI::App& app, int* exit_code) {
   exec->add_option("--hosts", args->hosts, "Number of emulated hosts")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  // Checked while parsing, so that a bad value is a usage error naming the flag.
   exec->add_option("--link", args->link, "Link of each host: RATE[,DELAY[,LOSS]], e.g. 1gbit,1ms")
-      ->required();
+      ->required()
+      ->check(StatusCheck(
+          [](const std::string& v) {
+            netem::LinkSpec link;
+            return netem::ParseLinkSpec(v, &link);
+          },
+          "LINK"));
   exec->add_option("--job-id", args->job_id,
-                   "Names the namespaces cadre-ID-h<i> (default exec-PID)");
+                   "Names the namespaces cadre-ID-h<i> (default exec-PID)")
+      ->check(StatusCheck(netem::CheckJobId, "JOB_ID"));
   exec->add_flag("--require-delay", args->require_delay,
                  "Fail instead of warning when the kernel cannot emulate delay/loss (no netem)");
   exec->add_option("--emulation", args->emulation,
@@ -90,7 +111,20 @@ void AddNetemCommand(CLI::App& app, int* exit_code) {
                    "kernel has no netem; kernel: tc only; relay: the relay even for a rate")
       ->check(CLI::IsMember({"auto", "kernel", "relay"}))
       ->capture_default_str();
-  exec->add_option("--timeout", args->timeout_s, "Kill the processes after this many seconds");
+  exec->add_option("--timeout", args->timeout_s,
+                   "Kill the processes after this many seconds (default: never)")
+      ->check(StatusCheck(
+          [](const std::string& v) {
+            // CLI::Range lets "nan" through, and -1 meant no timeout without saying so.
+            char* end = nullptr;
+            double seconds = std::strtod(v.c_str(), &end);
+            if (end != v.c_str() && *end == '\0' && seconds > 0 && seconds <= 3.0e7) {
+              return Status::Ok();
+            }
+            return InvalidArgument("must be above 0 and at most 30000000 seconds, got " +
+                                   QuotedText(v));
+          },
+          "SECONDS"));
   exec->add_option("--state-dir", args->state_dir, "Where ownership records live")
       ->type_name(kDirType)
       ->capture_default_str();

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cadre/base/logging.h"
+#include "cadre/base/printable.h"
 #include "cadre/netem/command.h"
 #include "cadre/netem/traffic_control.h"
 #include "cadre/netem/tun_device.h"
@@ -35,6 +36,16 @@ bool ValidJobId(const std::string& id) {
   return true;
 }
 
+}  // namespace
+
+Status CheckJobId(const std::string& id) {
+  if (ValidJobId(id)) return Status::Ok();
+  return InvalidArgument("job id " + QuotedText(id) + " must be 1.." + std::to_string(kMaxJobId) +
+                         " characters of [A-Za-z0-9_.-]");
+}
+
+namespace {
+
 // RFC 1123 host name labels joined by dots, at most 64 bytes (what sethostname accepts).
 bool ValidHostName(const std::string& name) {
   if (name.empty() || name.size() > 64 || name.front() == '-' || name.front() == '.') return false;
@@ -55,10 +66,7 @@ Status ValidateOptions(const EmulatorOptions& o) {
   if (o.link.loss < 0.0 || o.link.loss >= 1.0) {
     return InvalidArgument("netem: link loss must be in [0, 1)");
   }
-  if (!ValidJobId(o.job_id)) {
-    return InvalidArgument("netem: job id '" + o.job_id + "' must be 1.." +
-                           std::to_string(kMaxJobId) + " characters of [A-Za-z0-9_.-]");
-  }
+  if (Status id = CheckJobId(o.job_id); !id.ok()) return id.WithContext("netem");
   if (!o.host_names.empty() && static_cast<int>(o.host_names.size()) != o.hosts) {
     return InvalidArgument("netem: " + std::to_string(o.host_names.size()) +
                            " host names given for " + std::to_string(o.hosts) + " hosts");

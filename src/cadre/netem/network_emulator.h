@@ -170,6 +170,10 @@ class NetworkEmulator {
   bool destroyed_ = false;
 };
 
+// Ok when `id` may be an EmulatorOptions::job_id (1..40 of [A-Za-z0-9_.-], not "." or ".."),
+// else kInvalidArgument saying so, the id quoted.
+Status CheckJobId(const std::string& id);
+
 // 198.18.0.0 + offset as a dotted quad; offset must be below 2^17 (the /15).
 std::string BenchmarkAddress(uint32_t offset);
 
