@@ -22,7 +22,8 @@ parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument("--lr", type=float, default=0.01)
 parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--commit-every", type=int, default=20, help="batches between commits")
-parser.add_argument("--max-batches", type=int, default=0, help="stop each epoch early (0: no)")
+parser.add_argument("--max-batches", type=int, default=os.environ.get("FASHION_MNIST_MAX_BATCHES", "0"),
+                    help="stop each epoch early (0: no; default $FASHION_MNIST_MAX_BATCHES, for a quick try)")
 parser.add_argument("--data-dir", default=DEBIAN_DATA)
 parser.add_argument("--result-dir", default=os.environ.get("RESULT_DIR", "."))
 

@@ -26,7 +26,8 @@ parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument("--lr", type=float, default=0.01)
 parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--seed", type=int, default=42)
-parser.add_argument("--max-batches", type=int, default=0, help="stop each epoch early (0: no)")
+parser.add_argument("--max-batches", type=int, default=os.environ.get("FASHION_MNIST_MAX_BATCHES", "0"),
+                    help="stop each epoch early (0: no; default $FASHION_MNIST_MAX_BATCHES, for a quick try)")
 parser.add_argument("--fp16-allreduce", action="store_true")
 parser.add_argument("--no-cuda", action="store_true", help="train on the CPU even with a GPU")
 DEBIAN_DATA = "/usr/share/datasets/fashion-mnist"
