@@ -200,10 +200,12 @@ void CommunicatorImpl::Fail(const Status& status, bool in_subgroup) {
                                                   : names_[topology_.rank]);
   // Explained: the failure names its cause from the peers' own word or a connection that ended
   // without one (a process that exited), or the shared-memory group's (a pid that exited, an
-  // abort whose reason was explained).
+  // abort whose reason was explained). A level of the hierarchical allreduce that fails because
+  // another one did (a streamed allreduce whose producer stopped carries the producer's error)
+  // is explained when that one was: the family's flag.
   const bool explained = (tcp_ && tcp_->failure_explained()) ||
                          (shm_ && (status.code() == Code::kIo || shm_->abort_explained())) ||
-                         (in_subgroup && family_->explained.load());
+                         family_->explained.load();
   if (explained) family_->explained = true;
   // The peers first, with the reason (TCP notices): they fail at once knowing why, whatever the
   // store does next.

@@ -29,7 +29,8 @@ class Hierarchy;
 // What a communicator and the subgroups made from it (the hierarchical allreduce's levels) learn
 // of a failure together.
 struct FailureFamily {
-  // A level's failure named its cause from what the peers said or did (Device::failure_explained).
+  // A failure in the family named its cause from what the peers said or did
+  // (Device::failure_explained); the failures it causes in the other levels carry it.
   std::atomic<bool> explained{false};
   // The store gave no answer to a failure exchange in time: later ones do not wait for it again.
   std::atomic<bool> store_silent{false};

@@ -87,14 +87,18 @@ std::optional<SharedFailure> ShareFailure(const FailureContext& c, const Status&
           c.store->set_string("failure/first", record_of_mine);
         }
         if (explained) return out;
-        std::string key = "failure/explained";
-        try {
-          c.store->wait({key}, c.record_wait / 4);
-        } catch (const Error& e) {
-          if (e.code() != Code::kTimeout) throw;
-          key = "failure/first";
-          c.store->wait({key}, std::chrono::milliseconds(200));
+        // A connection that broke (kIo) or a group aborted by a peer has its cause elsewhere,
+        // which an explained record may name; a timeout or a mismatch is its own.
+        std::string key = "failure/first";
+        if (status.code() == Code::kIo || status.code() == Code::kAborted) {
+          try {
+            c.store->wait({"failure/explained"}, c.record_wait / 4);
+            key = "failure/explained";
+          } catch (const Error& e) {
+            if (e.code() != Code::kTimeout) throw;
+          }
         }
+        if (key == "failure/first") c.store->wait({key}, std::chrono::milliseconds(200));
         const std::string record = c.store->get_string(key);
         if (record == record_of_mine) return out;
         const size_t bar = record.find('|');
