@@ -1,8 +1,11 @@
 """examples/fashion_mnist/README.md against the scripts it describes: the DDL diff is the
 script's (its hunks at the lines they name), and FASHION_MNIST_MAX_BATCHES shortens every
-example, as the README says, without editing a manifest."""
+example, as the README says, without editing a manifest; docs/ps.md's flags-only command runs
+the example as written."""
+import glob
 import os
 import re
+import shlex
 import subprocess
 
 import pytest
@@ -61,3 +64,26 @@ def test_a_bad_max_batches_in_the_environment_is_named():
     assert proc.returncode == 2, proc.stderr
     assert "--max-batches: invalid int value: 'many'" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_ps_doc_command_runs_as_written(tmp_path):
+    # It was `... -- python3 launcher.py train.py`, which no folder of the checkout runs.
+    text = open(os.path.join(ROOT, "docs", "ps.md")).read()
+    block = re.search(r"^```\n(.*?)^```", text, re.S | re.M).group(1).replace("\\\n", " ")
+    line = [l for l in block.splitlines() if l.startswith("cadre run -n")][0]
+    words = shlex.split(line, comments=True)
+    assert words[:2] == ["cadre", "run"], words
+    job = tmp_path / "job"
+    argv = [os.path.join(BUILD, "cadre"), "run", "-q", "-o", str(job)] + words[2:]
+    env = dict(os.environ, FASHION_MNIST_MAX_BATCHES="5")
+    env.pop("CADRE_HOSTS_METHOD", None)
+    proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    logs = {os.path.relpath(p, job): open(p).read()
+            for p in glob.glob(str(job / "learner-*" / "slot-0.log"))}
+    assert len(logs) == 4, logs.keys()
+    assert "parameter server 2 of 2" in logs[os.path.join("learner-2", "slot-0.log")]
+    # Learners 3 and 4 are workers 0 and 1; worker 0 tests the model the servers trained.
+    assert re.search(r"^test accuracy .* sync mode, 2 workers$",
+                     logs[os.path.join("learner-3", "slot-0.log")], re.M), logs
