@@ -450,3 +450,16 @@ def test_a_multipart_body_that_cannot_be_split_says_so(ada, ctype, body):
     assert r.status == 400 and r.error_codes() == ["invalid_multipart"], r
     assert "multipart/form-data body could not be read" in r.body, r
     assert ada.api("GET", "").status == 200
+
+
+def test_a_job_too_large_for_its_runner_is_refused_at_submission(ada):
+    # Accepted (201), it failed at once: its runner reads at most 1 MiB of a manifest, and the
+    # failure blamed a runner "killed or the machine restarted".
+    r = ada.submit_json(wml_body("echo " + "a" * (3 << 20)))
+    assert r.status == 400 and r.error_targets() == ["model_definition.command"], r
+    assert "belongs in a script" in r.body, r
+    manifest = MANIFEST.replace("python3 train.py", "echo " + "a" * (2 << 20))
+    r = ada.submit_manifest(manifest)
+    assert r.status == 400 and r.error_targets() == ["manifest"], r
+    assert "larger than 1 MiB" in r.body, r
+    assert ada.api("GET", "").json()["total_count"] == 0

@@ -51,8 +51,6 @@ const Keys kContainerKeys = {"container"};
 
 // Bound for a file name or a parser's message in a problem (a value is cut at Quoted's 80).
 constexpr size_t kMaxShownBytes = 512;
-// A manifest file is read only up to this.
-constexpr size_t kMaxManifestBytes = 1 << 20;
 
 std::string Join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
@@ -297,6 +295,14 @@ Status ReadManifestText(const std::filesystem::path& file, std::string* text) {
 bool ReadManifest(const std::string& text, const std::string& source, JobRequest* request,
                   Problems* problems) {
   request->manifest_text = text;
+  if (text.size() > kMaxManifestBytes) {
+    // Written to a file, it would be refused by the runner that reads it.
+    problems->Add(EscapedText(source, kMaxShownBytes),
+                  "is " + std::to_string(text.size()) + " bytes, larger than " +
+                      std::to_string(kMaxManifestBytes >> 20) +
+                      " MiB; a manifest is a few hundred bytes");
+    return false;
+  }
   // "job.yaml:3:7", where the parser stopped.
   const auto where = [&](const YAML::Mark& mark) {
     return EscapedText(source, kMaxShownBytes) + ":" + std::to_string(mark.line + 1) + ":" +

@@ -16,6 +16,7 @@
 // Flags (`cadre run -n 2 ...`) fill the same JobRequest and override the manifest.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -78,9 +79,13 @@ struct JobRequest {
   std::string manifest_text;
 };
 
+// The largest manifest read: a few hundred bytes is usual.
+inline constexpr size_t kMaxManifestBytes = 1 << 20;
+
 // Parses `text` (a manifest's contents) into `request`, reporting every problem. `source` names
 // the file in syntax errors. Returns false when the file could not be read as a mapping at all
-// (then checking the request further would only add noise).
+// (then checking the request further would only add noise), or when `text` is over
+// kMaxManifestBytes (a problem at `source`), as LoadManifestFile would refuse its file.
 bool ReadManifest(const std::string& text, const std::string& source, JobRequest* request,
                   Problems* problems);
 

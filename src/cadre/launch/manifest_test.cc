@@ -432,12 +432,22 @@ TEST(Manifest, BytesOfABinaryManifestAreEscapedInEveryProblem) {
   EXPECT_TRUE(fields.Has("training_data_reference.type", "'\\x1b' is not available"));
   EXPECT_TRUE(Printable(fields.problems)) << fields.problems.ToString();
 
-  // A value past the bound is cut: a 1 MB framework name is not a 1 MB message.
+  // A value past the bound is cut: a 512 KiB framework name is not a 512 KiB message.
   Checked huge =
-      Check("framework: {name: " + std::string(1 << 20, 'x') + "}\nexecution: {command: x}\n");
+      Check("framework: {name: " + std::string(1 << 19, 'x') + "}\nexecution: {command: x}\n");
   ASSERT_EQ(huge.problems.size(), 1u);
   EXPECT_LT(huge.problems.list()[0].message.size(), 400u);
-  EXPECT_TRUE(huge.Has("framework.name", "(1048576 bytes)"));
+  EXPECT_TRUE(huge.Has("framework.name", "(524288 bytes)"));
+}
+
+TEST(Manifest, TextOverOneMibIsRefusedAsItsFileWouldBe) {
+  // The service hands a manifest's text to ReadManifest, then writes it for a runner that
+  // reads at most 1 MiB: accepted, the job failed at once.
+  Checked huge = Check("framework: {name: pytorch}\nexecution: {command: echo " +
+                       std::string(1 << 20, 'x') + "}\n");
+  ASSERT_EQ(huge.problems.size(), 1u) << huge.problems.ToString();
+  EXPECT_NE(huge.problems.list()[0].message.find("larger than 1 MiB"), std::string::npos)
+      << huge.problems.ToString();
 }
 
 TEST(Manifest, TextThatIsNotUtf8IsAProblemOfItsField) {

@@ -283,6 +283,24 @@ bool ReadSubmission(const httplib::Request& req, httplib::Response& res, Submiss
     return false;
   }
   out->manifest_text = manifest.dump(2);
+  if (out->manifest_text.size() > launch::kMaxManifestBytes) {
+    // Its runner reads at most this much of a manifest: accepted, the job would fail at once.
+    const json& command = body["model_definition"]["command"];
+    const size_t command_bytes = command.is_string() ? command.get<std::string>().size() : 0;
+    const std::string limit = std::to_string(launch::kMaxManifestBytes >> 20) + " MiB";
+    if (command_bytes > launch::kMaxManifestBytes / 2) {
+      SendError(res, 400, "invalid_parameter",
+                "model_definition.command: is " + std::to_string(command_bytes) +
+                    " bytes, and the job it makes is over the " + limit +
+                    " a job's manifest may be; a command that long belongs in a script",
+                "model_definition.command");
+    } else {
+      SendError(res, 400, "invalid_parameter",
+                "the job this body describes is " + std::to_string(out->manifest_text.size()) +
+                    " bytes as a manifest, over the " + limit + " a job's manifest may be");
+    }
+    return false;
+  }
   out->from_wml_body = true;
   for (std::string_view key : kBodyFields) {
     if (body.contains(std::string(key))) out->entity[std::string(key)] = body[std::string(key)];
