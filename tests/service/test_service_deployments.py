@@ -432,6 +432,31 @@ def test_a_deployment_updated_to_another_model_answers_every_request(server):
     wait_for("the deleted deployment's process to end", lambda: not serve_pids(server, broken))
 
 
+def test_a_scoring_process_that_stops_answering_is_killed_and_started_again(server):
+    """SIGSTOP stands for a hung model process: it still accepts connections, answers nothing.
+    The supervisor's liveness questions go unanswered, so it kills the process; the request
+    that was waiting gets 503, and the deployment is started again, saying why."""
+    ada = server.client(server.add_user("ada"))
+    did = deploy(ada, model_of(ada, train(ada, TINY))["metadata"]["id"])
+    assert wait_deployment(ada, did, ("ready", "failed"))["status"]["state"] == "ready"
+    (pid,) = serve_pids(server, did)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        r = score(ada, did, [[1, 2, 3, 4]], timeout=280)
+        assert r.status == 503 and r.error_codes() == ["deployment_unavailable"], r
+        entity = wait_deployment(ada, did, "ready", restarts=1, timeout=240)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)  # when the test failed before it was killed
+        except ProcessLookupError:
+            pass
+    assert "did not answer /v2/health/live 3 times in a row" in \
+        entity["status"]["message"]["text"], entity
+    assert pid not in serve_pids(server, did)
+    r = score(ada, did, [[1, 2, 3, 4]])
+    assert r.status == 200 and r.json()["predictions"][0]["values"][0][1] == [1.0, 2.0, 3.0], r
+
+
 def test_models_that_cannot_be_stored_or_loaded_fail_with_the_reason(server):
     ada = server.client(server.add_user("ada"))
     # model.json that is no signature: the training fails in `storing`, naming the file.

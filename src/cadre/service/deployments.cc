@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -223,6 +224,7 @@ void Deployments::Spawn(Process& p) {
   p.port = 0;
   p.ready = false;
   p.was_ready = false;
+  p.health_missed = 0;
   // Everything the child needs, prepared before fork: the server has threads.
   std::vector<std::string> args = {options_.serve_program.string(),
                                    p.model_dir.string(),
@@ -282,7 +284,9 @@ void Deployments::Spawn(Process& p) {
 }
 
 bool Deployments::Ended(Process& p, int status) {
-  std::string how = DescribeWait(status);
+  std::string how =
+      p.killed_for.empty() ? DescribeWait(status) : p.killed_for + " and was killed by the server";
+  p.killed_for.clear();
   std::string output = LastOutput(p.dir);
   bool was_ready = p.was_ready;
   p.pid = 0;
@@ -372,7 +376,7 @@ void Deployments::UpdateFailed(const Process& next, const std::string& why) {
 }
 
 void Deployments::Pass() {
-  std::vector<std::pair<std::string, int>> starting, updates;
+  std::vector<std::pair<std::string, int>> starting, updates, ready;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto now = Clock::now();
@@ -397,6 +401,10 @@ void Deployments::Pass() {
         continue;
       }
       if (!p.ready && p.fail_reason.empty()) WatchStart(p, now, &starting);
+      if (p.ready && now - p.health_asked >= options_.health_period) {
+        p.health_asked = now;
+        ready.emplace_back(p.id, p.port);
+      }
       ++it;
     }
     for (auto it = retiring_.begin(); it != retiring_.end();) {
@@ -414,6 +422,33 @@ void Deployments::Pass() {
   }
   CheckReady(starting, false);
   CheckReady(updates, true);
+  CheckLive(ready);
+}
+
+void Deployments::CheckLive(const std::vector<std::pair<std::string, int>>& ready) {
+  const auto timeout = std::chrono::duration_cast<std::chrono::seconds>(options_.health_timeout);
+  for (const auto& [id, port] : ready) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(1);
+    client.set_read_timeout(std::max<int64_t>(1, timeout.count()));
+    auto r = client.Get("/v2/health/live");
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(id);
+    if (it == live_.end() || !it->second.ready || it->second.port != port) continue;
+    Process& p = it->second;
+    if (r && r->status == 200) {
+      p.health_missed = 0;
+      continue;
+    }
+    if (++p.health_missed < options_.health_misses) continue;
+    // Stopped or hung: no prediction would be answered either. It ends as a crash does.
+    p.killed_for =
+        "did not answer /v2/health/live " + std::to_string(p.health_missed) + " times in a row (" +
+        (r ? "status " + std::to_string(r->status) : httplib::to_string(r.error())) + ")";
+    p.ready = false;
+    kill(p.pid, SIGKILL);
+    woken_ = true;
+  }
 }
 
 void Deployments::CheckReady(const std::vector<std::pair<std::string, int>>& starting,

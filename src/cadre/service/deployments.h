@@ -9,6 +9,10 @@
 // fails at once, with its last output as the reason; otherwise it is started again, at most
 // `max_restarts` times over the deployment's life, then the deployment fails saying how its
 // process ended. A process that is not ready within `startup_timeout` is killed and fails.
+// A ready process is asked `/v2/health/live` every `health_period`; one that leaves
+// `health_misses` questions in a row unanswered within `health_timeout` (stopped, hung, its
+// HTTP threads stuck) is killed with SIGKILL and ends as a crashed one does: started again, or
+// failed past `max_restarts`, the message saying it stopped answering.
 //
 // The processes are children of the server, started by the supervisor thread with
 // PR_SET_PDEATHSIG, so they die with the server even when it is killed with SIGKILL. On an
@@ -54,8 +58,11 @@ struct DeploymentOptions {
   std::filesystem::path dir;            // one folder per deployment: port file, serve.log
   int64_t max_restarts = 3;
   std::chrono::milliseconds startup_timeout{120000};
-  std::chrono::milliseconds grace{10000};    // SIGTERM to SIGKILL
-  std::chrono::milliseconds poll{100};       // while a process is starting or stopping
+  std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL
+  std::chrono::milliseconds poll{100};     // while a process is starting or stopping
+  std::chrono::milliseconds health_period{5000};
+  std::chrono::milliseconds health_timeout{10000};
+  int health_misses = 3;
   uint64_t max_request_bytes = 32ull << 20;  // passed on to cadre-serve
   int http_threads = 16;                     // each process's connections at once
 };
@@ -102,6 +109,9 @@ class Deployments {
     std::string last_end;  // how its last process ended, when it was restarted
     std::chrono::steady_clock::time_point started, term_sent;
     std::string fail_reason;  // set when the supervisor killed it for good
+    std::chrono::steady_clock::time_point health_asked;
+    int health_missed = 0;
+    std::string killed_for;  // set when the supervisor killed it for not answering
   };
 
   void Loop();
@@ -110,6 +120,9 @@ class Deployments {
   // The process ended with wait status `status`: restarts it (true), or records the failure
   // (false: the caller forgets it).
   bool Ended(Process& p, int status);
+  // Asks each ready process of `ready` (id, port) whether it is live; kills the one that
+  // missed too many questions in a row.
+  void CheckLive(const std::vector<std::pair<std::string, int>>& ready);
   // Asks the processes that wrote their port whether they are ready; `updates`: those of
   // updates_, which take over from live_ when they are.
   void CheckReady(const std::vector<std::pair<std::string, int>>& starting, bool updates);
