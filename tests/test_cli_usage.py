@@ -16,6 +16,7 @@ USAGE_ERRORS = [
     (["run", "--nodes"], "cadre run: --nodes was given no value; it takes a number"),
     (["run", "-n", "abc", "--", "true"], "cadre run: --nodes takes a number, not 'abc'"),
     (["run", "--grace"], "cadre run: --grace was given no value; it takes a number"),
+    (["run", "-q=3", "--", "true"], "cadre run: -q takes no value, got '3'"),
     (["run", "--data-dir"], "cadre run: --data-dir was given no value; it takes a folder"),
     ([], "cadre: a subcommand is required: " + SUBCOMMANDS),
     (["rn"], "cadre: unknown subcommand 'rn' (did you mean run?); one of: " + SUBCOMMANDS),

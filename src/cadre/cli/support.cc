@@ -109,9 +109,15 @@ std::string WalkArgv(const CLI::App& app, int argc, const char* const* argv, Vis
     // Short flags run together (-qv): each letter is one, until one that takes a value (-qn2).
     size_t end = name.size();
     while (opt != nullptr && opt->get_items_expected_max() == 0 && word[1] != '-' &&
-           end < word.size()) {
+           end < word.size() && word[end] != '=') {
       name = std::string("-") + word[end++];
       opt = command->get_option_no_throw(name);
+    }
+    // "-q=3": the value of a flag, not a flag named "=" ("unknown option -=").
+    if (opt != nullptr && opt->get_items_expected_max() == 0 && word[1] != '-' &&
+        end < word.size()) {
+      return CommandPath(*command) + ": " + name + " takes no value, got " +
+             QuotedText(word.substr(end + 1));
     }
     const char* value = nullptr;
     std::string attached;
