@@ -535,13 +535,15 @@ def test_a_stopped_server_fails_every_worker_naming_it_long_before_rpc_timeout()
     # stopped (SIGSTOP: its connections stay open, nothing answers): every worker's next step
     # must fail naming it, through the liveness pings, not after rpc_timeout (300 s here; the
     # join below would then fail first).
+    # Pings are answered within stall / 2 even on a loaded machine; a real stall fails after it.
+    stall = 3.0
     procs, addrs = _serve_in_processes(2, workers=2)
     try:
         data = batches(11)
         models = [make_model(3) for _ in range(2)]
         opts = [ps.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
                                         model=m, servers=addrs, worker_id=w, token="tok",
-                                        rpc_timeout=300, stall_timeout=1.0)
+                                        rpc_timeout=300, stall_timeout=stall)
                 for w, m in enumerate(models)]
         assert {p[3] for p in opts[0]._client.partitions("0.weight") +
                 opts[0]._client.partitions("2.weight")} == {0, 1}  # both servers hold variables
@@ -553,7 +555,7 @@ def test_a_stopped_server_fails_every_worker_naming_it_long_before_rpc_timeout()
             try:
                 for i, (x, y) in enumerate(data[:4]):
                     if i == 1 and w == 1:
-                        time.sleep(3)  # worker 0 waits in a sync step meanwhile
+                        time.sleep(2.5 * stall)  # worker 0 waits in a sync step meanwhile
                     if i == 2:
                         stopped.wait()
                     opt.zero_grad()
