@@ -182,6 +182,12 @@ std::optional<ScoringTarget> Deployments::Target(const std::string& id) {
   return ScoringTarget{it->second.port, it->second.token};
 }
 
+void Deployments::Answered(const std::string& id, int port) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(id);
+  if (it != live_.end() && it->second.port == port) it->second.health_missed = 0;
+}
+
 void Deployments::Wake() {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -10,9 +10,10 @@
 // `max_restarts` times over the deployment's life, then the deployment fails saying how its
 // process ended. A process that is not ready within `startup_timeout` is killed and fails.
 // A ready process is asked `/v2/health/live` every `health_period`; one that leaves
-// `health_misses` questions in a row unanswered within `health_timeout` (stopped, hung, its
-// HTTP threads stuck) is killed with SIGKILL and ends as a crashed one does: started again, or
-// failed past `max_restarts`, the message saying it stopped answering.
+// `health_misses` questions in a row unanswered within `health_timeout`, and no prediction
+// either meanwhile (stopped, hung, its HTTP threads stuck), is killed with SIGKILL and ends as a
+// crashed one does: started again, or failed past `max_restarts`, the message saying it stopped
+// answering.
 //
 // The processes are children of the server, started by the supervisor thread with
 // PR_SET_PDEATHSIG, so they die with the server even when it is killed with SIGKILL. On an
@@ -90,6 +91,9 @@ class Deployments {
   void Retire(const std::string& id);
   // The ready deployment's process; nullopt when it is not ready.
   std::optional<ScoringTarget> Target(const std::string& id);
+  // The process on `port` answered a proxied request: it is live, whatever its health
+  // questions said (a slow model's busy HTTP threads may keep those waiting).
+  void Answered(const std::string& id, int port);
   // Something may have happened to a process (a proxied request broke): look now.
   void Wake();
   // Stops every process (SIGTERM, then SIGKILL after grace) and the supervisor. Idempotent.

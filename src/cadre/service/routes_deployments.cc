@@ -346,6 +346,7 @@ void Forward(ApiContext& ctx, const ScoringTarget& target, const std::string& id
              "deleted, try again");
     return;
   }
+  ctx.deployments.Answered(id, target.port);
   if (v2 || (r->status >= 200 && r->status < 300)) {
     res.status = r->status;
     res.set_content(r->body, "application/json");
