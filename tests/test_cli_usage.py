@@ -30,6 +30,12 @@ USAGE_ERRORS = [
     (["bench", "ps", "--servers", "0"], "cadre bench ps: --servers: must be 1..64, got 0"),
     (["bench", "server", "--clients"],
      "cadre bench server: --clients was given no value; it takes a number"),
+    # Refused after parsing: these were "cadre: InvalidArgument: bench allreduce: ...".
+    (["bench", "allreduce", "-n", "2", "--sizes", "4Q"],
+     "cadre bench allreduce: --sizes item '4Q' is not a byte count (a multiple of 4, like 4096 "
+     "or 16M)"),
+    (["bench", "ps", "--sizes", "1T"],
+     "cadre bench ps: --sizes '1T' is not a size like 4K, 256K, 64M (4 B to 1 GiB)"),
     (["netem"], "cadre netem: a subcommand is required: exec, sweep"),
     (["netem", "exec", "--link", "1gbit"], "cadre netem exec: the argument command is required"),
     # Checked while parsing: these were "cadre: InvalidArgument: link spec ...", and a timeout

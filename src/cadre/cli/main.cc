@@ -63,8 +63,12 @@ int main(int argc, char** argv) {
     std::cerr << problem << "\n";
     return 2;
   } catch (const cadre::Error& e) {
+    if (e.code() == cadre::Code::kInvalidArgument) {
+      std::cerr << cadre::cli::InvalidArgumentLine(app, argc, argv, e.status().message()) << "\n";
+      return 2;
+    }
     std::cerr << "cadre: " << e.what() << "\n";
-    return e.code() == cadre::Code::kInvalidArgument ? 2 : 1;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "cadre: " << e.what() << "\n";
     return 1;

@@ -214,6 +214,31 @@ std::string UsageErrorLine(const CLI::App& app, int argc, const char* const* arg
   return prefix + DescribeParseError(error, command, surplus);
 }
 
+std::string InvalidArgumentLine(const CLI::App& app, int argc, const char* const* argv,
+                                const std::string& message) {
+  ArgvEnd end;
+  WalkArgv(
+      app, argc, argv,
+      [](const CLI::App&, const CLI::Option*, const std::string&, const char*, bool) {
+        return std::string();
+      },
+      &end);
+  const std::string path = CommandPath(*end.command);
+  // The message may name its command itself ("bench allreduce: --sizes ..."): once is enough.
+  std::string text = message;
+  std::string words =
+      path.substr(path.find(' ') == std::string::npos ? path.size() : path.find(' ') + 1);
+  while (!words.empty()) {
+    if (text.starts_with(words + ": ")) {
+      text = text.substr(words.size() + 2);
+      break;
+    }
+    const size_t space = words.rfind(' ');
+    words = space == std::string::npos ? "" : words.substr(0, space);
+  }
+  return path + ": " + text;
+}
+
 CLI::App* BenchGroup(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; }))
     return sub;

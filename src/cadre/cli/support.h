@@ -30,6 +30,12 @@ std::string UnknownOptionProblem(const CLI::App& app, int argc, const char* cons
 std::string UsageErrorLine(const CLI::App& app, int argc, const char* const* argv,
                            const CLI::ParseError& error);
 
+// A value a command refused after parsing (cadre::Error kInvalidArgument, exit 2) as one line
+// naming the command argv reached: "cadre bench allreduce: --sizes item '4Q' is not ...", not
+// "cadre: InvalidArgument: bench allreduce: ...".
+std::string InvalidArgumentLine(const CLI::App& app, int argc, const char* const* argv,
+                                const std::string& message);
+
 // Blocks SIGINT/SIGTERM/SIGHUP for its lifetime, so that a Ctrl-C while an emulated network is
 // built or removed does not leave it half made; RunOnEveryHost forwards them to the processes
 // it started meanwhile.
