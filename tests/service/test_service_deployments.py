@@ -5,6 +5,7 @@ assertions: every wait is bounded, none is measured."""
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -455,6 +456,29 @@ def test_a_scoring_process_that_stops_answering_is_killed_and_started_again(serv
     assert pid not in serve_pids(server, did)
     r = score(ada, did, [[1, 2, 3, 4]])
     assert r.status == 200 and r.json()["predictions"][0]["values"][0][1] == [1.0, 2.0, 3.0], r
+
+
+def test_a_deployment_whose_folder_cannot_be_made_fails_saying_why(server):
+    """The deployments' folder replaced by a file (as a full disk, a process's folder cannot be
+    made): the deployment fails naming the folder and the error, not an exit code."""
+    ada = server.client(server.add_user("ada"))
+    model = model_of(ada, train(ada, TINY))["metadata"]["id"]
+    folder = os.path.join(server.data_dir, "deployments")
+    shutil.rmtree(folder, ignore_errors=True)
+    with open(folder, "w") as f:
+        f.write("in the way")
+    did = deploy(ada, model)
+    entity = wait_deployment(ada, did, ("ready", "failed"))
+    assert entity["status"]["state"] == "failed", entity
+    failure = entity["status"]["failure"]["errors"][0]["message"]
+    assert "cannot create its folder" in failure and did in failure and \
+        "Not a directory" in failure, failure
+    os.remove(folder)
+    r = ml(ada, "PATCH", f"deployments/{did}",
+           [{"op": "replace", "path": "/asset", "value": {"id": model}}])
+    assert r.status == 202, r
+    assert wait_deployment(ada, did, ("ready", "failed"))["status"]["state"] == "ready"
+    assert score(ada, did, [[1, 2, 3, 4]]).status == 200
 
 
 def test_models_that_cannot_be_stored_or_loaded_fail_with_the_reason(server):

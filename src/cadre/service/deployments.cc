@@ -223,7 +223,13 @@ void Deployments::Loop() {
 
 void Deployments::Spawn(Process& p) {
   std::error_code ec;
+  // The folder and the log are made here, where a failure (a full disk, a file in the way) can
+  // be told; in the child it could only be an exit code.
   fs::create_directories(p.dir, ec);
+  if (ec) {
+    p.fail_reason = "cannot create its folder " + p.dir.string() + ": " + ec.message();
+    return;
+  }
   fs::path port_file = p.dir / "port";
   fs::remove(port_file, ec);
   p.token = RandomHex(16);
@@ -257,7 +263,12 @@ void Deployments::Spawn(Process& p) {
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::string log = (p.dir / "serve.log").string();
+  const fs::path log = p.dir / "serve.log";
+  int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0) {
+    p.fail_reason = "cannot open its log " + log.string() + ": " + strerror(errno);
+    return;
+  }
   static constexpr char kExecFailed[] = "cadre server: could not execute the scorer program\n";
 
   pid_t parent = getpid();
@@ -271,8 +282,7 @@ void Deployments::Spawn(Process& p) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     int in = open("/dev/null", O_RDONLY);
-    int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (in < 0 || out < 0) _exit(127);
+    if (in < 0) _exit(127);
     dup2(in, 0);
     dup2(out, 1);
     dup2(out, 2);
@@ -281,6 +291,7 @@ void Deployments::Spawn(Process& p) {
     if (write(2, kExecFailed, sizeof(kExecFailed) - 1) < 0) _exit(127);
     _exit(127);
   }
+  close(out);
   if (pid < 0) {
     p.fail_reason = std::string("fork: ") + strerror(errno);
     return;
