@@ -133,7 +133,7 @@ def main():
     for n in args.sizes:
         cs = {w: [] for w in waits}
         ds, alone, at_once = [], [], []
-        cpu = {}
+        cpu, runq = {}, {}
         chosen = []
         for _ in range(args.repeats):
             for w in waits:
@@ -141,6 +141,7 @@ def main():
                 result = run("cadre", n, args.steps, env=env, extra=extra)
                 cs[w].append(result["samples_per_s"])
                 cpu.setdefault(label[w], []).append(result.get("cpu_ms_per_step", {}))
+                runq.setdefault(label[w], []).append(runq_ms(result))
                 if "batch_window" in result:
                     chosen.append(result["batch_window"])
             # n processes training alone at the same time: what the machine gives n ranks with
@@ -151,6 +152,7 @@ def main():
                 result = run(mode, size, args.steps, extra=extra)
                 out.append(result["samples_per_s"])
                 cpu.setdefault(name, []).append(result.get("cpu_ms_per_step", {}))
+                runq.setdefault(name, []).append(runq_ms(result))
         for w in waits:
             c = statistics.median(cs[w])
             name = "" if w is None else " (CADRE_BATCH_WAIT_MS=%s)" % w
@@ -165,10 +167,13 @@ def main():
                   % (n, spread(cs[w]), spread(ds), spread([n * x for x in alone]),
                      spread(at_once), c / d, 100 * c / (n * p), 100 * c / o, name,
                      rounds(cs[w]), rounds(ds), rounds(alone), rounds(at_once)), flush=True)
+        names = [label[w] for w in waits] + ([] if args.cadre_only else
+                                             ["DDP", "alone", "at once"])
         print("       CPU ms per step of rank 0's threads, medians of the rounds: %s"
-              % "; ".join("%s %s" % (name, cpu_medians(cpu[name])) for name in
-                          [label[w] for w in waits] + ([] if args.cadre_only else
-                                                      ["DDP", "alone", "at once"])),
+              % "; ".join("%s %s" % (name, cpu_medians(cpu[name])) for name in names),
+              flush=True)
+        print("       ms per step they waited in the run queue (runnable, another task on the "
+              "CPU): %s" % "; ".join("%s %s" % (name, cpu_medians(runq[name])) for name in names),
               flush=True)
         for line in chosen:
             print("       rank 0: %s" % line, flush=True)
@@ -195,6 +200,12 @@ def main():
         lat = run("latency", 2, 2000, hosts=hosts)["mean_us"]
         raw = raw_latency_us(transport)
         print("%-30s %12.1f %12.1f %7.2fx" % (label, lat, raw, lat / raw), flush=True)
+
+
+def runq_ms(result):
+    """Rank 0's ms per step in the run queue by thread: time the thread could have run but another
+    task held the CPU (train_worker.py's thread_stats; empty when the kernel does not say)."""
+    return result.get("per_step", {}).get("runq_ms", {})
 
 
 def cpu_medians(per_round):

@@ -64,8 +64,10 @@ def main():
         rates = [x["samples_per_s"] for x in runs]
         medians[name] = statistics.median(rates)
         cpu = [x.get("cpu_ms_per_step", {}) for x in runs]
-        print("%-7s %7.1f samples/s (%s); CPU ms per step: %s"
-              % (name, medians[name], train.rounds(rates), train.cpu_medians(cpu)))
+        runq = [train.runq_ms(x) for x in runs]
+        print("%-7s %7.1f samples/s (%s); CPU ms per step: %s; run-queue wait ms per step: %s"
+              % (name, medians[name], train.rounds(rates), train.cpu_medians(cpu),
+                 train.cpu_medians(runq)))
     for name in builds:
         print("%s: %.2fx DDP, %.0f%% of perfect" % (
             name, medians[name] / medians["DDP"],

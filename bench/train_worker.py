@@ -12,6 +12,7 @@
 import argparse
 import json
 import os
+import re
 import time
 
 import torch
@@ -87,25 +88,51 @@ def report(result):
         print("RESULT " + json.dumps(result), flush=True)
 
 
-def thread_cpu():
-    """CPU seconds used so far by this process's threads, summed by thread name ('main' for the
-    main thread): where a rank's CPU goes, which wall-clock figures on a busy machine hide."""
+def thread_stats():
+    """Per thread id: its name ('main' for the main thread), CPU seconds used so far, seconds
+    spent runnable but waiting for a CPU (the run queue: time other tasks took from it), and
+    voluntary and involuntary context switches. Where a rank's CPU goes, which wall-clock figures
+    on a busy machine hide. From /proc/self/task/*/schedstat (exact nanoseconds) where the kernel
+    has it, else from stat's clock ticks (no run-queue figure)."""
     ticks = os.sysconf("SC_CLK_TCK")
     pid = os.getpid()
     out = {}
     for tid in os.listdir("/proc/self/task"):
+        base = "/proc/self/task/%s/" % tid
         try:
-            with open("/proc/self/task/%s/stat" % tid) as f:
+            with open(base + "stat") as f:
                 stat = f.read()
+            with open(base + "status") as f:
+                status = f.read()
+            try:
+                with open(base + "schedstat") as f:
+                    run_ns, wait_ns = (int(x) for x in f.read().split()[:2])
+                cpu, runq = run_ns / 1e9, wait_ns / 1e9
+            except OSError:
+                fields = stat[stat.rindex(")") + 2:].split()
+                cpu, runq = (int(fields[11]) + int(fields[12])) / ticks, 0.0
         except OSError:
             continue  # the thread ended meanwhile
         name = "main" if int(tid) == pid else stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        vol = int(re.search(r"^voluntary_ctxt_switches:\s*(\d+)", status, re.M).group(1))
+        invol = int(re.search(r"^nonvoluntary_ctxt_switches:\s*(\d+)", status, re.M).group(1))
+        out[tid] = (name, (cpu, runq, vol, invol))
     return out
 
 
+def per_step(before, after, index, scale):
+    """Figure `index` of thread_stats per timed step, summed by thread name over the threads
+    that ran meanwhile (a thread that ended meanwhile is not counted)."""
+    sums = {}
+    for tid, (name, now) in after.items():
+        then = before.get(tid, (name, (0.0, 0.0, 0, 0)))[1]
+        if now[0] > then[0]:
+            sums[name] = sums.get(name, 0) + now[index] - then[index]
+    return {k: round(scale * v / args.steps, 2) for k, v in sums.items()}
+
+
 last_cpu_ms_per_step = {}
+last_thread_stats = {}
 
 
 def timed_steps(step, before_timing=None):
@@ -113,15 +140,19 @@ def timed_steps(step, before_timing=None):
         step()
     if before_timing:
         before_timing()
-    cpu0 = thread_cpu()
+    s0 = thread_stats()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         step()
     secs = time.perf_counter() - t0
-    cpu1 = thread_cpu()
+    s1 = thread_stats()
     last_cpu_ms_per_step.clear()
-    last_cpu_ms_per_step.update({k: round(1000 * (v - cpu0.get(k, 0.0)) / args.steps, 2)
-                                 for k, v in cpu1.items() if v - cpu0.get(k, 0.0) > 0})
+    last_cpu_ms_per_step.update(per_step(s0, s1, 0, 1000))
+    # Per step: ms waiting in the run queue, voluntary and involuntary context switches.
+    last_thread_stats.clear()
+    last_thread_stats.update({"runq_ms": per_step(s0, s1, 1, 1000),
+                              "voluntary": per_step(s0, s1, 2, 1),
+                              "involuntary": per_step(s0, s1, 3, 1)})
     return secs
 
 
@@ -148,7 +179,8 @@ def train_throughput(model, opt, data, target, before_timing=None, total_rate=No
     secs = timed_steps(step, before_timing)
     rate = args.steps * args.batch_size / secs
     report({"samples_per_s": total_rate(rate) if total_rate else rate * size,
-            "ms_per_step": 1000 * secs / args.steps, "cpu_ms_per_step": last_cpu_ms_per_step})
+            "ms_per_step": 1000 * secs / args.steps, "cpu_ms_per_step": last_cpu_ms_per_step,
+            "per_step": last_thread_stats})
 
 
 if args.mode == "cadre":

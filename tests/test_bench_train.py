@@ -49,6 +49,12 @@ def test_a_short_run_prints_every_table(tmp_path):
     # cadre, DDP, perfect and n alone at once, each "median (spread%)"
     rates = [float(x) for x in row.split()[1:9:2]]
     assert len(rates) == 4 and all(r > 0 for r in rates), row
+    # Where rank 0's threads spent each step: CPU, and waiting for a CPU (schedstat).
+    cpu = next(line for line in lines if "CPU ms per step of rank 0's threads" in line)
+    runq = next(line for line in lines if "waited in the run queue" in line)
+    for line in (cpu, runq):
+        assert "cadre main " in line and "DDP main " in line and "alone main " in line, line
+    assert "cadre-engine " in cpu, cpu
     assert any("Synthetic ResNet-50 gradients" in line for line in lines)
     assert any(line.startswith("1 learner x 2 slots (shm)") for line in lines)
     assert any(line.startswith("2 learners x 1 slot (TCP)") for line in lines)
