@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <bit>
+#include <cstring>
 #include <thread>
 
 #include "cadre/store/hash_store.h"
@@ -70,6 +71,58 @@ TEST(ShmGroupTest, WaitingForARankThatNeverAttachesNamesIt) {
       << creator.message();
   EXPECT_EQ(asker.code(), Code::kTimeout) << asker.ToString();
   EXPECT_NE(asker.message().find("rank 2 did not attach"), std::string::npos) << asker.message();
+}
+
+// A waiter whose peer arrives at once, after tens of microseconds, and after milliseconds sees
+// every step's data: each wait ends in whichever phase (spin, yield, futex) the delay leads to,
+// and none returns before the peer arrived.
+TEST(ShmGroupTest, WaitsSeeEveryStepWhateverTheirPeersDelay) {
+  store::HashStore store;
+  const std::vector<std::string> names = {"rank 0", "rank 1"};
+  // Delays of rank 1 before each step, in microseconds: runs of long ones (the yields run out and
+  // the wait sleeps) and of short ones (spinning or yielding catches the peer).
+  std::vector<int> delays;
+  for (int i = 0; i < 8; ++i) delays.push_back(3000);
+  for (int i = 0; i < 40; ++i) delays.push_back(i % 4 == 0 ? 0 : 30);
+  for (int i = 0; i < 4; ++i) delays.push_back(2000);
+  for (int i = 0; i < 20; ++i) delays.push_back(i % 2 == 0 ? 0 : 100);
+  std::vector<Status> status(2);
+  std::vector<uint32_t> seen;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      std::unique_ptr<ShmGroup> g;
+      Deadline deadline(std::chrono::seconds(30));
+      status[r] = ShmGroup::Create(store, r, 2, names, ShmOptions{}, deadline, &g);
+      if (!status[r].ok()) return;
+      for (int delay : delays) {
+        const uint32_t step = g->NextStep();
+        if (r == 1) {
+          if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+          std::memcpy(g->slot(1, step), &step, sizeof step);
+          g->Publish(ShmGroup::kArrived, step);
+        } else {
+          status[r] = g->WaitOne(1, ShmGroup::kArrived, step, deadline);
+          if (!status[r].ok()) return;
+          uint32_t v = 0;
+          std::memcpy(&v, g->slot(1, step), sizeof v);
+          seen.push_back(v);
+        }
+        // Rank 1 writes half (step & 1) again two steps later: wait for rank 0 to read it.
+        if (r == 0) {
+          g->Publish(ShmGroup::kReduced, step);
+        } else {
+          status[r] = g->WaitOne(0, ShmGroup::kReduced, step, deadline);
+          if (!status[r].ok()) return;
+        }
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  ASSERT_TRUE(status[0].ok()) << status[0].ToString();
+  ASSERT_TRUE(status[1].ok()) << status[1].ToString();
+  ASSERT_EQ(seen.size(), delays.size());
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], i + 1) << "step " << i + 1;
 }
 
 }  // namespace
