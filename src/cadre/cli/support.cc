@@ -136,6 +136,18 @@ std::string WalkArgv(const CLI::App& app, int argc, const char* const* argv, Vis
   return "";
 }
 
+// Where argv ends up, with no check on the way.
+ArgvEnd WalkToEnd(const CLI::App& app, int argc, const char* const* argv) {
+  ArgvEnd end;
+  WalkArgv(
+      app, argc, argv,
+      [](const CLI::App&, const CLI::Option*, const std::string&, const char*, bool) {
+        return std::string();
+      },
+      &end);
+  return end;
+}
+
 // The subcommands a user may type (hidden ones, as `task`, have no group).
 std::vector<std::string> VisibleSubcommands(const CLI::App& command) {
   std::vector<std::string> names;
@@ -177,13 +189,7 @@ std::string UnknownOptionProblem(const CLI::App& app, int argc, const char* cons
 
 std::string UsageErrorLine(const CLI::App& app, int argc, const char* const* argv,
                            const CLI::ParseError& error) {
-  ArgvEnd end;
-  WalkArgv(
-      app, argc, argv,
-      [](const CLI::App&, const CLI::Option*, const std::string&, const char*, bool) {
-        return std::string();
-      },
-      &end);
+  const ArgvEnd end = WalkToEnd(app, argc, argv);
   const CLI::App& command = *end.command;
   size_t takes = 0;
   for (const CLI::Option* opt : command.get_options({})) {
@@ -216,13 +222,7 @@ std::string UsageErrorLine(const CLI::App& app, int argc, const char* const* arg
 
 std::string InvalidArgumentLine(const CLI::App& app, int argc, const char* const* argv,
                                 const std::string& message) {
-  ArgvEnd end;
-  WalkArgv(
-      app, argc, argv,
-      [](const CLI::App&, const CLI::Option*, const std::string&, const char*, bool) {
-        return std::string();
-      },
-      &end);
+  const ArgvEnd end = WalkToEnd(app, argc, argv);
   const std::string path = CommandPath(*end.command);
   // The message may name its command itself ("bench allreduce: --sizes ..."): once is enough.
   std::string text = message;
