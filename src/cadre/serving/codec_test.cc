@@ -130,6 +130,67 @@ TEST(CodecV2Test, BadRequestsNameTheField) {
                   "nested too deeply");
 }
 
+TEST(CodecV2Test, NestedDataMustFollowTheShape) {
+  // The protocol takes data flat or nested as the shape; any other nesting is refused, naming
+  // the list at fault, rather than flattened.
+  for (const char* data : {"[[1, 1], [1, 1]]", "[1, [1, 1], 1]"}) {
+    EXPECT_MENTIONS(V2Error(std::string(R"({"inputs": [{"name": "x", "shape": [1, 4],
+        "datatype": "FP32", "data": )") +
+                                data + "}]}",
+                            FakeSignature(4)),
+                    "inputs[0] ('x').data: a list of ");
+  }
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32",
+      "data": [[1, 1], [1, 1, 1]]}]})",
+                          FakeSignature(2)),
+                  "inputs[0] ('x').data[1]: a list of 3 where the shape has 2 at dimension 1");
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32",
+      "data": [[1, 1], [1, [1]]]}]})",
+                          FakeSignature(2)),
+                  "inputs[0] ('x').data[1][1]: a list where the shape has a single value");
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32",
+      "data": [[1, 1], 1]}]})",
+                          FakeSignature(2)),
+                  "inputs[0] ('x').data[1]: 1 where the shape has a list of 2 (dimension 1)");
+  V2Request req;
+  EXPECT_TRUE(DecodeV2Request(R"({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
+      "data": [[1, 2, 3, 4]]}]})",
+                              FakeSignature(4), &req)
+                  .ok());
+}
+
+TEST(CodecV2Test, BooleansOnlyForBool) {
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32",
+      "data": [1, true, 0]}]})"),
+                  "inputs[0] ('x').data: element 1 is true; FP32 numbers belong here");
+  ModelSignature sig;
+  sig.inputs = {{"mask", DataType::kBool, {-1, 2}}, {"ids", DataType::kInt64, {-1, 1}}};
+  sig.outputs = {{"y", DataType::kFp32, {-1}}};
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "mask", "shape": [1, 2], "datatype": "BOOL",
+      "data": [true, false]}, {"name": "ids", "shape": [1, 1], "datatype": "INT64",
+      "data": [false]}]})",
+                          sig),
+                  "inputs[1] ('ids').data: element 0 is false; INT64 numbers belong here");
+  V2Request req;
+  ASSERT_TRUE(DecodeV2Request(R"({"inputs": [{"name": "mask", "shape": [1, 2],
+      "datatype": "BOOL", "data": [true, false]}, {"name": "ids", "shape": [1, 1],
+      "datatype": "INT64", "data": [7]}]})",
+                              sig, &req)
+                  .ok());
+  EXPECT_EQ(ElementAsInt(req.inputs[0], 0), 1);
+  EXPECT_EQ(ElementAsInt(req.inputs[0], 1), 0);
+}
+
+TEST(CodecV2Test, MinusOneInARequestShapeIsExplained) {
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [-1, 3], "datatype": "FP32",
+      "data": [1, 2, 3]}]})"),
+                  "inputs[0] ('x').shape [-1, 3] has -1 at dimension 0: a request gives the "
+                  "actual size of every dimension");
+  EXPECT_MENTIONS(V2Error(R"({"inputs": [{"name": "x", "shape": [-1, 3], "datatype": "FP32",
+      "data": [1, 2, 3]}]})"),
+                  "-1 appears only in the model's shape [-1, 3]");
+}
+
 TEST(CodecV2Test, IntegersAreCheckedForRange) {
   ModelSignature sig;
   sig.inputs = {{"ids", DataType::kUint8, {-1, 2}}};

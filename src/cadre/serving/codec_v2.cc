@@ -29,13 +29,58 @@ Status CheckShape(const std::string& where, const TensorSpec& spec,
                            std::to_string(shape.size()) + " dimensions" + expected);
   }
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] < 0 || (d > 0 && spec.shape[d] >= 0 && shape[d] != spec.shape[d])) {
+    if (shape[d] < 0) {
+      return InvalidArgument(where + ".shape " + ShapeString(shape) + " has " +
+                             std::to_string(shape[d]) + " at dimension " + std::to_string(d) +
+                             ": a request gives the actual size of every dimension (here the " +
+                             "number of values along it); -1 appears only in the model's " +
+                             "shape " + ShapeString(spec.shape) + ", for the dimension it " +
+                             "lets vary");
+    }
+    if ((d > 0 && spec.shape[d] >= 0 && shape[d] != spec.shape[d])) {
       return InvalidArgument(where + ".shape " + ShapeString(shape) + " differs at dimension " +
                              std::to_string(d) + expected);
     }
   }
   if (shape[0] == 0) return InvalidArgument(where + ".shape: an empty batch (0 rows)");
   return Status::Ok();
+}
+
+// The protocol takes `data` flat in row-major order or in the tensor's own nested form: a list
+// of shape[0] lists of shape[1] ... values. Any other nesting is refused, naming the list at
+// fault, rather than flattened into a tensor the client did not describe.
+Status CheckNested(const json& value, const std::vector<int64_t>& shape, size_t dim,
+                   const std::string& at) {
+  std::string nested_as =
+      "; give data flat in row-major order or nested as the shape " + ShapeString(shape);
+  if (dim == shape.size()) {
+    if (!value.is_array()) return Status::Ok();
+    return InvalidArgument(at + ": a list where the shape has a single value (nested deeper " +
+                           "than its " + std::to_string(shape.size()) + " dimensions)" + nested_as);
+  }
+  if (!value.is_array()) {
+    return InvalidArgument(at + ": " + json_values::Brief(value) +
+                           " where the shape has a list of " + std::to_string(shape[dim]) +
+                           " (dimension " + std::to_string(dim) + ")" + nested_as);
+  }
+  if (static_cast<int64_t>(value.size()) != shape[dim]) {
+    return InvalidArgument(at + ": a list of " + std::to_string(value.size()) +
+                           " where the shape has " + std::to_string(shape[dim]) + " at dimension " +
+                           std::to_string(dim) + nested_as);
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    CADRE_RETURN_IF_ERROR(
+        CheckNested(value[i], shape, dim + 1, at + "[" + std::to_string(i) + "]"));
+  }
+  return Status::Ok();
+}
+
+Status CheckNesting(const json& data, const std::vector<int64_t>& shape, const std::string& at) {
+  if (!data.is_array()) return Status::Ok();  // one value: the count check below judges it
+  for (const json& v : data) {
+    if (v.is_array()) return CheckNested(data, shape, 0, at);
+  }
+  return Status::Ok();  // flat
 }
 
 Status DecodeInput(const json& in, size_t index, const ModelSignature& signature,
@@ -85,6 +130,7 @@ Status DecodeInput(const json& in, size_t index, const ModelSignature& signature
   // values, never from a shape alone.
   int64_t given = 0;
   CADRE_RETURN_IF_ERROR(json_values::CountLeaves(in["data"], where + ".data", &given));
+  CADRE_RETURN_IF_ERROR(CheckNesting(in["data"], t.shape, where + ".data"));
   std::optional<int64_t> holds = NumElements(t.shape);
   if (holds != given) {
     return InvalidArgument(where + ".data: " + std::to_string(given) + " values for shape " +

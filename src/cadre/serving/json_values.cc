@@ -71,9 +71,15 @@ std::pair<int64_t, int64_t> IntRange(DataType t) {
 Status Leaf(const json& v, const std::string& where, HostTensor& t, int64_t i) {
   std::string at = where + ": element " + std::to_string(i);
   std::string want = std::string(DataTypeName(t.dtype));
+  // true/false are BOOL values only: read as 1/0 for a number, they would hide a client's
+  // mix-up of inputs.
+  if (v.is_boolean() && t.dtype != DataType::kBool) {
+    return InvalidArgument(at + " is " + Brief(v) + "; " + want +
+                           " numbers belong here (true/false only for BOOL)");
+  }
   if (IsFloating(t.dtype)) {
-    if (v.is_number() || v.is_boolean()) {
-      SetElementFromDouble(t, i, v.is_boolean() ? double(v.get<bool>()) : v.get<double>());
+    if (v.is_number()) {
+      SetElementFromDouble(t, i, v.get<double>());
       return Status::Ok();
     }
     if (v.is_string()) {

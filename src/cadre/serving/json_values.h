@@ -16,9 +16,9 @@ namespace cadre::serving::json_values {
 // them) are read as the strings "NaN", "Infinity", "-Infinity", which FillElements accepts.
 Status Parse(std::string_view body, nlohmann::json* doc);
 
-// Writes the leaves of `value` (a number, a boolean, or arrays of them nested to any depth, in
-// row-major order) into `t` from element *next on, converting to t.dtype; advances *next.
-// Fails, naming `where`, on a leaf that is not a number of the right kind, or when there are
+// Writes the leaves of `value` (a number, a boolean for BOOL only, or arrays of them nested to
+// any depth, in row-major order) into `t` from element *next on, converting to t.dtype; advances
+// *next. Fails, naming `where`, on a leaf that is not a number of the right kind, or when there are
 // more leaves than `t` has elements.
 Status FillElements(const nlohmann::json& value, const std::string& where, HostTensor& t,
                     int64_t* next);
