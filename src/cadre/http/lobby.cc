@@ -38,6 +38,10 @@ void Refuse(Connection& c, const RefusalBody& body, int status, const std::strin
                              "Content-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
   ssize_t ignored = send(c.fd, answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   (void)ignored;
+  Drain(c);
+}
+
+void Drain(Connection& c) {
   shutdown(c.fd, SHUT_WR);
   c.buffer.Release();
   c.draining = true;

@@ -69,6 +69,9 @@ using RefusalBody =
 void Refuse(Connection& c, const RefusalBody& body, int status, const std::string& code,
             const std::string& message);
 
+// Shuts the sending side of `c`, answered already, and sets it draining as Refuse() does.
+void Drain(Connection& c);
+
 class Lobby {
  public:
   using Dispatch = std::function<void(std::unique_ptr<Connection>)>;

@@ -231,25 +231,28 @@ void Server::ServeConnection(std::unique_ptr<Connection> c) {
                             Millis(write_timeout_sec_, write_timeout_usec_), pace);
     const bool last = ++c->requests >= limits_.max_requests || stopping_;
     bool closed = false;
-    bool too_large = false;  // cpp-httplib reads the body and throws it away, then answers 413
     const bool ok = process_request(stream, last, closed, [&](httplib::Request& req) {
       stream.HeadRead();
-      too_large = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) >
-                  payload_max_length_;
+      // Refused from its announced length alone: cpp-httplib would read it all (or wait out
+      // the read timeout) before its 413.
+      if (std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) >
+          payload_max_length_) {
+        stream.RefuseBody();
+      }
     });
+    if (stream.body_cut()) {
+      // cpp-httplib's 413 went out; what the client still sends of the body is thrown away by
+      // the lobby, without this worker, until it closes the connection.
+      place.Release();
+      Drain(*c);
+      break;
+    }
     if (stream.timed_out()) {
       // Free before the answer: a client that tries again at once finds its place.
       place.Release();
-      // cpp-httplib's answer (400, or its 413 after the body) was not sent: the lobby drains
-      // the connection under this one.
-      if (too_large) {
-        Refuse(*c, refusal_, 413, "payload_too_large",
-               "the request body is larger than this server accepts (" +
-                   std::to_string(payload_max_length_ >> 20) + " MiB)");
-      } else {
-        Refuse(*c, refusal_, 408, "request_timeout",
-               SlowBodyMessage(pace, Millis(read_timeout_sec_, read_timeout_usec_)));
-      }
+      // cpp-httplib's answer (400) was not sent: the lobby drains the connection under this one.
+      Refuse(*c, refusal_, 408, "request_timeout",
+             SlowBodyMessage(pace, Millis(read_timeout_sec_, read_timeout_usec_)));
       break;
     }
     if (!ok || closed || last) return;  // closes it

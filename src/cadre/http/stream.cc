@@ -80,6 +80,10 @@ bool ConnectionStream::is_writable() const {
 }
 
 ssize_t ConnectionStream::read(char* ptr, size_t size) {
+  if (head_read_ && body_refused_) {
+    body_cut_ = true;
+    return -1;
+  }
   if (!head_read_) {
     if (consumed_ >= max_head_) return -1;
     size = std::min(size, max_head_ - consumed_);

@@ -45,6 +45,11 @@ class ConnectionStream final : public httplib::Stream {
   void HeadRead();
   // The body fell behind its deadline; nothing was written since.
   bool timed_out() const { return timed_out_; }
+  // The body is not to be read (its announced length is over the limit): every read of it fails
+  // at once, so that cpp-httplib answers 413 without waiting for it.
+  void RefuseBody() { body_refused_ = true; }
+  // A read of the refused body was tried: the connection cannot carry another request.
+  bool body_cut() const { return body_cut_; }
 
   bool is_readable() const override;
   // And the client is still there: a follower whose client has gone is told so here (as
@@ -71,6 +76,8 @@ class ConnectionStream final : public httplib::Stream {
   std::chrono::steady_clock::time_point body_since_;
   size_t head_size_ = 0;  // consumed_ when the head was read: the body is what follows
   bool timed_out_ = false;
+  bool body_refused_ = false;
+  bool body_cut_ = false;
   const int read_timeout_ms_;
   const int write_timeout_ms_;
 };
