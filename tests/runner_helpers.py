@@ -2,6 +2,7 @@
 clash with python/tests/conftest.py when pytest collects both folders)."""
 import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -33,13 +34,37 @@ class Job:
 
 
 def wait_until_up(proc, slots, timeout):
-    """Reads the running `cadre run`'s output until `slots` lines end in "] up" (at most
-    `timeout` s)."""
+    """Reads the running `cadre run`'s output until `slots` lines end in "] up"; fails, naming
+    what it waited for, if they have not come within `timeout` s (a runner that hangs without
+    printing included) or the runner exits first."""
     deadline = time.monotonic() + timeout
-    seen = 0
-    while seen < slots and time.monotonic() < deadline and proc.poll() is None:
-        seen += proc.stdout.readline().rstrip().endswith("] up")
-    assert seen == slots, "the slots never started"
+    fd = proc.stdout.fileno()
+    seen, line, lines = 0, b"", []
+    while seen < slots:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        # A byte at a time: what follows the last line read is left for communicate().
+        byte = os.read(fd, 1)
+        if not byte:  # it closed its output: it is exiting
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            break
+        line += byte
+        if byte == b"\n":
+            text = line.decode(errors="replace").rstrip()
+            lines.append(text)
+            seen += text.endswith("] up")
+            line = b""
+    if line:
+        lines.append(line.decode(errors="replace").rstrip())
+    state = ("still running" if proc.poll() is None
+             else f"exited with status {proc.returncode}")
+    assert seen == slots, (
+        f"waited {timeout} s for {slots} slots of `cadre run` to print a line ending in \"] up\"; "
+        f"{seen} did, and it is {state}; its last lines:\n" + "\n".join(lines[-10:]))
 
 
 def interrupt_once_up(proc, cwd, slots, timeout, while_up=None, interrupt=signal.SIGINT):
