@@ -90,6 +90,28 @@ def test_bad_log_parameters(server):
     ada.wait_state(tid, FINAL)
 
 
+def test_last_event_id_resumes_after_it_and_junk_is_refused_naming_the_header(server):
+    ada = server.client(server.add_user("ada"))
+    tid = ada.submit_json(wml_body("for i in 1 2 3 4 5; do echo line $i; done")).json()
+    tid = tid["metadata"]["id"]
+    ada.wait_state(tid, FINAL)
+    logs = f"/ml/v4/trainings/{tid}/logs?version={VERSION}"
+    events = {"Accept": "text/event-stream"}
+    whole = ada.request("GET", logs, headers=events).body
+    ids = [int(l[4:]) for l in whole.splitlines() if l.startswith("id: ")]
+    assert len(ids) > 3, whole
+    # EventSource reconnects to the URL it was given (since=0 here) with the last id it had.
+    r = ada.request("GET", logs + "&since=0", headers=dict(events, **{"Last-Event-ID": "3"}))
+    assert r.status == 200, r
+    assert [int(l[4:]) for l in r.body.splitlines() if l.startswith("id: ")] == ids[3:], r.body
+    for junk in ("garbage", "-1", "3.0", "3a", "99999999999999999999", str(ids[-1] + 1)):
+        r = ada.request("GET", logs, headers=dict(events, **{"Last-Event-ID": junk}))
+        assert r.status == 400, (junk, r)
+        assert r.error_codes() == ["invalid_header"] and "Last-Event-ID" in r.body, (junk, r)
+    r = ada.request("GET", logs, headers=dict(events, **{"Last-Event-ID": str(ids[-1])}))
+    assert r.status == 200 and "id: " not in r.body and "event: end" in r.body, r
+
+
 def test_terminal_client(server, tmp_path):
     token = server.add_user("ada")
     (tmp_path / "job").mkdir()

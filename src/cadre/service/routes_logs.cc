@@ -9,7 +9,8 @@
 // As text (chunked; `curl -N` shows lines as they come; application/octet-stream while following,
 // so that nothing on the way compresses and holds lines back) or, when the client accepts
 // text/event-stream, as server-sent events: `id: <line number>` and `data: <line>`, then a
-// final `event: end` whose data is the job's state. EventSource's Last-Event-ID works as since.
+// final `event: end` whose data is the job's state. EventSource's Last-Event-ID works as since
+// (and wins over the URL's); one that is not a line number of this log is answered 400.
 #include <deque>
 #include <memory>
 #include <thread>
@@ -21,6 +22,18 @@
 
 namespace cadre::service {
 namespace {
+
+// The id of an event the client had: a line number, as sent (digits only).
+bool ParseLastEventId(const std::string& text, int64_t* line) {
+  if (text.empty() || text.size() > 18) return false;
+  int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  *line = value;
+  return true;
+}
 
 constexpr auto kFollowPoll = std::chrono::milliseconds(100);
 // How often a follower asks the database whether the job has ended.
@@ -110,15 +123,21 @@ void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
   std::optional<TrainingRecord> record = CallersTraining(ctx, req, res);
   if (!record) return;
   int64_t since = 0, tail = -1;
-  std::string last_event = req.get_header_value("Last-Event-ID");
-  int64_t since_default = 0;
-  if (!last_event.empty()) {
-    try {
-      since_default = std::max<int64_t>(0, std::stoll(last_event));
-    } catch (const std::exception&) {
+  if (!IntParam(req, res, "since", 0, 0, INT64_MAX, &since)) return;
+  // An EventSource that reconnects sends the id of the last event it had, and the URL it was
+  // first given: the id wins over that URL's since.
+  const std::string last_event = req.get_header_value("Last-Event-ID");
+  const bool resumed = !last_event.empty();
+  if (resumed) {
+    if (!ParseLastEventId(last_event, &since)) {
+      SendError(res, 400, "invalid_header",
+                "Last-Event-ID must be the id of a log event this server sent (a line "
+                "number), got " +
+                    Quoted(last_event),
+                "Last-Event-ID");
+      return;
     }
   }
-  if (!IntParam(req, res, "since", since_default, 0, INT64_MAX, &since)) return;
   if (req.has_param("tail") && !IntParam(req, res, "tail", 0, 0, 1000000, &tail)) return;
   std::string follow = req.get_param_value("follow");
   if (!follow.empty() && follow != "true" && follow != "false") {
@@ -148,10 +167,12 @@ void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
   }
   stream->events = req.get_header_value("Accept").find("text/event-stream") != std::string::npos;
   // The opening batch: every complete line there is now, after `since`, the last `tail` of them.
+  int64_t last_line = 0;
   for (;;) {
     std::vector<LogLine> lines =
         IsFinalState(record->state) ? stream->reader.Rest() : stream->reader.Next();
     if (lines.empty()) break;
+    last_line = lines.back().number;
     for (auto& line : lines) {
       if (line.number <= since) continue;
       stream->first.push_back(std::move(line));
@@ -159,6 +180,15 @@ void Logs(ApiContext& ctx, const httplib::Request& req, httplib::Response& res) 
         stream->first.pop_front();
       }
     }
+  }
+  if (resumed && since > last_line) {
+    // Not an id this log gave (another job's, or a log that was replaced): resending from line 1
+    // would repeat lines the client has, going on from it would skip the ones to come.
+    SendError(res, 400, "invalid_header",
+              "Last-Event-ID " + last_event + " is past the last line of this job's log (" +
+                  std::to_string(last_line) + "); it must be the id of an event this log sent",
+              "Last-Event-ID");
+    return;
   }
   // Lines must reach the client as they are written: no caching, no proxy buffering, and no
   // MIME sniffing (browsers hold back the first KiB of a text/plain stream to sniff it).
