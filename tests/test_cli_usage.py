@@ -64,11 +64,33 @@ USAGE_ERRORS = [
     (["users", "add", "ada", "--plan"], "cadre users add: --plan was given no value; it takes a value"),
     (["submit"], "cadre submit: the argument manifest is required"),
     (["jobs", "get", "a", "b"], "cadre jobs get: unexpected argument 'b' (it takes only id)"),
-    (["jobs", "--server"], "cadre jobs: --server was given no value; it takes a value"),
+    (["jobs", "--server"], "cadre jobs: --server was given no value; it takes a URL"),
     (["deploy", "training-1", "--timeout", "0"],
      "cadre deploy: --timeout: must be 0.1..1000000, got 0"),
     (["score", "deployment-1"], "cadre score: the argument input is required"),
     (["task", "--engine"], "cadre task: --engine was given no value; it takes a value"),
+    # An empty --server or --token meant the default server or $CADRE_TOKEN; a malformed URL
+    # was tried as one.
+    (["jobs", "--server", "", "list"],
+     "cadre jobs: --server was given an empty value; it takes a URL"),
+    (["score", "d-1", "in.json", "--server="],
+     "cadre score: --server was given an empty value; it takes a URL"),
+    (["submit", "m.yaml", "--token", ""],
+     "cadre submit: --token was given an empty value; it takes a token"),
+    (["deploy", "t-1", "--server", "127.0.0.1:8900"],
+     "cadre deploy: --server: must be http://HOST:PORT, got '127.0.0.1:8900'"),
+    (["jobs", "list", "--server", "http://h:99999"],
+     "cadre jobs list: --server: port must be 1..65535, got 'http://h:99999'"),
+    (["jobs", "list", "--server", "http://h:x"],
+     "cadre jobs list: --server: must be http://HOST:PORT, got 'http://h:x'"),
+    # 0 was the "not given" value: --slots 0 meant this machine's cores.
+    (["server", "--slots", "0"], "cadre server: --slots must be 1..1048576, got 0"),
+    (["server", "--backend", "slurm", "--queue-timeout", "nan"],
+     "cadre server: --queue-timeout must be 0..31536000 seconds, got nan"),
+    # A value given to a flag was taken as the flag given (--quiet=false as --quiet).
+    (["run", "--quiet=3", "--", "true"], "cadre run: --quiet takes no value, got '3'"),
+    (["jobs", "logs", "x", "--follow=false"],
+     "cadre jobs logs: --follow takes no value, got 'false'"),
     # What a line repeats from argv is quoted and escaped.
     (["version", "a\x1bb"], "cadre version: unexpected argument 'a\\x1bb' (it takes no arguments)"),
 ]
@@ -82,6 +104,25 @@ def test_a_usage_error_is_one_line_naming_the_subcommand(tmp_path, args, line):
     assert proc.stderr.splitlines() == [line], proc.stderr
     assert proc.stdout == ""
     assert list(tmp_path.iterdir()) == []  # no job directory, no server data, nothing run
+
+
+@pytest.mark.parametrize("server,token,line", [
+    ("", "t", "cadre jobs list: CADRE_SERVER must be http://HOST:PORT, got '' (unset it for the "
+              "default)"),
+    ("http://h:0", "t", "cadre jobs list: CADRE_SERVER port must be 1..65535, got 'http://h:0' "
+                        "(unset it for the default)"),
+    (None, "", "cadre jobs list: CADRE_TOKEN is set but empty: set it to your token (from `cadre "
+               "users add`) or pass --token"),
+])
+def test_an_empty_or_malformed_variable_is_named(tmp_path, server, token, line):
+    env = {k: v for k, v in os.environ.items() if k not in ("CADRE_SERVER", "CADRE_TOKEN")}
+    if server is not None:
+        env["CADRE_SERVER"] = server
+    env["CADRE_TOKEN"] = token
+    proc = subprocess.run([CADRE, "jobs", "list"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [line], proc.stderr
 
 
 SERVE = os.path.join(os.path.dirname(CADRE), "cadre-serve")

@@ -31,7 +31,9 @@
 #include <string>
 #include <thread>
 
+#include "cadre/base/printable.h"
 #include "cadre/cli/commands.h"
+#include "cadre/cli/usage.h"
 #include "cadre/service/resource_id.h"
 #include "cadre/service/service.h"
 #include "cadre/service/zip_folder.h"
@@ -97,24 +99,63 @@ void WaitForServer(const char* who, Connection& c) {
   }
 }
 
+// Why `url` is not a server's address (http://HOST or http://HOST:PORT, PORT 1..65535, an
+// IPv6 HOST in brackets, nothing after but slashes); "" when it is one.
+std::string ServerUrlProblem(const std::string& url) {
+  const std::string wrong = "must be http://HOST:PORT, got " + QuotedText(url);
+  if (!url.starts_with("http://")) return wrong;
+  std::string rest = url.substr(7);
+  while (rest.ends_with("/")) rest.pop_back();
+  size_t host_end = 0;
+  if (rest.starts_with("[")) {
+    host_end = rest.find(']');
+    if (host_end == std::string::npos || host_end == 1) return wrong;
+    ++host_end;
+  } else {
+    host_end = rest.find(':');
+    if (host_end == std::string::npos) host_end = rest.size();
+    if (host_end == 0) return wrong;
+  }
+  const std::string host = rest.substr(0, host_end);
+  if (host.find_first_of("/?#@ ") != std::string::npos) return wrong;
+  if (host_end == rest.size()) return "";
+  if (rest[host_end] != ':') return wrong;
+  const std::string port = rest.substr(host_end + 1);
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos) {
+    return wrong;
+  }
+  if (const int number = std::stoi(port); number < 1 || number > 65535) {
+    return "port must be 1..65535, got " + QuotedText(url);
+  }
+  return "";
+}
+
 bool Connect(const ClientFlags& flags, const char* who, Connection* c) {
+  // An empty --server or --token is refused while parsing; an empty variable is a mistake too,
+  // not "unset": it is named rather than quietly replaced by the default.
   std::string server = flags.server;
   if (server.empty()) {
     const char* env = std::getenv("CADRE_SERVER");
     server = env ? env : "http://127.0.0.1:" + std::to_string(service::kDefaultPort);
+    if (std::string problem = ServerUrlProblem(server); !problem.empty()) {
+      std::cerr << who << ": CADRE_SERVER " << problem << " (unset it for the default)\n";
+      return false;
+    }
   }
   std::string token = flags.token;
   if (token.empty()) {
     const char* env = std::getenv("CADRE_TOKEN");
+    if (env != nullptr && *env == '\0') {
+      std::cerr << who
+                << ": CADRE_TOKEN is set but empty: set it to your token (from `cadre "
+                   "users add`) or pass --token\n";
+      return false;
+    }
     token = env ? env : "";
   }
   if (token.empty()) {
     std::cerr << who << ": no token: pass --token or set CADRE_TOKEN (from `cadre users add`)\n";
-    return false;
-  }
-  if (!server.starts_with("http://")) {
-    std::cerr << who << ": --server (or CADRE_SERVER) must be http://HOST:PORT, got '" << server
-              << "'\n";
     return false;
   }
   while (server.ends_with("/")) server.pop_back();
@@ -442,8 +483,11 @@ int Score(const ClientFlags& flags, const std::string& id, const std::string& in
 void AddConnectionFlags(CLI::App* cmd, ClientFlags* flags) {
   cmd->add_option("--server", flags->server,
                   "The server's URL (default $CADRE_SERVER, else http://127.0.0.1:" +
-                      std::to_string(service::kDefaultPort) + ")");
-  cmd->add_option("--token", flags->token, "Your bearer token (default $CADRE_TOKEN)");
+                      std::to_string(service::kDefaultPort) + ")")
+      ->type_name(kUrlType)
+      ->check(CLI::Validator(ServerUrlProblem, ""));
+  cmd->add_option("--token", flags->token, "Your bearer token (default $CADRE_TOKEN)")
+      ->type_name(kTokenType);
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ struct RunFlags {
   bool require_delay = false;
   // Where the learners run (backends/backend.h).
   std::optional<std::string> backend;  // default: the manifest's execution.backend, else local
-  double queue_timeout_seconds = 0;
+  std::optional<double> queue_timeout_seconds;  // given 0: wait as long as it takes
   std::optional<double> heartbeat_timeout_seconds;
   std::optional<std::string> time_limit;  // sbatch's --time forms (ParseTimeLimit)
   std::string partition, hostfile, store_host;
@@ -157,12 +157,12 @@ int Run(const RunFlags& flags) {
   // Bounded, as --grace is: "nan", "inf" or 1e300 would otherwise become an undefined
   // number of seconds (and a job cancelled at once, or never).
   constexpr double kMaxQueueTimeoutS = 365.0 * 86400;
-  if (!(flags.queue_timeout_seconds >= 0 && flags.queue_timeout_seconds <= kMaxQueueTimeoutS)) {
+  const double queue_timeout = flags.queue_timeout_seconds.value_or(0);
+  if (!(queue_timeout >= 0 && queue_timeout <= kMaxQueueTimeoutS)) {
     problems.Add("--queue-timeout", "must be 0 (wait as long as it takes)..31536000 seconds, got " +
-                                        std::to_string(flags.queue_timeout_seconds));
+                                        std::to_string(queue_timeout));
   } else {
-    backend.queue_timeout =
-        std::chrono::seconds(static_cast<int64_t>(flags.queue_timeout_seconds + 0.999));
+    backend.queue_timeout = std::chrono::seconds(static_cast<int64_t>(queue_timeout + 0.999));
   }
   if (flags.heartbeat_timeout_seconds) {
     Status st = backends::ParseHeartbeatTimeout(*flags.heartbeat_timeout_seconds,
@@ -208,7 +208,7 @@ int Run(const RunFlags& flags) {
     given.time_limit = flags.time_limit.has_value();
     given.hostfile = !flags.hostfile.empty();
     given.store_host = !flags.store_host.empty();
-    given.queue_timeout = flags.queue_timeout_seconds != 0;
+    given.queue_timeout = flags.queue_timeout_seconds.has_value();
     given.heartbeat_timeout = flags.heartbeat_timeout_seconds.has_value();
     given.name_space = !flags.name_space.empty();
     for (const auto& m : backends::FlagsForOtherEngines(backend.kind, given)) {

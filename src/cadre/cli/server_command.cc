@@ -35,7 +35,7 @@ namespace {
 struct ServerFlags {
   std::string data_dir = "cadre-data";
   std::string listen = "127.0.0.1:" + std::to_string(service::kDefaultPort);
-  int64_t slots = 0;
+  std::optional<int64_t> slots;  // not given: this machine's cores (local), the cluster's (slurm)
   double grace_seconds = 10;
   int threads = 64;
   int64_t request_timeout_seconds = 30;
@@ -50,7 +50,7 @@ struct ServerFlags {
   std::string partition;
   std::string hostfile;
   std::string name_space;
-  double queue_timeout_seconds = 0;
+  std::optional<double> queue_timeout_seconds;
   std::optional<double> heartbeat_timeout_seconds;
 };
 
@@ -67,7 +67,7 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
   given.partition = !flags.partition.empty();
   given.hostfile = !flags.hostfile.empty();
   given.store_host = !flags.store_host.empty();
-  given.queue_timeout = flags.queue_timeout_seconds != 0;
+  given.queue_timeout = flags.queue_timeout_seconds.has_value();
   given.name_space = !flags.name_space.empty();
   given.heartbeat_timeout = flags.heartbeat_timeout_seconds.has_value();
   std::vector<backends::MisplacedFlag> misplaced =
@@ -81,8 +81,11 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
     std::cerr << "cadre server: --backend mpi needs --hostfile FILE (one learner per host)\n";
     return 2;
   }
-  if (flags.queue_timeout_seconds < 0) {
-    std::cerr << "cadre server: --queue-timeout must not be negative\n";
+  // The bound of `cadre run --queue-timeout`, which every job is started with.
+  if (flags.queue_timeout_seconds &&
+      !(*flags.queue_timeout_seconds >= 0 && *flags.queue_timeout_seconds <= 31536000)) {
+    std::cerr << "cadre server: --queue-timeout must be 0..31536000 seconds, got "
+              << *flags.queue_timeout_seconds << "\n";
     return 2;
   }
   std::chrono::milliseconds heartbeat{};
@@ -113,8 +116,8 @@ int ChooseBackend(const ServerFlags& flags, service::ServiceOptions* options) {
   if (!flags.hostfile.empty()) {
     args.insert(args.end(), {"--hostfile", std::filesystem::absolute(flags.hostfile).string()});
   }
-  if (flags.queue_timeout_seconds > 0) {
-    args.insert(args.end(), {"--queue-timeout", std::to_string(flags.queue_timeout_seconds)});
+  if (flags.queue_timeout_seconds) {
+    args.insert(args.end(), {"--queue-timeout", std::to_string(*flags.queue_timeout_seconds)});
   }
   if (flags.heartbeat_timeout_seconds) {
     // In milliseconds' precision, as cadre run keeps it.
@@ -163,7 +166,7 @@ int RunServer(const ServerFlags& flags) {
   };
   const Range ranges[] = {
       {"--grace", flags.grace_seconds, 0, 86400},
-      {"--slots", static_cast<double>(flags.slots), 0, 1 << 20},
+      {"--slots", static_cast<double>(flags.slots.value_or(1)), 1, 1 << 20},
       {"--threads", static_cast<double>(flags.threads), 4, 1024},
       {"--max-code-mib", static_cast<double>(flags.max_code_mib), 1, 1 << 20},
       {"--deployment-restarts", static_cast<double>(flags.deployment_restarts), 0, 1000},
@@ -183,7 +186,7 @@ int RunServer(const ServerFlags& flags) {
     }
   }
   options.data_dir = flags.data_dir;
-  options.slots = flags.slots;
+  options.slots = flags.slots.value_or(0);
   options.grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_seconds * 1000));
   options.threads = flags.threads;
   if (flags.request_timeout_seconds < 1 || flags.request_timeout_seconds > 3600) {

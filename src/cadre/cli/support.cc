@@ -63,8 +63,9 @@ std::string ClosestOption(const CLI::App& app, const std::string& name) {
   return launch::DidYouMean(name, std::vector<std::string_view>(names.begin(), names.end()));
 }
 
-// What an option takes when an empty value cannot be meant: "a number" (CLI11's numeric types)
-// or "a folder" (options typed kDirType); "" for the others.
+// What an option takes when an empty value cannot be meant: "a number" (CLI11's numeric types),
+// "a folder", "a URL" or "a token" (options typed kDirType, kUrlType, kTokenType); "" for the
+// others.
 std::string NonEmptyKind(const CLI::Option& opt) {
   std::string kind = ValueKind(opt);
   return kind == "a value" ? "" : kind;
@@ -113,9 +114,9 @@ std::string WalkArgv(const CLI::App& app, int argc, const char* const* argv, Vis
       name = std::string("-") + word[end++];
       opt = command->get_option_no_throw(name);
     }
-    // "-q=3": the value of a flag, not a flag named "=" ("unknown option -=").
-    if (opt != nullptr && opt->get_items_expected_max() == 0 && word[1] != '-' &&
-        end < word.size()) {
+    // "-q=3": the value of a flag, not a flag named "=" ("unknown option -="); "--quiet=3" (or
+    // "--quiet=false"), which CLI11 would take as the flag given.
+    if (opt != nullptr && opt->get_items_expected_max() == 0 && end < word.size()) {
       return CommandPath(*command) + ": " + name + " takes no value, got " +
              QuotedText(word.substr(end + 1));
     }

@@ -22,14 +22,20 @@ namespace cadre::cli {
 // The type name of an option whose value is a folder: an empty one is refused (ArgvProblems),
 // rather than meaning the working directory or failing as an unnamed filesystem error.
 inline constexpr const char* kDirType = "DIR";
+// The type names of a server's URL and of a bearer token: an empty one is refused too, rather
+// than meaning "not given" (the default server, or $CADRE_TOKEN).
+inline constexpr const char* kUrlType = "URL";
+inline constexpr const char* kTokenType = "TOKEN";
 
 // What an option's value must be, from its CLI11 type name ("INT:INT in [1 - 64]"): "a number",
-// "a folder" (kDirType) or "a value".
+// "a folder" (kDirType), "a URL" (kUrlType), "a token" (kTokenType) or "a value".
 inline std::string ValueKind(const CLI::Option& opt) {
   std::string type = opt.get_type_name();
   type = type.substr(0, type.find_first_of(": "));
   if (type == "INT" || type == "UINT" || type == "FLOAT") return "a number";
   if (type == kDirType) return "a folder";
+  if (type == kUrlType) return "a URL";
+  if (type == kTokenType) return "a token";
   return "a value";
 }
 
