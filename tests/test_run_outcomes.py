@@ -162,6 +162,8 @@ def test_a_backend_limit_out_of_range_is_refused_by_name(cadre_run, flag, value)
     ("mpi", "--time-limit", "5", "slurm"),
     ("local", "--store-host", "10.0.0.1", "slurm or mpi"),
     ("mpi", "--queue-timeout", "30", "slurm or kubernetes"),
+    # 0 was also "not given", so --queue-timeout 0 was ignored where it means nothing.
+    ("local", "--queue-timeout", "0", "slurm or kubernetes"),
     ("slurm", "--namespace", "team-a", "kubernetes"),
 ])
 def test_a_flag_of_another_engine_is_refused_not_ignored(cadre_run, backend, flag, value, engines):
