@@ -339,6 +339,57 @@ void AddServerCommand(CLI::App& app, int* exit_code) {
               << token << "\n";
     *exit_code = 0;
   });
+
+  struct Change {
+    const char* name;
+    const char* help;
+    service::UserChange change;
+  };
+  static constexpr Change kChanges[] = {
+      {"token", "Give a user a further bearer token; prints it once, alone on the last line",
+       service::UserChange::kNewToken},
+      {"revoke",
+       "Revoke every token of a user (the server refuses them within 5 s); their jobs stay",
+       service::UserChange::kRevokeTokens},
+      {"plan",
+       "Move a user to another plan; queued and running jobs go on, later submissions "
+       "meet the new plan's limits",
+       service::UserChange::kSetPlan},
+  };
+  for (const Change& c : kChanges) {
+    auto* sub = users->add_subcommand(c.name, c.help);
+    auto user = std::make_shared<std::string>();
+    auto value = std::make_shared<std::string>();
+    auto dir = std::make_shared<std::string>("cadre-data");
+    sub->add_option("name", *user, "The user's name")->required();
+    if (c.change == service::UserChange::kSetPlan) {
+      sub->add_option("plan", *value, "lite, standard or premium")->required();
+    }
+    sub->add_option("--data-dir", *dir, "The server's data directory (default ./cadre-data)")
+        ->type_name(kDirType);
+    sub->callback([c, user, value, dir, exit_code] {
+      std::string out;
+      Status st = service::ChangeUser(*dir, c.change, *user, *value, &out);
+      if (!st.ok()) {
+        std::cerr << "cadre users " << c.name << ": " << st.message() << "\n";
+        *exit_code = st.code() == Code::kInvalidArgument || st.code() == Code::kNotFound ? 2 : 1;
+        return;
+      }
+      std::cout << "cadre users " << c.name << ": ";
+      switch (c.change) {
+        case service::UserChange::kNewToken:
+          std::cout << "a new token for " << *user << ", shown only now:\n" << out << "\n";
+          break;
+        case service::UserChange::kRevokeTokens:
+          std::cout << "revoked " << out << " token(s) of " << *user << "\n";
+          break;
+        case service::UserChange::kSetPlan:
+          std::cout << *user << " is now on the " << *value << " plan\n";
+          break;
+      }
+      *exit_code = 0;
+    });
+  }
 }
 
 }  // namespace cadre::cli

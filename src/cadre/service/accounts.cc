@@ -62,17 +62,7 @@ Status Accounts::AddUser(const std::string& name, const std::string& plan, std::
   auto lock = db_.Lock();
   Transaction tx(db_);
   CADRE_RETURN_IF_ERROR(tx.status());
-  {
-    Statement known(db_, "SELECT 1 FROM plans WHERE name = ?");
-    known.Bind(1, plan);
-    if (!known.Step()) {
-      CADRE_RETURN_IF_ERROR(known.status());
-      std::string names;
-      Statement all(db_, "SELECT name FROM plans ORDER BY max_nodes");
-      while (all.Step()) names += (names.empty() ? "" : ", ") + all.Text(0);
-      return InvalidArgument("unknown plan '" + plan + "'; plans: " + names);
-    }
-  }
+  CADRE_RETURN_IF_ERROR(KnownPlan(plan));
   {
     Statement taken(db_, "SELECT 1 FROM users WHERE name = ?");
     taken.Bind(1, name);
@@ -83,6 +73,11 @@ Status Accounts::AddUser(const std::string& name, const std::string& plan, std::
   CADRE_RETURN_IF_ERROR(insert.Run());
   int64_t user_id = db_.last_insert_rowid();
 
+  CADRE_RETURN_IF_ERROR(InsertToken(user_id, token));
+  return tx.Commit();
+}
+
+Status Accounts::InsertToken(int64_t user_id, std::string* token) {
   std::string id = RandomHex(8), secret = RandomHex(24), salt = RandomHex(16);
   Statement put(db_,
                 "INSERT INTO tokens (id, user_id, salt, hash, created_at) VALUES (?, ?, ?, ?, ?)");
@@ -92,9 +87,76 @@ Status Accounts::AddUser(const std::string& name, const std::string& plan, std::
       .Bind(4, Sha256Hex(salt + secret))
       .Bind(5, NowIso());
   CADRE_RETURN_IF_ERROR(put.Run());
-  CADRE_RETURN_IF_ERROR(tx.Commit());
   *token = kPrefix + id + "_" + secret;
   return Status::Ok();
+}
+
+Status Accounts::UserId(const std::string& name, int64_t* user_id) {
+  Statement s(db_, "SELECT id FROM users WHERE name = ?");
+  s.Bind(1, name);
+  if (s.Step()) {
+    *user_id = s.Int(0);
+    return Status::Ok();
+  }
+  CADRE_RETURN_IF_ERROR(s.status());
+  return Status(Code::kNotFound, "no user named '" + name + "'");
+}
+
+Status Accounts::NewToken(const std::string& name, std::string* token) {
+  auto lock = db_.Lock();
+  Transaction tx(db_);
+  CADRE_RETURN_IF_ERROR(tx.status());
+  int64_t user_id = 0;
+  CADRE_RETURN_IF_ERROR(UserId(name, &user_id));
+  CADRE_RETURN_IF_ERROR(InsertToken(user_id, token));
+  return tx.Commit();
+}
+
+Status Accounts::RevokeTokens(const std::string& name, int64_t* revoked) {
+  {
+    auto lock = db_.Lock();
+    Transaction tx(db_);
+    CADRE_RETURN_IF_ERROR(tx.status());
+    int64_t user_id = 0;
+    CADRE_RETURN_IF_ERROR(UserId(name, &user_id));
+    Statement del(db_, "DELETE FROM tokens WHERE user_id = ?");
+    del.Bind(1, user_id);
+    CADRE_RETURN_IF_ERROR(del.Run());
+    *revoked = db_.changes();
+    CADRE_RETURN_IF_ERROR(tx.Commit());
+  }
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  tokens_.clear();
+  return Status::Ok();
+}
+
+Status Accounts::SetPlan(const std::string& name, const std::string& plan) {
+  {
+    auto lock = db_.Lock();
+    Transaction tx(db_);
+    CADRE_RETURN_IF_ERROR(tx.status());
+    int64_t user_id = 0;
+    CADRE_RETURN_IF_ERROR(UserId(name, &user_id));
+    CADRE_RETURN_IF_ERROR(KnownPlan(plan));
+    Statement set(db_, "UPDATE users SET plan = ? WHERE id = ?");
+    set.Bind(1, plan).Bind(2, user_id);
+    CADRE_RETURN_IF_ERROR(set.Run());
+    CADRE_RETURN_IF_ERROR(tx.Commit());
+  }
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  tokens_.clear();
+  return Status::Ok();
+}
+
+Status Accounts::KnownPlan(const std::string& plan) {
+  Statement known(db_, "SELECT 1 FROM plans WHERE name = ?");
+  known.Bind(1, plan);
+  if (known.Step()) return Status::Ok();
+  CADRE_RETURN_IF_ERROR(known.status());
+  std::string names;
+  Statement all(db_, "SELECT name FROM plans ORDER BY max_nodes");
+  while (all.Step()) names += (names.empty() ? "" : ", ") + all.Text(0);
+  return InvalidArgument("unknown plan '" + plan + "'; plans: " + names);
 }
 
 std::optional<User> Accounts::Authenticate(const std::string& token) {

@@ -7,7 +7,8 @@
 // A token's row (its salt and hash, the user and plan) is kept in memory for a few seconds after
 // it was read, so that a client polling the API does not cost a database read per request; the
 // secret is still hashed with its salt and compared in constant time on every request. Changes
-// another process makes to the database (`cadre users add`) are seen within that time.
+// another process makes to the database (`cadre users add`, `revoke`, `plan`) are seen within that
+// time: a revoked token is refused, and a new plan applies to submissions, a few seconds later.
 //
 // Thread-safe: every call takes the Db's lock or the cache's.
 #pragma once
@@ -48,6 +49,15 @@ class Accounts {
   // kInvalidArgument for a bad name or an unknown plan (the message lists the plans).
   Status AddUser(const std::string& name, const std::string& plan, std::string* token);
 
+  // A further token for user `name` (kNotFound for no such user); their other tokens stay valid.
+  Status NewToken(const std::string& name, std::string* token);
+  // Deletes every token of user `name`; *revoked is how many there were. Their trainings,
+  // models and deployments stay, reachable again with a NewToken.
+  Status RevokeTokens(const std::string& name, int64_t* revoked);
+  // Moves user `name` to `plan`. Jobs already queued or running go on; every later submission
+  // is checked against the new plan's limits.
+  Status SetPlan(const std::string& name, const std::string& plan);
+
   // The user a bearer token belongs to; nullopt for anything else (malformed, unknown, wrong).
   std::optional<User> Authenticate(const std::string& token);
 
@@ -59,6 +69,10 @@ class Accounts {
     User user;
     std::chrono::steady_clock::time_point read_at;
   };
+  // The next four expect the Db's lock held, inside a transaction.
+  Status InsertToken(int64_t user_id, std::string* token);
+  Status UserId(const std::string& name, int64_t* user_id);
+  Status KnownPlan(const std::string& plan);
   // The row of token `id`, from the cache while it is fresh, else from the database.
   std::optional<TokenRow> FindToken(const std::string& id);
 

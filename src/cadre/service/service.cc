@@ -264,4 +264,24 @@ Status AddUser(const fs::path& data_dir, const std::string& name, const std::str
   return accounts.AddUser(name, plan, token);
 }
 
+Status ChangeUser(const fs::path& data_dir, UserChange change, const std::string& name,
+                  const std::string& value, std::string* out) {
+  std::unique_ptr<Db> db;
+  CADRE_RETURN_IF_ERROR(OpenDatabase(data_dir, &db));
+  Accounts accounts(*db);
+  switch (change) {
+    case UserChange::kNewToken:
+      return accounts.NewToken(name, out);
+    case UserChange::kRevokeTokens: {
+      int64_t revoked = 0;
+      Status st = accounts.RevokeTokens(name, &revoked);
+      *out = std::to_string(revoked);
+      return st;
+    }
+    case UserChange::kSetPlan:
+      return accounts.SetPlan(name, value);
+  }
+  return InvalidArgument("unknown change");
+}
+
 }  // namespace cadre::service

@@ -94,4 +94,10 @@ class Service {
 Status AddUser(const std::filesystem::path& data_dir, const std::string& name,
                const std::string& plan, std::string* token);
 
+// What `cadre users token|revoke|plan` do, on the same terms as AddUser (accounts.h).
+enum class UserChange { kNewToken, kRevokeTokens, kSetPlan };
+// `value` is the plan for kSetPlan; *out is the new token, or the count of revoked tokens.
+Status ChangeUser(const std::filesystem::path& data_dir, UserChange change, const std::string& name,
+                  const std::string& value, std::string* out);
+
 }  // namespace cadre::service
