@@ -59,7 +59,7 @@ USAGE_ERRORS = [
     (["k8s", "render", "a.yaml", "b.yaml", "c.yaml"],
      "cadre k8s render: unexpected argument 'b.yaml' (it takes only manifest)"),
     (["server", "--slots", "many"], "cadre server: --slots takes a number, not 'many'"),
-    (["users", "frob"], "cadre users: unknown subcommand 'frob'; one of: add"),
+    (["users", "frob"], "cadre users: unknown subcommand 'frob'; one of: add, token, revoke, plan"),
     (["users", "add", "ada"], "cadre users add: --plan is required"),
     (["users", "add", "ada", "--plan"], "cadre users add: --plan was given no value; it takes a value"),
     (["submit"], "cadre submit: the argument manifest is required"),
