@@ -196,3 +196,19 @@ def test_a_job_survives_the_server_being_killed(make_server, tmp_path):
     status = ada.wait_state(doomed_id, FINAL)
     assert status["state"] == "failed"
     assert "runner" in status["failure"]["errors"][0]["message"]
+
+
+def test_a_job_its_runner_refuses_fails_with_the_runners_reason(make_server):
+    # The service lets the job through (its runner's variables are not the submission's), and the
+    # runner refuses it before it starts: the failure once said the runner "was killed or the
+    # machine restarted", since the service cannot see a detached runner's exit status.
+    env = dict(os.environ, CADRE_CPU_BIND="sideways")
+    server = make_server(env=env)
+    ada = server.client(server.add_user("ada"))
+    r = ada.submit_json(wml_body("true", nodes=1))
+    assert r.status == 201, r
+    status = ada.wait_state(r.json()["metadata"]["id"], FINAL)
+    assert status["state"] == "failed", status
+    message = status["failure"]["errors"][0]["message"]
+    assert "CADRE_CPU_BIND" in message and "sideways" in message, message
+    assert "killed" not in message, message

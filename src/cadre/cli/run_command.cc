@@ -26,6 +26,7 @@
 #include "cadre/launch/cpu_binding.h"
 #include "cadre/launch/hosts.h"
 #include "cadre/launch/job_spec.h"
+#include "cadre/launch/job_status.h"
 #include "cadre/launch/local_backend.h"
 #include "cadre/launch/manifest.h"
 #include "cadre/launch/python_env.h"
@@ -81,6 +82,20 @@ std::string ShellJoin(const std::vector<std::string>& words) {
     out += '\'';
   }
   return out;
+}
+
+// Says why the job did not run, on stderr and, for a runner given its job directory and
+// training id (-o and --training-id, as the job service starts it), in that directory's
+// status.json: the service cannot see this process's exit status, and would otherwise only know
+// that the runner ended without a word.
+int Refuse(const RunFlags& flags, const std::string& reason, int exit_code) {
+  std::cerr << "cadre run: " << reason << "\n";
+  if (flags.output_dir && !flags.output_dir->empty() && flags.training_id) {
+    Status recorded = launch::RecordRefusal(std::filesystem::path(*flags.output_dir),
+                                            *flags.training_id, reason, exit_code);
+    if (!recorded.ok()) std::cerr << "cadre run: warning: " << recorded.message() << "\n";
+  }
+  return exit_code;
 }
 
 int Run(const RunFlags& flags) {
@@ -278,10 +293,10 @@ int Run(const RunFlags& flags) {
     utf8("--store-host", flags.store_host);
   }
   if (!problems.empty()) {
-    std::cerr << "cadre run: the job has " << problems.size()
-              << (problems.size() == 1 ? " problem" : " problems") << "; nothing was started:\n";
-    for (const auto& p : problems.list()) std::cerr << "  " << p.ToString() << "\n";
-    return 2;
+    std::string text = "the job has " + std::to_string(problems.size()) +
+                       (problems.size() == 1 ? " problem" : " problems") + "; nothing was started:";
+    for (const auto& p : problems.list()) text += "\n  " + p.ToString();
+    return Refuse(flags, text, 2);
   }
 
   launch::RunOptions options;
@@ -301,19 +316,14 @@ int Run(const RunFlags& flags) {
   // A missing engine is one clear error before anything starts.
   std::unique_ptr<backends::Backend> runner = backends::MakeBackend(backend);
   if (Status engine = runner->CheckEngine(); !engine.ok()) {
-    std::cerr << "cadre run: " << engine.message() << "; nothing was started\n";
-    return 2;
+    return Refuse(flags, engine.message() + "; nothing was started", 2);
   }
   if (Status job = runner->CheckJob(*spec); !job.ok()) {
-    std::cerr << "cadre run: " << job.message() << "; nothing was started\n";
-    return 2;
+    return Refuse(flags, job.message() + "; nothing was started", 2);
   }
   launch::JobOutcome outcome;
   Status st = runner->Run(*spec, options, &outcome);
-  if (!st.ok()) {
-    std::cerr << "cadre run: " << st.ToString() << "\n";
-    return 1;
-  }
+  if (!st.ok()) return Refuse(flags, st.ToString(), 1);
   return outcome.exit_code;
 }
 

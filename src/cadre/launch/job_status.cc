@@ -190,6 +190,22 @@ Status MakeJobDirectory(const fs::path& dir) {
   return IoError("cannot create the job directory " + dir.string() + ": " + std::strerror(err));
 }
 
+Status RecordRefusal(const fs::path& dir, const std::string& training_id, const std::string& reason,
+                     int exit_code) {
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(dir / "status.json", ec))) return Status::Ok();
+  // Set-up begun by this runner (manifest.yaml written) is its own; anything else is someone's.
+  if (!fs::exists(dir / "manifest.yaml", ec)) CADRE_RETURN_IF_ERROR(MakeJobDirectory(dir));
+  nlohmann::json status = {{"state", JobStateName(JobState::kFailed)},
+                           {"failure", reason},
+                           {"exit_code", exit_code},
+                           {"end_time", Iso8601(WallClock::now())}};
+  if (!training_id.empty()) status["training_id"] = training_id;
+  return WriteFileAtomically(
+      dir / "status.json",
+      status.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
 Status CreateJobDirectory(const JobSpec& spec, const JobLayout& layout) {
   std::error_code ec;
   std::vector<fs::path> dirs = {layout.job_dir / "checkpoints", layout.job_dir / "state",

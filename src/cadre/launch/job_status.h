@@ -75,6 +75,14 @@ Status WriteStatusFile(const JobSpec& spec, const JobLayout& layout, const JobSt
 // anything else there (a previous job, a symlink, a file) is refused with kAlreadyExists.
 Status MakeJobDirectory(const std::filesystem::path& dir);
 
+// For a runner refused before its job started: records in `dir` (its --output-dir) a
+// status.json saying the job failed and why (`reason`), so that whoever started it (the job
+// service, which cannot see the runner's exit status) reports the real reason. A folder that
+// already holds a status.json (the job's own record), or that holds anything else and no
+// manifest.yaml (not this job's folder), is left untouched.
+Status RecordRefusal(const std::filesystem::path& dir, const std::string& training_id,
+                     const std::string& reason, int exit_code);
+
 // Writes `text` to `path` through a fresh temporary file (O_EXCL, never through a symlink),
 // fsync and rename(2): readers see the old file or the new one, also after a crash.
 Status WriteFileAtomically(const std::filesystem::path& path, const std::string& text);
