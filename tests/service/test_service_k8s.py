@@ -4,6 +4,7 @@ cluster). A job runs to completion in pods, with the learners' logs in the train
 nothing left behind, a cancel deletes its pods; the server needs --slots and refuses manifests
 without an image."""
 import os
+import signal
 import subprocess
 
 from service_helpers import CADRE, FINAL, wait_for
@@ -65,3 +66,32 @@ def test_a_cancel_deletes_the_jobs_pods(make_server, kubectl_emulator):
     assert ada.wait_state(tid, FINAL, timeout=120)["state"] == "canceled"
     assert kubectl_emulator.wait_gone(timeout=60)
     assert kubectl_emulator.objects() == [] and kubectl_emulator.pods() == []
+
+
+def test_a_killed_runners_objects_are_deleted_by_the_service(make_server, kubectl_emulator):
+    # A runner killed by SIGKILL cannot delete its objects; they ran on, pods and all, until
+    # someone deleted them by hand. The service, which sees the runner gone, deletes them.
+    server = make_server(slots=4, extra=["--backend", "kubernetes", "--namespace", "ml"],
+                         env=kubectl_emulator.env)
+    ada = server.client(server.add_user("ada"))
+    r = ada.submit_manifest(
+        "name: orphan\nframework: {name: pytorch-horovod}\nimage: img\n"
+        "execution: {command: 'echo up; sleep 300', compute_configuration: {name: cpu, nodes: 2}}\n")
+    assert r.status == 201, r
+    tid = r.json()["metadata"]["id"]
+    work = os.path.join(server.data_dir, "trainings", tid)
+    log = os.path.join(work, "training.log")
+
+    def both_up():
+        text = open(log).read() if os.path.exists(log) else ""
+        return "[learner-1] up" in text and "[learner-2] up" in text
+    wait_for("both learners' pods to run", both_up, timeout=120)
+    assert len(kubectl_emulator.pods("ml")) == 2
+    with open(os.path.join(work, "runner.pid")) as f:
+        os.kill(int(f.read()), signal.SIGKILL)
+    status = ada.wait_state(tid, FINAL, timeout=120)
+    assert status["state"] == "failed", status
+    message = status["failure"]["errors"][0]["message"]
+    assert "were deleted from namespace ml" in message, message
+    assert kubectl_emulator.wait_gone(timeout=60)
+    assert kubectl_emulator.objects("ml") == [] and kubectl_emulator.pods("ml") == []

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "cadre/launch/process.h"
+
 extern char** environ;
 
 namespace cadre::service {
@@ -176,6 +178,28 @@ RunnerOutcome ReadOutcome(const fs::path& job_dir) {
   }
   out.finished = out.state == "completed" || out.state == "failed" || out.state == "stopped";
   return out;
+}
+
+std::string RemoveRunnerLeftovers(const fs::path& job_dir,
+                                  const std::vector<std::string>& runner_args) {
+  fs::path objects = job_dir / "kubernetes" / "objects.yaml";
+  std::error_code ec;
+  if (!fs::exists(objects, ec)) return "";
+  std::string name_space = "default";
+  for (size_t i = 0; i + 1 < runner_args.size(); ++i) {
+    if (runner_args[i] == "--namespace") name_space = runner_args[i + 1];
+  }
+  launch::CaptureResult result;
+  Status st = launch::RunAndCapture({"kubectl", "delete", "-n", name_space, "--ignore-not-found",
+                                     "--wait=false", "-f", objects.string()},
+                                    std::chrono::seconds(60), &result);
+  if (st.ok() && result.exit_code == 0) {
+    return "its Kubernetes objects (" + objects.string() + ") were deleted from namespace " +
+           name_space;
+  }
+  return "its Kubernetes objects could not be deleted (" +
+         (st.ok() ? "kubectl exited with code " + std::to_string(result.exit_code) : st.message()) +
+         "); delete them with `kubectl delete -n " + name_space + " -f " + objects.string() + "`";
 }
 
 std::string TailOfFile(const fs::path& file, size_t lines) {

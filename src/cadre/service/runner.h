@@ -58,6 +58,13 @@ struct RunnerOutcome {
 };
 RunnerOutcome ReadOutcome(const std::filesystem::path& job_dir);
 
+// For a runner that ended without recording an outcome: deletes what it left on a cluster engine
+// it can no longer clean up after (Kubernetes: the objects in JOB_DIR/kubernetes/objects.yaml,
+// in the namespace its `--namespace` flag in `runner_args` names). Returns a sentence for the
+// job's failure saying what was done ("" when the runner used no such engine).
+std::string RemoveRunnerLeftovers(const std::filesystem::path& job_dir,
+                                  const std::vector<std::string>& runner_args);
+
 // The last `lines` lines of a text file (for failure messages).
 std::string TailOfFile(const std::filesystem::path& file, size_t lines);
 

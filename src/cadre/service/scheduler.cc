@@ -233,9 +233,12 @@ void Scheduler::Follow(const TrainingRecord& record) {
   }
   if (!outcome.finished) {
     std::string tail = TailOfFile(r.work_dir / "training.log", 5);
+    // A cluster engine's objects outlive a killed runner: nobody else would delete them.
+    std::string leftovers = RemoveRunnerLeftovers(r.job_dir, options_.run_args);
     Conclude(r, kFailed, "the job's runner ended without recording an outcome",
              "the job's runner (cadre run, pid " + std::to_string(runner.pid) +
                  ") ended without recording an outcome; it was killed or the machine restarted" +
+                 (leftovers.empty() ? "" : "; " + leftovers) +
                  (tail.empty() ? "" : "; its last output:\n" + tail));
     return;
   }
