@@ -10,6 +10,14 @@ import subprocess
 from service_helpers import CADRE, FINAL, wait_for
 
 
+def wait_both_up(log):
+    """Waits until both learners of a job in the training log `log` printed "up"."""
+    def both_up():
+        text = open(log).read() if os.path.exists(log) else ""
+        return "[learner-1] up" in text and "[learner-2] up" in text
+    wait_for("both learners' pods to run", both_up, timeout=120)
+
+
 def test_a_job_runs_to_completion_in_pods(make_server, kubectl_emulator):
     server = make_server(slots=4, extra=["--backend", "kubernetes", "--namespace", "ml"],
                          env=kubectl_emulator.env)
@@ -56,11 +64,7 @@ def test_a_cancel_deletes_the_jobs_pods(make_server, kubectl_emulator):
     assert r.status == 201, r
     tid = r.json()["metadata"]["id"]
     log = os.path.join(server.data_dir, "trainings", tid, "training.log")
-
-    def both_up():
-        text = open(log).read() if os.path.exists(log) else ""
-        return "[learner-1] up" in text and "[learner-2] up" in text
-    wait_for("both learners' pods to run", both_up, timeout=120)
+    wait_both_up(log)
     assert len(kubectl_emulator.pods()) == 2
     assert ada.api("DELETE", f"/{tid}").status == 204
     assert ada.wait_state(tid, FINAL, timeout=120)["state"] == "canceled"
@@ -81,11 +85,7 @@ def test_a_killed_runners_objects_are_deleted_by_the_service(make_server, kubect
     tid = r.json()["metadata"]["id"]
     work = os.path.join(server.data_dir, "trainings", tid)
     log = os.path.join(work, "training.log")
-
-    def both_up():
-        text = open(log).read() if os.path.exists(log) else ""
-        return "[learner-1] up" in text and "[learner-2] up" in text
-    wait_for("both learners' pods to run", both_up, timeout=120)
+    wait_both_up(log)
     assert len(kubectl_emulator.pods("ml")) == 2
     with open(os.path.join(work, "runner.pid")) as f:
         os.kill(int(f.read()), signal.SIGKILL)
