@@ -10,12 +10,26 @@ import subprocess
 from service_helpers import CADRE, FINAL, wait_for
 
 
-def wait_both_up(log):
-    """Waits until both learners of a job in the training log `log` printed "up"."""
+def start_two_learner_job(make_server, kubectl_emulator, name, *extra):
+    """A server on the kubernetes backend running a 2-learner job `name` whose learners print
+    "up" and sleep; returns (server, client, training id, the service's work folder) once both
+    learners' pods have printed it."""
+    server = make_server(slots=4, extra=["--backend", "kubernetes", *extra],
+                         env=kubectl_emulator.env)
+    ada = server.client(server.add_user("ada"))
+    r = ada.submit_manifest(
+        f"name: {name}\nframework: {{name: pytorch-horovod}}\nimage: img\n"
+        "execution: {command: 'echo up; sleep 300', compute_configuration: {name: cpu, nodes: 2}}\n")
+    assert r.status == 201, r
+    tid = r.json()["metadata"]["id"]
+    work = os.path.join(server.data_dir, "trainings", tid)
+    log = os.path.join(work, "training.log")
+
     def both_up():
         text = open(log).read() if os.path.exists(log) else ""
         return "[learner-1] up" in text and "[learner-2] up" in text
     wait_for("both learners' pods to run", both_up, timeout=120)
+    return server, ada, tid, work
 
 
 def test_a_job_runs_to_completion_in_pods(make_server, kubectl_emulator):
@@ -56,15 +70,7 @@ def test_the_server_needs_slots_and_jobs_need_an_image(make_server, kubectl_emul
 
 
 def test_a_cancel_deletes_the_jobs_pods(make_server, kubectl_emulator):
-    server = make_server(slots=4, extra=["--backend", "kubernetes"], env=kubectl_emulator.env)
-    ada = server.client(server.add_user("ada"))
-    r = ada.submit_manifest(
-        "name: long\nframework: {name: pytorch-horovod}\nimage: img\n"
-        "execution: {command: 'echo up; sleep 300', compute_configuration: {name: cpu, nodes: 2}}\n")
-    assert r.status == 201, r
-    tid = r.json()["metadata"]["id"]
-    log = os.path.join(server.data_dir, "trainings", tid, "training.log")
-    wait_both_up(log)
+    server, ada, tid, _ = start_two_learner_job(make_server, kubectl_emulator, "long")
     assert len(kubectl_emulator.pods()) == 2
     assert ada.api("DELETE", f"/{tid}").status == 204
     assert ada.wait_state(tid, FINAL, timeout=120)["state"] == "canceled"
@@ -75,17 +81,8 @@ def test_a_cancel_deletes_the_jobs_pods(make_server, kubectl_emulator):
 def test_a_killed_runners_objects_are_deleted_by_the_service(make_server, kubectl_emulator):
     # A runner killed by SIGKILL cannot delete its objects; they ran on, pods and all, until
     # someone deleted them by hand. The service, which sees the runner gone, deletes them.
-    server = make_server(slots=4, extra=["--backend", "kubernetes", "--namespace", "ml"],
-                         env=kubectl_emulator.env)
-    ada = server.client(server.add_user("ada"))
-    r = ada.submit_manifest(
-        "name: orphan\nframework: {name: pytorch-horovod}\nimage: img\n"
-        "execution: {command: 'echo up; sleep 300', compute_configuration: {name: cpu, nodes: 2}}\n")
-    assert r.status == 201, r
-    tid = r.json()["metadata"]["id"]
-    work = os.path.join(server.data_dir, "trainings", tid)
-    log = os.path.join(work, "training.log")
-    wait_both_up(log)
+    server, ada, tid, work = start_two_learner_job(make_server, kubectl_emulator, "orphan",
+                                                   "--namespace", "ml")
     assert len(kubectl_emulator.pods("ml")) == 2
     with open(os.path.join(work, "runner.pid")) as f:
         os.kill(int(f.read()), signal.SIGKILL)
