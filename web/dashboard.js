@@ -18,7 +18,7 @@ async function api(method, path, body) {
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const r = await fetch(`${path}${sep}version=${VERSION}`, {
     method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  if (r.status === 401) { signOut(); throw new Error("signed out"); }
+  if (r.status === 401) { signOut(NO_LONGER_VALID); throw new Error("signed out"); }
   return r;
 }
 
@@ -33,8 +33,15 @@ function stopUpdates() {
   if (logAbort) { logAbort.abort(); logAbort = null; }
 }
 
-function signOut() {
+// Said when a token that signed in stops working: revoked (`cadre users revoke`), or the
+// server's data was replaced.
+const NO_LONGER_VALID =
+  "Signed out: your token is no longer accepted by this server (it may have been revoked). " +
+  "Paste a valid token.";
+
+function signOut(why) {
   sessionStorage.removeItem("cadre-token");
+  $("sign-in-error").textContent = typeof why === "string" ? why : "";
   stopUpdates();
   $("who").textContent = "";
   $("sign-out").hidden = true;
@@ -311,6 +318,6 @@ $("sign-in-form").addEventListener("submit", async (e) => {
 $("sign-out").addEventListener("click", signOut);
 window.addEventListener("hashchange", route);
 (async () => {
-  if (token() && !(await signIn(token()))) signOut();
+  if (token() && !(await signIn(token()))) signOut(NO_LONGER_VALID);
   route();
 })();

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from service_helpers import BUILD, wait_for, wml_body
+from service_helpers import BUILD, CADRE, wait_for, wml_body
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEPS = os.environ.get("CADRE_BROWSER_DEPS", os.path.join(
@@ -38,6 +38,36 @@ def browser():
         pytest.fail(f"the browser test needs chromium, node and puppeteer-core in {DEPS}: "
                     "run scripts/install-deps")
     return chromium, node
+
+
+def test_dashboard_shows_names_as_text_and_says_when_a_token_is_revoked(make_server, tmp_path):
+    chromium, node = browser()
+    server = make_server(slots=2)
+    token = server.add_user("ada")
+    name = '<img src=x onerror="window.injected=1">'
+    r = server.client(token).submit_json(wml_body("true", name=name))
+    assert r.status == 201, r
+    signed_in = tmp_path / "signed-in"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "deps": DEPS, "chromium": chromium, "url": server.url + "/", "token": token,
+        "revoked": {"job": r.json()["metadata"]["id"], "name": name,
+                    "signed_in": str(signed_in)},
+        "screenshot": str(tmp_path / "revoked.png")}))
+    check = subprocess.Popen([node, os.path.join(HERE, "browser", "dashboard_check.cjs"),
+                              str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    try:
+        wait_for("the dashboard to sign in", lambda: signed_in.exists() or check.poll() is not None,
+                 timeout=300)
+        revoke = subprocess.run([CADRE, "users", "revoke", "ada", "--data-dir",
+                                 str(server.data_dir)], capture_output=True, text=True, timeout=60)
+        assert revoke.returncode == 0, revoke.stderr
+        out, _ = check.communicate(timeout=300)
+    finally:
+        if check.poll() is None:
+            check.kill()
+    assert check.returncode == 0, out
 
 
 def test_dashboard_pages_through_older_trainings(make_server, tmp_path):

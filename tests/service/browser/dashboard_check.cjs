@@ -107,6 +107,28 @@ async function checkDeployments(page, d) {
   if (!(await deploymentRow(page, d.failed))) throw new Error("the other deployment went too");
 }
 
+// A job's name is shown as text, never as markup; a token revoked while the page is open signs
+// it out with a message that says so.
+async function checkRevoked(page, r) {
+  const name = await page.waitForFunction((id) => {
+    const link = document.querySelector(`#job-rows a[href="#/jobs/${id}"]`);
+    return link && link.closest("tr").children[1].textContent;
+  }, WAIT, r.job);
+  if ((await name.jsonValue()) !== r.name) throw new Error(`the name shows as ${await name.jsonValue()}`);
+  if (await page.$("#job-rows img, #job-rows script")) throw new Error("the name became markup");
+  if (await page.evaluate(() => window.injected)) throw new Error("the name's script ran");
+  fs.writeFileSync(r.signed_in, "");
+  await page.waitForFunction(() => !document.getElementById("sign-in").hidden, WAIT);
+  const why = await text(page, "#sign-in-error");
+  if (!why.includes("no longer accepted")) throw new Error(`signed out saying '${why}'`);
+  // Coming back to the page with the revoked token says the same.
+  await page.evaluate((t) => sessionStorage.setItem("cadre-token", t), config.token);
+  await page.reload({ waitUntil: "load", ...WAIT });
+  await page.waitForFunction(
+    () => document.getElementById("sign-in-error").textContent.includes("no longer accepted"),
+    WAIT);
+}
+
 async function main() {
   const browser = await puppeteer.launch({
     executablePath: config.chromium,
@@ -136,6 +158,10 @@ async function main() {
     }
     if (config.deployments) {
       await checkDeployments(page, config.deployments);
+      return;
+    }
+    if (config.revoked) {
+      await checkRevoked(page, config.revoked);
       return;
     }
     const link = `#job-rows a[href="#/jobs/${config.job}"]`;
