@@ -1,8 +1,8 @@
 """`cadre run --backend kubernetes` against the kubectl emulator (k8s/fake_kubectl.py: the objects
 cadre creates, their StatefulSet's pods run as local processes; not a cluster): the learner
 contract in the pods and an allreduce across them, the pods' logs streamed per learner, a failed
-learner, a cancel, pods unschedulable past --queue-timeout, kubectl's own errors, no kubectl. In
-every case the job's objects and pods are gone when cadre run returns."""
+learner, a pod deleted from outside, a cancel, pods unschedulable past --queue-timeout, kubectl's
+own errors, no kubectl. In every case the job's objects and pods are gone when cadre run returns."""
 import os
 import shutil
 import subprocess
@@ -206,4 +206,26 @@ def test_log_streams_that_end_early_are_followed_again(kubectl_emulator, tmp_pat
     for k in (1, 2):
         assert f"[learner-{k}] after" in job.stdout
         assert f"[learner-{k}] cadre task: learner-{k} finished" in job.stdout
+    assert_nothing_left(kubectl_emulator)
+
+
+def test_a_deleted_pod_fails_the_job_naming_its_learner(kubectl_emulator, tmp_path):
+    # `kubectl delete pod` from outside: the StatefulSet makes a new pod, whose learner would start
+    # the command again alone; the job fails naming the learner, and its objects are deleted.
+    proc = subprocess.Popen([CADRE, "run", "--backend", "kubernetes", "--image", "img", "-n", "2",
+                             "--compute", "cpu", "--framework", "pytorch-horovod", "--", "sh",
+                             "-c", "echo up; sleep 300"],
+                            cwd=tmp_path, env=kubectl_emulator.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def delete_second_pod():
+        pod = sorted(kubectl_emulator.pods())[1]
+        subprocess.run(["kubectl", "delete", "pod", pod], env=kubectl_emulator.env, check=True,
+                       timeout=60, stdout=subprocess.DEVNULL)
+
+    job = interrupt_once_up(proc, str(tmp_path), slots=2, timeout=120,
+                            while_up=delete_second_pod, interrupt=None)
+    assert job.returncode == 1, job.stderr
+    assert job.status()["state"] == "failed", job.stderr
+    assert "learner-2" in job.status()["failure"], job.status()
     assert_nothing_left(kubectl_emulator)

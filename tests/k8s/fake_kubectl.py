@@ -6,6 +6,7 @@ $FAKE_KUBECTL_STATE and implements only what cadre uses:
   kubectl [-n NS] get pods -l K=V -o json       the pods as a v1 List
   kubectl [-n NS] logs POD [-c C] [-f|--previous] [--since-time=T: ignored, the whole log]
   kubectl [-n NS] delete -f FILE [--ignore-not-found] [--wait=false] [--grace-period=N] [--force]
+  kubectl [-n NS] delete pod NAME               one pod; its StatefulSet makes a new one (new uid)
 
 A StatefulSet's controller (this file, run detached) runs each pod's container as local processes:
 the container's command with its env (fieldRef metadata.name, HOSTNAME), in its own mount, PID and
@@ -200,6 +201,8 @@ def container_running(ns, pod, container):
 def delete(ns, args):
     if args[1:2] == ["pods"]:
         return delete_pods(ns, args)
+    if args[1:2] == ["pod"]:
+        return delete_pod(ns, args[2])
     path = args[args.index("-f") + 1]
     grace = None
     for a in args:
@@ -240,6 +243,17 @@ def delete_pods(ns, args):
             with open(os.path.join(set_dir(ns, owner), "force"), "w"):
                 pass
             print(f'pod "{pod}" force deleted')
+
+
+def delete_pod(ns, pod):
+    """A user's `kubectl delete pod`: the pod's controller stops it and makes it anew."""
+    obj = read_json(os.path.join(STATE, ns, "pods", pod, "pod.json"))
+    if obj is None:
+        fail(f'Error from server (NotFound): pods "{pod}" not found')
+    owner = obj["metadata"]["ownerReferences"][0]["name"]
+    with open(os.path.join(set_dir(ns, owner), "replace-" + pod), "w"):
+        pass
+    print(f'pod "{pod}" deleted')
 
 
 # ---- the StatefulSet controller ----
@@ -419,7 +433,14 @@ def controller(ns, name, workdir):
             for k in range(start, start + replicas)]
     grace = sts["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
     while not stop and os.path.exists(object_path(ns, "StatefulSet", name)):
-        for pod in pods:
+        for i, pod in enumerate(pods):
+            replace = os.path.join(d, "replace-" + pod.name)
+            if os.path.exists(replace):  # deleted by a user: killed (no grace), made anew
+                pod.stop()
+                pod.kill()
+                pods[i] = Pod(ns, sts, pod.ordinal, pod.status["podIP"], hosts, workdir)
+                os.remove(replace)
+                continue
             pod.poll()
         time.sleep(0.1)
     deleted = read_json(os.path.join(d, "delete.json")) or {}
