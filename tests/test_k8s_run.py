@@ -99,12 +99,17 @@ def test_a_failed_learner_fails_the_job_by_name(kubectl_emulator, tmp_path):
     assert_nothing_left(kubectl_emulator)
 
 
-def test_ctrl_c_deletes_the_job(kubectl_emulator, tmp_path):
-    proc = subprocess.Popen([CADRE, "run", "--backend", "kubernetes", "--image", "img", "-n", "2",
-                             "--compute", "cpux2", "--framework", "pytorch-horovod", "--", "sh",
+def start_sleeping_job(emulator, tmp_path, compute):
+    """A running 2-learner `cadre run --backend kubernetes` whose slots print "up" and sleep."""
+    return subprocess.Popen([CADRE, "run", "--backend", "kubernetes", "--image", "img", "-n", "2",
+                             "--compute", compute, "--framework", "pytorch-horovod", "--", "sh",
                              "-c", "echo up; sleep 300"],
-                            cwd=tmp_path, env=kubectl_emulator.env, stdout=subprocess.PIPE,
+                            cwd=tmp_path, env=emulator.env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def test_ctrl_c_deletes_the_job(kubectl_emulator, tmp_path):
+    proc = start_sleeping_job(kubectl_emulator, tmp_path, "cpux2")
     def two_pods():
         assert len(kubectl_emulator.pods()) == 2
 
@@ -212,11 +217,7 @@ def test_log_streams_that_end_early_are_followed_again(kubectl_emulator, tmp_pat
 def test_a_deleted_pod_fails_the_job_naming_its_learner(kubectl_emulator, tmp_path):
     # `kubectl delete pod` from outside: the StatefulSet makes a new pod, whose learner would start
     # the command again alone; the job fails naming the learner, and its objects are deleted.
-    proc = subprocess.Popen([CADRE, "run", "--backend", "kubernetes", "--image", "img", "-n", "2",
-                             "--compute", "cpu", "--framework", "pytorch-horovod", "--", "sh",
-                             "-c", "echo up; sleep 300"],
-                            cwd=tmp_path, env=kubectl_emulator.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_sleeping_job(kubectl_emulator, tmp_path, "cpu")
 
     def delete_second_pod():
         pod = sorted(kubectl_emulator.pods())[1]
