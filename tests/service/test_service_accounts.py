@@ -3,6 +3,7 @@ account's trainings reached by id, by filters and by log streams, and a plan's l
 submissions racing each other. Real server processes on loopback; every wait is bounded."""
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import threading
@@ -171,3 +172,25 @@ def test_me_names_only_the_callers_account(server):
     assert json.loads(me.body)["name"] == "ada"
     assert json.loads(me.body)["plan"]["name"] == "lite"
     assert Client(server.url, "cadre_0_0").request("GET", "/v1/me").status == 401
+
+
+def test_revocations_and_plans_survive_a_restart(make_server, tmp_path):
+    data = tmp_path / "data"
+    server = make_server(data_dir=data)
+    ada_token = server.add_user("ada", plan="premium")
+    bob_token = server.add_user("bob")
+    r = server.client(ada_token).submit_json(wml_body("true", name="before"))
+    assert r.status == 201, r
+    tid = r.json()["metadata"]["id"]
+    server.client(ada_token).wait_state(tid, FINAL)
+    assert users(server, "plan", "ada", "lite")[0] == 0
+    assert users(server, "revoke", "bob")[0] == 0
+    server.kill(signal.SIGTERM)
+
+    again = make_server(data_dir=data)
+    ada = again.client(ada_token)
+    me = ada.request("GET", "/v1/me")
+    assert me.status == 200 and json.loads(me.body)["plan"]["name"] == "lite", me
+    assert ada.get(tid).json()["metadata"]["name"] == "before"
+    assert ada.submit_json(wml_body("true", nodes=2)).error_codes() == ["plan_not_supported"]
+    assert again.client(bob_token).api("GET", "").status == 401
