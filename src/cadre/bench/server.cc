@@ -503,9 +503,32 @@ int RunServerBench(const ServerBenchOptions& args) {
   if (args.server.empty() && args.server_command.empty()) {
     throw Error(Code::kInvalidArgument, "bench server: no server to measure and none to start");
   }
-  if (args.clients < 1 || args.repeats < 1 || args.duration_s <= 0 || args.warmup_s < 0) {
-    throw Error(Code::kInvalidArgument,
-                "bench server: --clients and --repeats must be at least 1, --duration positive");
+  // Each flag's range, named when it is out of it: NaN or 1e300 seconds of load ran a
+  // meaningless measurement, and a --grace or --server-threads the started server refuses
+  // ended as an internal error.
+  struct Range {
+    const char* flag;
+    double value, low, high;
+  };
+  const Range ranges[] = {
+      {"--clients", static_cast<double>(args.clients), 1, 4096},
+      {"--duration", args.duration_s, 0.001, 86400},
+      {"--warmup", args.warmup_s, 0, 86400},
+      {"--repeats", static_cast<double>(args.repeats), 1, 1000},
+      {"--grace", args.grace_s, 0, 86400},
+      {"--server-threads", static_cast<double>(args.server_threads), 4, 1024},
+      {"--rounds", static_cast<double>(args.rounds), 1, 1000},
+      {"--steps", static_cast<double>(args.steps), 1, 1e9},
+      {"--status-rate", args.status_rate, 0, 1e6},
+      {"--followers", static_cast<double>(args.followers), 0, 4096},
+  };
+  for (const Range& r : ranges) {
+    if (!(r.value >= r.low && r.value <= r.high)) {
+      char line[160];
+      std::snprintf(line, sizeof(line), "bench server: %s must be %.15g..%.15g, got %.15g", r.flag,
+                    r.low, r.high, r.value);
+      throw Error(Code::kInvalidArgument, line);
+    }
   }
   signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<StartedServer> started;

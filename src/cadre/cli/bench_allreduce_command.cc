@@ -1,6 +1,7 @@
 // `cadre bench allreduce`: flags and the environment (the communicator's tunables, the CPU
 // binding of `cadre run`), handed to bench/allreduce.h.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cadre/base/status.h"
@@ -18,7 +19,7 @@ struct AllreduceBenchArgs {
   std::string sizes;
   bool json = false;
   std::string transport = "shm";
-  int iters = 0;  // 0 = by size
+  std::optional<int> iters;  // not given: by size
   double timeout_s = 120;
   int late_us = 0;
 };
@@ -32,7 +33,13 @@ int RunBenchAllreduce(const AllreduceBenchArgs& args) {
   options.sizes = bench::ParseAllreduceSizes(args.sizes);
   options.json = args.json;
   options.transport = args.transport;
-  options.iters = args.iters;
+  // 0 is the library's "by size"; given, it must be a count.
+  if (args.iters && *args.iters < 1) {
+    throw Error(Code::kInvalidArgument,
+                "bench allreduce: --iters must be at least 1 (leave it out: chosen by size), got " +
+                    std::to_string(*args.iters));
+  }
+  options.iters = args.iters.value_or(0);
   options.timeout_s = args.timeout_s;
   options.late_us = args.late_us;
   config::ReadCommunicatorTunables(&options.communicator);  // CADRE_SHM_SLOT_BYTES, ..._SPIN_US

@@ -74,7 +74,7 @@ void AddBenchPsCommand(CLI::App& app, int* exit_code) {
   n->add_option("--iterations", node->iterations)->required()->check(CLI::Range(1, 10000));
   n->add_option("--out", node->out_dir)->required();
   n->add_option("--token", node->token)->required();
-  n->add_option("--timeout", node->timeout_s)->required()->check(CLI::PositiveNumber);
+  n->add_option("--timeout", node->timeout_s)->required()->check(NumberIn(0.001, 3.0e7));
   n->callback([node, exit_code] {
     // The emulated host's facts, set by netem::RunOnEveryHost.
     node->host = static_cast<int>(EnvInt("CADRE_NETEM_HOST", -1));

@@ -32,8 +32,9 @@ void AddBenchServerCommand(CLI::App& app, int* exit_code) {
       "cancel-to-gone, training throughput under load (docs/benchmarks.md)");
   cmd->add_option("--server", args->server,
                   "Measure this server (URL) instead of starting one; needs --token or "
-                  "CADRE_TOKEN of a user who may run 2-learner jobs");
-  cmd->add_option("--token", args->token, "Bearer token for --server");
+                  "CADRE_TOKEN of a user who may run 2-learner jobs")
+      ->type_name(kUrlType);
+  cmd->add_option("--token", args->token, "Bearer token for --server")->type_name(kTokenType);
   cmd->add_option("-c,--clients", args->clients, "Concurrent keep-alive clients (default 32)");
   cmd->add_option("--duration", args->duration_s, "Seconds of GET load (default 10)");
   cmd->add_option("--warmup", args->warmup_s, "Seconds of load before measuring (default 1)");

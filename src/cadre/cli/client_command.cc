@@ -22,6 +22,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -463,6 +464,12 @@ int Score(const ClientFlags& flags, const std::string& id, const std::string& in
   if (input == "-") {
     text << std::cin.rdbuf();
   } else {
+    // A folder opens, and reads as nothing: it was sent as an empty payload.
+    if (input.empty() || std::filesystem::is_directory(input)) {
+      std::cerr << who << ": the argument input " << (input.empty() ? "is empty" : "is a folder")
+                << "; give the payload's file, or - for stdin\n";
+      return 2;
+    }
     std::ifstream in(input);
     if (!in) {
       std::cerr << who << ": cannot read " << input << "\n";
@@ -536,12 +543,15 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
                          "Deploy a completed training's saved model for online scoring; prints the "
                          "deployment's id once it is ready");
   deploy->add_option("training_id", *training, "The training's id")->required();
-  deploy->add_option("--name", *name, "The deployment's name (default: the training's)");
+  deploy->add_option("--name", *name, "The deployment's name (default: the training's)")
+      ->type_name(kNameType);
   deploy->add_option("--timeout", *timeout, "Seconds to wait for it to be ready (default 300)")
-      ->check(CLI::Range(0.1, 1e6));
-  deploy->add_option("--update", *update,
-                     "Serve the model from this existing deployment instead of a new one (its "
-                     "current model answers until the new one is ready)");
+      ->check(NumberIn(0.1, 1e6));
+  deploy
+      ->add_option("--update", *update,
+                   "Serve the model from this existing deployment instead of a new one (its "
+                   "current model answers until the new one is ready)")
+      ->type_name(kIdType);
   AddConnectionFlags(deploy, flags.get());
   deploy->callback([=] {
     *exit_code = BadId("cadre deploy", *training, "training") ||

@@ -4,6 +4,7 @@
 #include "cadre/base/env.h"
 #include "cadre/base/status.h"
 #include "cadre/cli/commands.h"
+#include "cadre/cli/usage.h"
 #include "cadre/ps/learner.h"
 #include "cadre/ps/server.h"
 
@@ -54,17 +55,18 @@ void AddPsServerCommand(CLI::App& app, int* exit_code) {
       "ps-server",
       "Serve parameter-server variables on this learner's port 2222 until every worker is done");
   cmd->add_option("--address", args->address,
-                  "host:port to serve on (default: this learner's address, port 2222)");
+                  "host:port to serve on (default: this learner's address, port 2222)")
+      ->type_name(kAddressType);
   cmd->add_option("--workers", args->workers,
                   "number of workers (default: NUM_LEARNERS - PS_HOSTS_COUNT)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--step-timeout", args->timeout_s,
                   "seconds a sync step waits for missing workers before failing")
-      ->check(CLI::PositiveNumber);
+      ->check(NumberIn(0.001, 3.0e7));
   cmd->add_option("--worker-timeout", args->worker_timeout_s,
                   "seconds a worker that has not said done may stay silent before the server "
                   "gives up on it (an error naming it)")
-      ->check(CLI::Range(0.001, 3.0e7))
+      ->check(NumberIn(0.001, 3.0e7))
       ->capture_default_str();
   cmd->callback([args, exit_code] { *exit_code = RunPsServer(*args); });
 }

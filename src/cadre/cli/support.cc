@@ -64,8 +64,7 @@ std::string ClosestOption(const CLI::App& app, const std::string& name) {
 }
 
 // What an option takes when an empty value cannot be meant: "a number" (CLI11's numeric types),
-// "a folder", "a URL" or "a token" (options typed kDirType, kUrlType, kTokenType); "" for the
-// others.
+// or what its type in usage.h (kDirType, kUrlType, ...) says; "" for the others.
 std::string NonEmptyKind(const CLI::Option& opt) {
   std::string kind = ValueKind(opt);
   return kind == "a value" ? "" : kind;

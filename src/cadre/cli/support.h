@@ -16,7 +16,8 @@ CLI::App* BenchGroup(CLI::App& app);
 
 // Reads argv as CLI11 will, subcommand by subcommand, up to `--` (or a subcommand that takes
 // the rest unparsed). ArgvProblems: an empty value given to a numeric option (`-n ''`), which
-// CLI11 reads as absent, leaving the default, or to a folder, URL or token option (usage.h); a
+// CLI11 reads as absent, leaving the default, or to an option typed in usage.h (a folder, URL,
+// token, name, id, address); a
 // value given to a flag (`--quiet=3`, `-q=3`), which CLI11 takes as the flag given.
 // UnknownOptionProblem: the first option its subcommand does not have, for CLI11's ExtrasError,
 // which lists the leftovers without saying which subcommand they were meant for. Each returns one

@@ -22,13 +22,18 @@ namespace cadre::cli {
 // The type name of an option whose value is a folder: an empty one is refused (ArgvProblems),
 // rather than meaning the working directory or failing as an unnamed filesystem error.
 inline constexpr const char* kDirType = "DIR";
-// The type names of a server's URL and of a bearer token: an empty one is refused too, rather
-// than meaning "not given" (the default server, or $CADRE_TOKEN).
+// The type names of a server's URL, a bearer token, a name, an id and a HOST:PORT address: an
+// empty one is refused too, rather than meaning "not given" (the default server, $CADRE_TOKEN,
+// the training's name, a new deployment, the learner's address).
 inline constexpr const char* kUrlType = "URL";
 inline constexpr const char* kTokenType = "TOKEN";
+inline constexpr const char* kNameType = "NAME";
+inline constexpr const char* kIdType = "ID";
+inline constexpr const char* kAddressType = "ADDRESS";
 
 // What an option's value must be, from its CLI11 type name ("INT:INT in [1 - 64]"): "a number",
-// "a folder" (kDirType), "a URL" (kUrlType), "a token" (kTokenType) or "a value".
+// "a folder" (kDirType), "a URL", "a token", "a name", "an id", "an address" (the types above)
+// or "a value".
 inline std::string ValueKind(const CLI::Option& opt) {
   std::string type = opt.get_type_name();
   type = type.substr(0, type.find_first_of(": "));
@@ -36,6 +41,9 @@ inline std::string ValueKind(const CLI::Option& opt) {
   if (type == kDirType) return "a folder";
   if (type == kUrlType) return "a URL";
   if (type == kTokenType) return "a token";
+  if (type == kNameType) return "a name";
+  if (type == kIdType) return "an id";
+  if (type == kAddressType) return "an address (HOST:PORT)";
   return "a value";
 }
 
@@ -78,6 +86,20 @@ inline std::string ValidatorMessage(const std::string& message) {
   // PositiveNumber's bound is the largest double, and its low end is exclusive.
   if (std::strtod(high.c_str(), nullptr) > 1e300) return "must be above 0, got " + value;
   return "must be " + PlainNumber(low) + ".." + PlainNumber(high) + ", got " + value;
+}
+
+// A number in [low, high], for a floating-point option: CLI::Range lets NaN through (it is neither
+// below nor above); the message is ValidatorMessage's ("must be 0.1..1000000, got nan").
+inline CLI::Validator NumberIn(double low, double high) {
+  return CLI::Validator(
+      [low, high](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() && *end == '\0' && value >= low && value <= high) return "";
+        return "must be " + PlainNumber(std::to_string(low)) + ".." +
+               PlainNumber(std::to_string(high)) + ", got " + text;
+      },
+      "");
 }
 
 // By type, not get_name(): an ExtrasError's name is its command's.

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--max-batch-delay", f.max_batch_delay_ms,
                  "Milliseconds a batch may wait for more requests (0: only what is waiting)")
-      ->check(CLI::Range(0.0, 10000.0));
+      ->check(cadre::cli::NumberIn(0, 10000));
   app.add_option("--inference-threads", f.inference_threads, "Batches run at once")
       ->check(CLI::Range(1, 256));
   app.add_option("--intra-op-threads", f.intra_op_threads,
