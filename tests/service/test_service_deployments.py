@@ -433,6 +433,56 @@ def test_a_deployment_updated_to_another_model_answers_every_request(server):
     wait_for("the deleted deployment's process to end", lambda: not serve_pids(server, broken))
 
 
+def test_an_update_abandoned_when_the_server_stops_is_told_until_one_succeeds(make_server):
+    """PATCH to another model, then the server stops before that model's process is ready: it
+    comes back with the model it had, and its status says the update was abandoned, also once
+    ready and after another restart, until an update succeeds."""
+    server = make_server()
+    token = server.add_user("ada")
+    ada = server.client(token)
+    tiny_t, double_t = train(ada, TINY, DOUBLE)
+    tiny, double = (model_of(ada, t)["metadata"]["id"] for t in (tiny_t, double_t))
+    did = deploy(ada, tiny, "online")
+    assert wait_deployment(ada, did, ("ready", "failed"))["status"]["state"] == "ready"
+    # The new model's file made a FIFO: its process waits to read it, so the update is still
+    # under way when the server stops, however fast the machine.
+    model_file = os.path.join(server.data_dir, "models", double, "model.pt")
+    saved = model_file + ".saved"
+    os.rename(model_file, saved)
+    os.mkfifo(model_file)
+    r = ml(ada, "PATCH", f"deployments/{did}",
+           [{"op": "replace", "path": "/asset", "value": {"id": double}}])
+    assert r.status == 202 and r.json()["entity"]["status"]["state"] == "updating", r
+    server.kill(signal.SIGTERM)
+    os.remove(model_file)
+    os.rename(saved, model_file)
+
+    abandoned = f"the update to model {double} was abandoned"
+    for _ in range(2):  # the note outlives a ready state and a second restart
+        server = make_server(data_dir=server.data_dir)
+        ada = server.client(token)
+        entity = wait_deployment(ada, did, ("ready", "failed"))
+        assert entity["status"]["state"] == "ready" and entity["asset"]["id"] == tiny, entity
+        text = entity["status"]["message"]["text"]
+        assert text.startswith("ready; ") and abandoned in text and "send the update again" in \
+            text, entity
+        r = score(ada, did, [[1, 2, 3, 4]])
+        assert r.status == 200 and r.json()["predictions"][0]["values"][0][1] == \
+            [1.0, 2.0, 3.0], r
+        server.kill(signal.SIGTERM)
+
+    server = make_server(data_dir=server.data_dir)
+    ada = server.client(token)
+    assert wait_deployment(ada, did, ("ready", "failed"))["status"]["state"] == "ready"
+    r = ml(ada, "PATCH", f"deployments/{did}",
+           [{"op": "replace", "path": "/asset", "value": {"id": double}}])
+    assert r.status == 202, r
+    entity = wait_for("the update to succeed", lambda: (
+        lambda e: e if e["asset"]["id"] == double and e["status"]["state"] == "ready" else None)(
+        ml(ada, "GET", f"deployments/{did}").json()["entity"]))
+    assert "abandoned" not in entity["status"]["message"]["text"], entity
+
+
 def test_a_scoring_process_that_stops_answering_is_killed_and_started_again(server):
     """SIGSTOP stands for a hung model process: it still accepts connections, answers nothing.
     The supervisor's liveness questions go unanswered, so it kills the process; the request

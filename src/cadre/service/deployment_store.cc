@@ -7,7 +7,7 @@ namespace {
 
 constexpr char kColumns[] =
     "seq, id, user_id, name, model_id, state, message, failure, restarts, created_at, "
-    "modified_at";
+    "modified_at, updating_to, update_note";
 
 DeploymentRecord ReadRecord(Statement& s) {
   DeploymentRecord r;
@@ -22,6 +22,8 @@ DeploymentRecord ReadRecord(Statement& s) {
   r.restarts = s.Int(8);
   r.created_at = s.Text(9);
   r.modified_at = s.Text(10);
+  r.updating_to = s.OptionalText(11);
+  r.update_note = s.OptionalText(12);
   return r;
 }
 
@@ -118,8 +120,23 @@ Status DeploymentStore::SetName(const std::string& id, const std::string& name) 
 }
 
 Status DeploymentStore::SetModel(const std::string& id, const std::string& model_id) {
-  return SetText(db_, "UPDATE deployments SET model_id = ?, modified_at = ? WHERE id = ?", id,
-                 model_id);
+  return SetText(db_,
+                 "UPDATE deployments SET model_id = ?, updating_to = NULL, update_note = NULL, "
+                 "modified_at = ? WHERE id = ?",
+                 id, model_id);
+}
+
+Status DeploymentStore::SetUpdate(const std::string& id,
+                                  const std::optional<std::string>& updating_to,
+                                  const std::optional<std::string>& update_note) {
+  auto lock = db_.Lock();
+  Statement s(db_,
+              "UPDATE deployments SET updating_to = ?, update_note = ?, modified_at = ? "
+              "WHERE id = ?");
+  s.BindOptional(1, updating_to).BindOptional(2, update_note).Bind(3, NowIso()).Bind(4, id);
+  CADRE_RETURN_IF_ERROR(s.Run());
+  if (db_.changes() == 0) return NotFound("no such deployment");
+  return Status::Ok();
 }
 
 bool DeploymentStore::Remove(const std::string& id, int64_t user_id) {

@@ -34,6 +34,9 @@ struct DeploymentRecord {
   std::string state = kInitializing;
   std::optional<std::string> message, failure;
   int64_t restarts = 0;
+  // The model of the update under way (state updating), and how the last update that did not
+  // happen ended (failed, or abandoned when the server stopped): kept until one succeeds.
+  std::optional<std::string> updating_to, update_note;
   std::string created_at, modified_at;
 };
 
@@ -50,9 +53,13 @@ class DeploymentStore {
   // Sets state, message, failure (null clears it) and restarts; NotFound once deleted.
   Status Update(const std::string& id, const std::string& state, const std::string& message,
                 const std::optional<std::string>& failure, int64_t restarts);
-  // Sets the deployment's name, or the model it serves; NotFound once deleted.
+  // Sets the deployment's name, or the model it serves (which ends any update: updating_to and
+  // update_note are cleared); NotFound once deleted.
   Status SetName(const std::string& id, const std::string& name);
   Status SetModel(const std::string& id, const std::string& model_id);
+  // Sets updating_to and update_note (nullopt clears); NotFound once deleted.
+  Status SetUpdate(const std::string& id, const std::optional<std::string>& updating_to,
+                   const std::optional<std::string>& update_note);
   // Removes the user's deployment; false when there was none.
   bool Remove(const std::string& id, int64_t user_id);
 

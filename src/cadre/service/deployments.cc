@@ -60,12 +60,18 @@ void Deployments::Record(const Process& p, const std::string& state, const std::
   (void)store_.Update(p.id, state, message, failure, p.restarts);
 }
 
+std::string Deployments::WithUpdateNote(const Process& p, std::string message) {
+  if (!p.update_note.empty()) message += "; " + p.update_note;
+  return message;
+}
+
 std::optional<Deployments::Process> Deployments::ProcessFor(const DeploymentRecord& record) {
   Process p;
   p.id = record.id;
   p.dir = options_.dir / record.id;
   p.restarts = record.restarts;
   p.model_id = record.model_id;
+  p.update_note = record.update_note.value_or("");
   std::optional<ModelRecord> model = models_.GetAny(record.model_id);
   if (!model) {
     Record(p, kFailed, "deployment failed", "its model " + record.model_id + " is gone");
@@ -87,11 +93,16 @@ void Deployments::Start() {
   for (const auto& record : store_.InStates({kInitializing, kUpdating, kReady})) {
     std::optional<Process> p = ProcessFor(record);
     if (!p) continue;
+    if (record.state == kUpdating) {
+      // The update's process ended with the server: the deployment keeps its model, and says
+      // so until an update succeeds.
+      p->update_note = "the update to model " + record.updating_to.value_or("(unrecorded)") +
+                       " was abandoned: the server stopped before its scoring process was ready; " +
+                       "model " + p->model_id + " answers; send the update again";
+      (void)store_.SetUpdate(p->id, std::nullopt, p->update_note);
+    }
     Record(*p, kInitializing,
-           record.state == kUpdating
-               ? "starting its scoring process again: the server started (the update to "
-                 "another model that was under way was abandoned; send it again)"
-               : "starting its scoring process again: the server started",
+           WithUpdateNote(*p, "starting its scoring process again: the server started"),
            std::nullopt);
     std::string id = p->id;
     live_.emplace(std::move(id), std::move(*p));
@@ -139,6 +150,7 @@ void Deployments::Update(const DeploymentRecord& record, const ModelRecord& mode
              std::nullopt);
       live_.emplace(record.id, std::move(next));
     } else {
+      (void)store_.SetUpdate(record.id, model.id, record.update_note);
       Record(next, kUpdating,
              "starting a scoring process for model " + model.id + "; model " +
                  live->second.model_id + " answers until it is ready",
@@ -330,9 +342,9 @@ bool Deployments::Ended(Process& p, int status) {
   ++p.restarts;
   p.last_end = how;
   Record(p, kInitializing,
-         "its scoring process " + how + "; starting it again (restart " +
-             std::to_string(p.restarts) + " of at most " + std::to_string(options_.max_restarts) +
-             ")",
+         WithUpdateNote(p, "its scoring process " + how + "; starting it again (restart " +
+                               std::to_string(p.restarts) + " of at most " +
+                               std::to_string(options_.max_restarts) + ")"),
          std::nullopt);
   Spawn(p);
   if (p.pid == 0) {
@@ -385,7 +397,9 @@ std::vector<std::pair<std::string, int>> Deployments::PassUpdates() {
 void Deployments::UpdateFailed(const Process& next, const std::string& why) {
   auto live = live_.find(next.id);
   if (live == live_.end()) return;
-  const Process& current = live->second;
+  Process& current = live->second;
+  current.update_note = "the update to model " + next.model_id + " failed: " + why;
+  (void)store_.SetUpdate(current.id, std::nullopt, current.update_note);
   Record(current, current.ready ? kReady : kInitializing,
          "the update to model " + next.model_id + " failed, model " + current.model_id +
              " still answers: " + why,
@@ -509,7 +523,7 @@ void Deployments::CheckReady(const std::vector<std::pair<std::string, int>>& sta
       message += "; its process was started again " + std::to_string(p.restarts) + " time(s)";
       if (!p.last_end.empty()) message += ", last after it " + p.last_end;
     }
-    Record(p, kReady, message, std::nullopt);
+    Record(p, kReady, WithUpdateNote(p, message), std::nullopt);
   }
 }
 

@@ -115,7 +115,8 @@ class Deployments {
     std::string fail_reason;  // set when the supervisor killed it for good
     std::chrono::steady_clock::time_point health_asked;
     int health_missed = 0;
-    std::string killed_for;  // set when the supervisor killed it for not answering
+    std::string killed_for;   // set when the supervisor killed it for not answering
+    std::string update_note;  // how the last update that did not happen ended (the record's)
   };
 
   void Loop();
@@ -145,6 +146,9 @@ class Deployments {
   void Reap(std::vector<Process>& all);
   void Record(const Process& p, const std::string& state, const std::string& message,
               const std::optional<std::string>& failure);
+  // `message` and, when the last update did not happen, how it ended: a later "ready" does not
+  // hide it.
+  static std::string WithUpdateNote(const Process& p, std::string message);
   // The process of a recorded deployment, not started; nullopt (recorded failed) when its model
   // is gone.
   std::optional<Process> ProcessFor(const DeploymentRecord& record);

@@ -95,6 +95,12 @@ CREATE INDEX deployments_by_user ON deployments(user_id, seq);
 ALTER TABLE trainings ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE trainings ADD COLUMN gpu_ids TEXT;  -- CUDA_VISIBLE_DEVICES of its runner, once admitted
 )sql",
+    // 4: a deployment's update under way (the model it goes to), and how the last update that
+    // did not happen ended, told until an update succeeds.
+    R"sql(
+ALTER TABLE deployments ADD COLUMN updating_to TEXT;
+ALTER TABLE deployments ADD COLUMN update_note TEXT;
+)sql",
 };
 
 constexpr int kStepCount = static_cast<int>(std::size(kSteps));
