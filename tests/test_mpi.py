@@ -189,5 +189,10 @@ def test_a_host_that_stops_answering_is_named_and_the_job_ends(mpi, tmp_path):
     assert job.returncode == 1, job.stdout + job.stderr
     assert "ending the job: learner-2 (node 127.0.0.3) slots 0, 1: not heard from" in job.stderr
     assert job.status()["failure"].startswith("learner-2 (node 127.0.0.3) slots 0, 1")
+    # Its slots ran (their heartbeats came): lost with their node, not "not-started".
+    slots = {s["rank"]: s for learner in job.status()["learners"] for s in learner["slots"]}
+    assert [(r, s["state"], s.get("node")) for r, s in slots.items() if r in (2, 3)] == \
+        [(2, "lost", "127.0.0.3"), (3, "lost", "127.0.0.3")], slots
+    assert not any(s["state"] == "not-started" for s in slots.values()), slots
     # Continued, the host's slots find cadre run gone and stop: nothing is left.
     assert processes_left(tmp_path) == ""

@@ -324,6 +324,8 @@ def test_a_node_lost_with_no_failing_learner_is_named_before_slurm_notices(slurm
     assert status["state"] == "failed"
     assert status["failure"].startswith("learner-2 (node node2) slots 0, 1: not heard from")
     assert status["failed_slot"] == {"learner_id": 2, "local_rank": 0}
+    lost = [(s["rank"], s["state"], s.get("node")) for s in status["learners"][1]["slots"]]
+    assert lost == [(2, "lost", "node2"), (3, "lost", "node2")], status["learners"]
 
 
 def test_a_failed_learner_ends_the_job_when_a_lost_node_does_not_answer(slurm, tmp_path):

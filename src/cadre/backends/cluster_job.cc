@@ -317,6 +317,12 @@ std::string ClusterJob::LostSlots() {
     } catch (const std::exception&) {
       // Named without its node.
     }
+    // In status.json as lost, not as never started: their heartbeats may show they ran.
+    for (int slot : slots) {
+      auto& s = status_.slots[SlotIndex(learner, slot)];
+      s.lost = true;
+      s.node = node;
+    }
     text += std::string(text.empty() ? "" : "; ") + "learner-" + std::to_string(learner) +
             (node.empty() ? "" : " (node " + node + ")") + (slots.size() == 1 ? " slot" : " slots");
     for (size_t i = 0; i < slots.size(); ++i) {

@@ -121,6 +121,7 @@ std::string DescribeExit(std::optional<int> exit_code, std::optional<int> signal
 
 std::string SlotStatus::Describe() const {
   if (exit_code || signal) return DescribeExit(exit_code, signal);
+  if (lost) return node.empty() ? "was lost with its node" : "was lost with node " + node;
   return running ? "is running" : "did not start";
 }
 
@@ -233,7 +234,7 @@ std::string StatusJson(const JobSpec& spec, const JobLayout& layout, const JobSt
       if (s.learner_id != h.id) continue;
       const char* state = s.running                   ? "running"
                           : s.succeeded()             ? "succeeded"
-                          : !s.exit_code && !s.signal ? "not-started"
+                          : !s.exit_code && !s.signal ? (s.lost ? "lost" : "not-started")
                           : s.stop_requested          ? "stopped"
                                                       : "failed";
       json slot = {{"local_rank", s.local_rank},
@@ -245,6 +246,7 @@ std::string StatusJson(const JobSpec& spec, const JobLayout& layout, const JobSt
                    {"stopped_by_runner", s.stop_requested},
                    {"end_time", s.end_time ? json(Iso8601(*s.end_time)) : json(nullptr)},
                    {"log", s.log.string()}};
+      if (s.lost) slot["node"] = s.node.empty() ? json(nullptr) : json(s.node);
       slots.push_back(std::move(slot));
     }
     learners.push_back({{"id", h.id},

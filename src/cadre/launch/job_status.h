@@ -38,9 +38,13 @@ struct SlotStatus {
   std::optional<int> signal;     // when a signal ended it
   std::optional<WallClock::time_point> end_time;
   std::filesystem::path log;  // relative to the job directory
+  // Its node stopped answering (a cluster backend's heartbeats) before it left an exit record:
+  // it may have run, and nobody knows how it ended. `node` names the node when it is known.
+  bool lost = false;
+  std::string node;
 
   bool succeeded() const { return exit_code && *exit_code == 0; }
-  // "exited with code 3", "was killed by SIGKILL", "is running".
+  // "exited with code 3", "was killed by SIGKILL", "is running", "was lost with node n2".
   std::string Describe() const;
 };
 
