@@ -4,9 +4,11 @@ the learner contract from Slurm's facts, a failed learner, a cancel, a pending j
 import json
 import os
 import signal
+import socket
 import subprocess
 import textwrap
 import time
+import types
 
 import pytest
 
@@ -203,6 +205,30 @@ def test_a_job_slurm_refuses_is_an_error_naming_sbatch(slurm, tmp_path, args, as
     # The job's record says it never ran, not "running" for ever.
     assert job.status()["state"] == "failed"
     assert said in job.status()["failure"]
+
+
+@pytest.mark.parametrize("setting,said", [
+    # A controller that does not answer (slurmctld stopped): a port nobody listens on.
+    ("SlurmctldPort=", "Slurm's controller (slurmctld) could not be reached"),
+    # munged stopped: its socket is gone.
+    ("AuthInfo=", "Slurm's authentication (munge: munged on this machine) failed"),
+])
+def test_a_slurm_that_is_down_is_named_not_blamed_on_the_job(slurm, tmp_path, setting, said):
+    # It said "sbatch refused the job ..., which asks for 1 node", as if the request were wrong.
+    with open(slurm.conf) as f:
+        lines = f.read().splitlines()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    down = {"SlurmctldPort=": f"SlurmctldPort={closed_port}",
+            "AuthInfo=": f"AuthInfo=socket={tmp_path / 'no-munge.sock'}"}[setting]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("\n".join(down if l.startswith(setting) else l for l in lines) + "\n")
+    cluster = types.SimpleNamespace(env=dict(slurm.env, SLURM_CONF=str(conf)))
+    job = cadre_slurm(cluster, tmp_path, "-n", "1", "--", "true")
+    assert job.returncode == 1, job.stderr
+    assert said in job.stderr and "refused the job" not in job.stderr, job.stderr
+    assert job.status()["state"] == "failed" and said in job.status()["failure"]
 
 
 def test_no_sbatch_is_one_clear_error_before_anything_starts(tmp_path):

@@ -52,6 +52,18 @@ std::string Trim(std::string s) {
   return s;
 }
 
+// Which part of Slurm is out of reach, by sbatch's own words; "" when it answered.
+std::string SlurmDown(const std::string& said) {
+  if (said.find("Munge encode failed") != std::string::npos ||
+      said.find("authentication error") != std::string::npos) {
+    return "Slurm's authentication (munge: munged on this machine) failed";
+  }
+  if (said.find("Unable to contact slurm controller") != std::string::npos) {
+    return "Slurm's controller (slurmctld) could not be reached";
+  }
+  return "";
+}
+
 class SlurmEngine : public Engine {
  public:
   explicit SlurmEngine(ClusterJob& job) : job_(job) {}
@@ -68,6 +80,11 @@ class SlurmEngine : public Engine {
     CADRE_RETURN_IF_ERROR(Slurm({"sbatch", "--parsable", script.string()}, &r));
     std::string out = Trim(r.output);
     if (r.exit_code != 0) {
+      // Slurm itself out of reach is no fault of the job's request: say which part is down.
+      if (std::string down = SlurmDown(out); !down.empty()) {
+        return Status(Code::kUnavailable,
+                      "sbatch could not submit the job: " + down + "; sbatch said: " + out);
+      }
       return InvalidArgument("sbatch refused the job (exit code " + std::to_string(r.exit_code) +
                              "), which asks for " + Request() + ": " + out);
     }
