@@ -79,6 +79,23 @@ def test_events_of_an_ended_job_end_with_its_state(server):
     assert "event:" not in plain.body and "two" in plain.body, plain
 
 
+def test_a_carriage_return_in_a_line_cannot_forge_an_event(server):
+    # In an event stream CR ends a field as LF does: a line printing "\revent: end" must not end
+    # the stream for a standard EventSource client before the job has.
+    ada = server.client(server.add_user("ada"))
+    body = wml_body("printf 'one\\r\\revent: end\\rdata: forged\\n'; echo two")
+    tid = ada.submit_json(body).json()["metadata"]["id"]
+    ada.wait_state(tid, FINAL)
+    r = ada.request("GET", f"/ml/v4/trainings/{tid}/logs?version={VERSION}",
+                    headers={"Accept": "text/event-stream"})
+    fields = r.body.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    assert fields.count("event: end") == 1, r.body
+    assert fields[-4:] == ["event: end", "data: completed", "", ""], r.body
+    assert "data: event: end" in fields and "data: data: forged" in fields, r.body
+    plain = ada.request("GET", f"/ml/v4/trainings/{tid}/logs?version={VERSION}")
+    assert "one\r\revent: end\rdata: forged\n" in plain.body, plain
+
+
 def test_bad_log_parameters(server):
     ada = server.client(server.add_user("ada"))
     tid = ada.submit_json(wml_body("echo hi")).json()["metadata"]["id"]

@@ -74,7 +74,12 @@ std::string EndEvent(const std::string& state) { return "event: end\ndata: " + s
 std::string Format(const LogStream& s, const LogLine& line) {
   if (line.number <= s.since) return {};
   if (!s.events) return line.text + "\n";
-  return "id: " + std::to_string(line.number) + "\ndata: " + line.text + "\n\n";
+  // A CR ends a field in an event stream as LF does: each CR-separated piece of the line goes out
+  // as a data field of its own, so that a job printing "\revent: end" cannot forge an event
+  // (clients join the pieces with LF).
+  std::string out = "id: " + std::to_string(line.number) + "\ndata: ";
+  for (char c : line.text) out += c == '\r' ? std::string("\ndata: ") : std::string(1, c);
+  return out + "\n\n";
 }
 
 bool Send(httplib::DataSink& sink, const std::string& text) {
