@@ -6,6 +6,7 @@
 
 #include "cadre/backends/k8s_render.h"
 #include "cadre/cli/commands.h"
+#include "cadre/cli/usage.h"
 #include "cadre/launch/job_spec.h"
 #include "cadre/launch/job_status.h"
 #include "cadre/launch/manifest.h"
@@ -86,7 +87,8 @@ void AddK8sCommand(CLI::App& app, int* exit_code) {
   render->add_option("manifest", flags->manifest, "The job's manifest (.yaml)")->required();
   render->add_option("--image", flags->image, "The container image: cadre and the command");
   render->add_option("--namespace", flags->name_space, "The namespace (default: default)");
-  render->add_option("-o,--output", flags->output, "Write to this file instead of stdout");
+  render->add_option("-o,--output", flags->output, "Write to this file instead of stdout")
+      ->type_name(kFileType);
   render->add_option("--compute", flags->compute, "Compute configuration (overrides the manifest)");
   render->add_option("-n,--nodes", flags->nodes, "Learners (overrides the manifest)");
   render->add_option("--name", flags->name, "The job's name (overrides the manifest)");

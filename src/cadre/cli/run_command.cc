@@ -387,15 +387,18 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--time-limit", flags->time_limit,
                   "Slurm: the job's time limit, minutes or as sbatch --time takes it "
                   "(hours:minutes:seconds, days-hours, ...); 0 or UNLIMITED for none");
-  cmd->add_option("--partition", flags->partition, "Slurm: the partition to submit to");
-  cmd->add_option("--hostfile", flags->hostfile, "Open MPI: the hosts, one learner each");
+  cmd->add_option("--partition", flags->partition, "Slurm: the partition to submit to")
+      ->type_name(kNameType);
+  cmd->add_option("--hostfile", flags->hostfile, "Open MPI: the hosts, one learner each")
+      ->type_name(kFileType);
   cmd->add_option("--image", flags->image,
                   "Kubernetes: the container image, holding cadre and the command (the "
                   "manifest's image)");
   cmd->add_option("--namespace", flags->name_space, "Kubernetes: the namespace (default: default)");
   cmd->add_option("--store-host", flags->store_host,
                   "Slurm/Open MPI: the address the nodes reach this machine at (default: this "
-                  "host's name, resolved here)");
+                  "host's name, resolved here)")
+      ->type_name(kHostType);
   cmd->callback([flags, exit_code] { *exit_code = Run(*flags); });
 }
 

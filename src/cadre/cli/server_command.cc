@@ -301,11 +301,15 @@ void AddServerCommand(CLI::App& app, int* exit_code) {
                   "cluster's CPUs), mpi (mpirun on --hostfile's hosts) or kubernetes (kubectl; "
                   "--slots needed, images from the manifests) (docs/backends.md)");
   cmd->add_option("--store-host", flags->store_host,
-                  "slurm/mpi: the address the nodes reach this machine at (cadre run's flag)");
-  cmd->add_option("--partition", flags->partition, "slurm: the partition jobs are submitted to");
-  cmd->add_option("--hostfile", flags->hostfile, "mpi: the hosts, one learner each");
+                  "slurm/mpi: the address the nodes reach this machine at (cadre run's flag)")
+      ->type_name(kHostType);
+  cmd->add_option("--partition", flags->partition, "slurm: the partition jobs are submitted to")
+      ->type_name(kNameType);
+  cmd->add_option("--hostfile", flags->hostfile, "mpi: the hosts, one learner each")
+      ->type_name(kFileType);
   cmd->add_option("--namespace", flags->name_space,
-                  "kubernetes: the namespace jobs run in (default: default)");
+                  "kubernetes: the namespace jobs run in (default: default)")
+      ->type_name(kNameType);
   cmd->add_option("--queue-timeout", flags->queue_timeout_seconds,
                   "slurm, kubernetes: cancel a job still pending after S seconds (default: wait)");
   cmd->add_option("--heartbeat-timeout", flags->heartbeat_timeout_seconds,

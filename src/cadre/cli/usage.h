@@ -22,18 +22,21 @@ namespace cadre::cli {
 // The type name of an option whose value is a folder: an empty one is refused (ArgvProblems),
 // rather than meaning the working directory or failing as an unnamed filesystem error.
 inline constexpr const char* kDirType = "DIR";
-// The type names of a server's URL, a bearer token, a name, an id and a HOST:PORT address: an
-// empty one is refused too, rather than meaning "not given" (the default server, $CADRE_TOKEN,
-// the training's name, a new deployment, the learner's address).
+// The type names of a server's URL, a bearer token, a name, an id, a HOST:PORT address, a host
+// and a file: an empty one is refused too, rather than meaning "not given" (the default server,
+// $CADRE_TOKEN, the training's name, a new deployment, the learner's address, the default
+// partition or namespace, stdout).
 inline constexpr const char* kUrlType = "URL";
 inline constexpr const char* kTokenType = "TOKEN";
 inline constexpr const char* kNameType = "NAME";
 inline constexpr const char* kIdType = "ID";
 inline constexpr const char* kAddressType = "ADDRESS";
+inline constexpr const char* kHostType = "HOST";
+inline constexpr const char* kFileType = "FILE";
 
 // What an option's value must be, from its CLI11 type name ("INT:INT in [1 - 64]"): "a number",
-// "a folder" (kDirType), "a URL", "a token", "a name", "an id", "an address" (the types above)
-// or "a value".
+// "a folder" (kDirType), "a URL", "a token", "a name", "an id", "an address", "a host", "a file"
+// (the types above) or "a value".
 inline std::string ValueKind(const CLI::Option& opt) {
   std::string type = opt.get_type_name();
   type = type.substr(0, type.find_first_of(": "));
@@ -44,6 +47,8 @@ inline std::string ValueKind(const CLI::Option& opt) {
   if (type == kNameType) return "a name";
   if (type == kIdType) return "an id";
   if (type == kAddressType) return "an address (HOST:PORT)";
+  if (type == kHostType) return "a host";
+  if (type == kFileType) return "a file";
   return "a value";
 }
 
