@@ -116,6 +116,12 @@ USAGE_ERRORS = [
     (["server", "--backend", "kubernetes", "--namespace", ""],
      "cadre server: --namespace was given an empty value; it takes a name"),
     (["k8s", "render", "x.yaml", "-o", ""], "cadre k8s render: -o was given an empty value; it takes a file"),
+    # A folder where a file goes: "cannot rename", and a hostfile that "lists no hosts".
+    (["k8s", "render", os.path.join(os.path.dirname(__file__), "..", "examples", "fashion_mnist",
+                                     "horovod.yaml"), "--image", "i", "-o", "/"],
+     "cadre k8s render: -o / is a folder; give the file to write"),
+    (["run", "--backend", "mpi", "--hostfile", "/", "--", "true"],
+     "cadre run: --hostfile / is a folder; give the file that lists the hosts; nothing was started"),
     # A value given to a flag was taken as the flag given (--quiet=false as --quiet).
     (["run", "--quiet=3", "--", "true"], "cadre run: --quiet takes no value, got '3'"),
     (["jobs", "logs", "x", "--follow=false"],

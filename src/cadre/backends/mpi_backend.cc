@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -122,6 +123,12 @@ class MpiBackend : public Backend {
   Status ReadHosts(const launch::JobSpec& spec, std::vector<std::string>* hosts) const {
     if (options_.hostfile.empty()) {
       return InvalidArgument("--backend mpi needs --hostfile FILE: the hosts, one per learner");
+    }
+    // A folder opens and reads as nothing: it "listed no hosts".
+    std::error_code ec;
+    if (std::filesystem::is_directory(options_.hostfile, ec)) {
+      return InvalidArgument("--hostfile " + options_.hostfile.string() +
+                             " is a folder; give the file that lists the hosts");
     }
     std::ifstream in(options_.hostfile);
     if (!in) return InvalidArgument("--hostfile " + options_.hostfile.string() + " cannot be read");

@@ -1,5 +1,6 @@
 // `cadre k8s render job.yaml --image IMAGE [-o FILE]`: the Kubernetes objects that run the job
 // (backends/k8s_render.h), to apply with `kubectl apply -f`. See docs/backends.md.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -61,6 +62,11 @@ int Render(const RenderFlags& flags) {
   if (flags.output.empty()) {
     std::cout << yaml;
     return 0;
+  }
+  if (std::error_code ec; std::filesystem::is_directory(flags.output, ec)) {
+    std::cerr << "cadre k8s render: -o " << flags.output
+              << " is a folder; give the file to write\n";
+    return 2;
   }
   // The file holds the job's token: readable by its owner only.
   if (Status st = launch::WriteFileAtomically(flags.output, yaml); !st.ok()) {
