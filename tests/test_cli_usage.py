@@ -95,6 +95,7 @@ USAGE_ERRORS = [
     (["deploy", "t-1", "--timeout", "nan"], "cadre deploy: --timeout: must be 0.1..1000000, got nan"),
     (["score", "d-1", "."],
      "cadre score: the argument input is a folder; give the payload's file, or - for stdin"),
+    (["submit", ""], "cadre submit: the argument manifest is empty; give the job's manifest (.yaml)"),
     (["score", "d-1", ""],
      "cadre score: the argument input is empty; give the payload's file, or - for stdin"),
     (["ps-server", "--address", "", "--workers", "2"],

@@ -208,6 +208,10 @@ int Report(const char* who, const Connection& c, const httplib::Result& r) {
 int Submit(const ClientFlags& flags, const std::string& manifest) {
   const char* who = "cadre submit";
   std::error_code ec;
+  if (manifest.empty()) {
+    std::cerr << who << ": the argument manifest is empty; give the job's manifest (.yaml)\n";
+    return 2;
+  }
   if (!std::filesystem::is_regular_file(manifest, ec)) {
     std::cerr << who << ": " << manifest
               << (std::filesystem::is_directory(manifest, ec)
