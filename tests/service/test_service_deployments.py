@@ -2,6 +2,7 @@
 cadre.save_model run through the service, their models are stored and deployed, each deployment
 is its own cadre-serve process, and predictions go through the service's route. No timed
 assertions: every wait is bounded, none is measured."""
+import errno
 import io
 import json
 import os
@@ -11,6 +12,8 @@ import subprocess
 import threading
 import urllib.request
 import zipfile
+
+import pytest
 
 from service_helpers import (CADRE, FINAL, VERSION, make_zip, multipart,
                              pids_of_processes_mentioning, wait_for)
@@ -529,6 +532,38 @@ def test_a_deployment_whose_folder_cannot_be_made_fails_saying_why(server):
     assert r.status == 202, r
     assert wait_deployment(ada, did, ("ready", "failed"))["status"]["state"] == "ready"
     assert score(ada, did, [[1, 2, 3, 4]]).status == 200
+
+
+def test_a_full_disk_fails_the_deployment_saying_so(server):
+    """A real full disk (a small tmpfs over the deployments' folder, filled up): the scoring
+    process can write neither its log nor its port file, and the deployment fails with the
+    system's reason, heard through the process's error pipe, not only its exit code."""
+    ada = server.client(server.add_user("ada"))
+    model = model_of(ada, train(ada, TINY))["metadata"]["id"]
+    folder = os.path.join(server.data_dir, "deployments")
+    os.makedirs(folder, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", folder],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: " + mounted.stdout.strip())
+    try:
+        fd = os.open(os.path.join(folder, "filler"), os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError) as full:
+                while True:
+                    os.write(fd, b"\0" * 4096)
+            assert full.value.errno == errno.ENOSPC, full.value
+        finally:
+            os.close(fd)
+        did = deploy(ada, model)
+        entity = wait_deployment(ada, did, ("ready", "failed"))
+        assert entity["status"]["state"] == "failed", entity
+        failure = entity["status"]["failure"]["errors"][0]["message"]
+        assert "exited with code 2 before it was ready" in failure, failure
+        assert "--port-file: cannot write" in failure and "No space left on device" in failure, \
+            failure
+    finally:
+        subprocess.run(["umount", "-l", folder], check=False)
 
 
 def test_models_that_cannot_be_stored_or_loaded_fail_with_the_reason(server):

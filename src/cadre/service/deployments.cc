@@ -36,8 +36,10 @@ std::string DescribeWait(int status) {
   return "ended (wait status " + std::to_string(status) + ")";
 }
 
-std::string LastOutput(const fs::path& dir) {
+// The tail of its log; when the log is empty (a full disk), what it wrote to its error pipe.
+std::string LastOutput(const fs::path& dir, const std::string& said) {
   std::string tail = TailOfFile(dir / "serve.log", 4);
+  if (tail.empty()) tail = said;
   return tail.empty() ? "" : "; its last output:\n" + tail;
 }
 
@@ -48,6 +50,25 @@ int ReadPort(const fs::path& file) {
 }
 
 }  // namespace
+
+void Deployments::ErrorPipe::Reset() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+std::string Deployments::ErrorPipe::Drain() {
+  std::string said;
+  char buf[4096];
+  while (fd_ >= 0 && said.size() < sizeof(buf)) {
+    ssize_t n = read(fd_, buf, sizeof(buf) - said.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EOF: the process is gone; EAGAIN: a child of it holds the pipe
+    said.append(buf, static_cast<size_t>(n));
+  }
+  Reset();
+  while (!said.empty() && said.back() == '\n') said.pop_back();
+  return said;
+}
 
 Deployments::Deployments(DeploymentStore& store, ModelStore& models, DeploymentOptions options)
     : store_(store), models_(models), options_(std::move(options)) {}
@@ -263,7 +284,9 @@ void Deployments::Spawn(Process& p) {
                                    "--max-request-bytes",
                                    std::to_string(options_.max_request_bytes),
                                    "--http-threads",
-                                   std::to_string(options_.http_threads)};
+                                   std::to_string(options_.http_threads),
+                                   "--error-fd",
+                                   "3"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -281,6 +304,16 @@ void Deployments::Spawn(Process& p) {
     p.fail_reason = "cannot open its log " + log.string() + ": " + strerror(errno);
     return;
   }
+  // Its fatal error also comes through a pipe (fd 3 in the child): on a full disk its log stays
+  // empty, and the reason would be lost.
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    p.fail_reason = std::string("cannot make a pipe: ") + strerror(errno);
+    close(out);
+    return;
+  }
+  fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
+  p.errors = ErrorPipe(pipe_fds[0]);
   static constexpr char kExecFailed[] = "cadre server: could not execute the scorer program\n";
 
   pid_t parent = getpid();
@@ -298,13 +331,20 @@ void Deployments::Spawn(Process& p) {
     dup2(in, 0);
     dup2(out, 1);
     dup2(out, 2);
-    close_range(3, ~0U, 0);  // the server's sockets and database stay with the server
+    if (pipe_fds[1] != 3) {
+      dup2(pipe_fds[1], 3);  // without O_CLOEXEC: it crosses exec
+    } else {
+      fcntl(3, F_SETFD, 0);
+    }
+    close_range(4, ~0U, 0);  // the server's sockets and database stay with the server
     execve(argv[0], argv.data(), envp.data());
     if (write(2, kExecFailed, sizeof(kExecFailed) - 1) < 0) _exit(127);
     _exit(127);
   }
   close(out);
+  close(pipe_fds[1]);
   if (pid < 0) {
+    p.errors.Reset();
     p.fail_reason = std::string("fork: ") + strerror(errno);
     return;
   }
@@ -316,7 +356,7 @@ bool Deployments::Ended(Process& p, int status) {
   std::string how =
       p.killed_for.empty() ? DescribeWait(status) : p.killed_for + " and was killed by the server";
   p.killed_for.clear();
-  std::string output = LastOutput(p.dir);
+  std::string output = LastOutput(p.dir, p.errors.Drain());
   bool was_ready = p.was_ready;
   p.pid = 0;
   p.port = 0;
@@ -382,7 +422,7 @@ std::vector<std::pair<std::string, int>> Deployments::PassUpdates() {
       std::string why = p.fail_reason.empty()
                             ? "its scoring process " + DescribeWait(status) + " before it was ready"
                             : p.fail_reason;
-      UpdateFailed(p, why + LastOutput(p.dir));
+      UpdateFailed(p, why + LastOutput(p.dir, p.errors.Drain()));
       std::error_code ec;
       fs::remove_all(p.dir, ec);
       it = updates_.erase(it);

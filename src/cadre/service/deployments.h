@@ -47,6 +47,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cadre/service/deployment_store.h"
@@ -100,6 +101,28 @@ class Deployments {
   void StopAll();
 
  private:
+  // The read end of a process's error pipe (cadre-serve --error-fd): closed with its owner.
+  class ErrorPipe {
+   public:
+    ErrorPipe() = default;
+    explicit ErrorPipe(int fd) : fd_(fd) {}
+    ErrorPipe(ErrorPipe&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    ErrorPipe& operator=(ErrorPipe&& o) noexcept {
+      if (this != &o) {
+        Reset();
+        fd_ = std::exchange(o.fd_, -1);
+      }
+      return *this;
+    }
+    ~ErrorPipe() { Reset(); }
+    void Reset();
+    // What the ended process wrote (at most 4 KiB); closes the pipe.
+    std::string Drain();
+
+   private:
+    int fd_ = -1;
+  };
+
   struct Process {
     std::string id;
     std::string model_id;
@@ -117,6 +140,7 @@ class Deployments {
     int health_missed = 0;
     std::string killed_for;   // set when the supervisor killed it for not answering
     std::string update_note;  // how the last update that did not happen ended (the record's)
+    ErrorPipe errors;         // the error that ended it, heard even when its log cannot be written
   };
 
   void Loop();

@@ -4,20 +4,22 @@
 //   cadre-serve MODEL_DIR [--port P] [--host H] [--name NAME] [--device auto|cpu|cuda[:N]]
 //               [--max-batch-size N] [--max-batch-delay MS] [--inference-threads N]
 //               [--intra-op-threads N] [--inter-op-threads N] [--http-threads N]
-//               [--max-request-bytes N] [--port-file PATH]
+//               [--max-request-bytes N] [--port-file PATH] [--error-fd FD]
 //
 // The bearer token, when required, comes from the environment (CADRE_SERVE_TOKEN), never the
 // command line, where other users could read it. SIGTERM or SIGINT: readiness turns 503, the
 // listener closes, every request already sent is answered, and the program exits 0; a second
 // signal exits 130 at once, as `cadre server` does.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -43,10 +45,36 @@ struct Flags {
   int http_threads = 64;
   size_t max_request_bytes = 32 << 20;
   std::string port_file;
+  int error_fd = -1;
 };
 
-int Fail(const std::string& message, int code = 1) {
-  std::cerr << "cadre-serve: " << message << "\n";
+// Writes `port` to `path` (through PATH.tmp and a rename, so that a reader never sees half of
+// it); false with the system's own reason (a full disk says so) in *error.
+bool WritePortFile(const std::string& path, int port, std::string* error) {
+  std::string tmp = path + ".tmp", text = std::to_string(port) + "\n";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+            fsync(fd) == 0;
+  int saved = errno;
+  if (fd >= 0 && close(fd) != 0 && ok) {
+    ok = false;
+    saved = errno;
+  }
+  if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    saved = errno;
+  }
+  if (!ok) *error = "cannot write " + path + ": " + std::strerror(saved);
+  return ok;
+}
+
+// To stderr (serve.log under `cadre server`) and to --error-fd, which a full disk does not stop.
+int Fail(const Flags& f, const std::string& message, int code = 1) {
+  std::string line = "cadre-serve: " + message + "\n";
+  std::cerr << line << std::flush;
+  if (f.error_fd >= 0 && write(f.error_fd, line.data(), line.size()) < 0) {
+    // stderr has it already; the supervisor's pipe is gone
+  }
   return code;
 }
 
@@ -78,6 +106,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-request-bytes", f.max_request_bytes, "Larger request bodies get 413")
       ->check(CLI::Range(size_t{1}, size_t{1} << 62));
   app.add_option("--port-file", f.port_file, "Write the port listened on to this file");
+  app.add_option("--error-fd", f.error_fd,
+                 "Also write the error that ends the program to this open file descriptor "
+                 "(a supervisor's pipe, heard even when the disk is full)")
+      ->check(CLI::Range(0, 1 << 20));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -104,16 +136,18 @@ int main(int argc, char** argv) {
   if (f.name.empty()) f.name = dir.filename().string();
   if (f.name.empty() || f.name.find('/') != std::string::npos) {
     // The routes take the name as one path segment: /v2/models/NAME/infer.
-    return Fail("--name: '" + f.name + "' cannot be a model's name in a route (one path " +
+    return Fail(f,
+                "--name: '" + f.name + "' cannot be a model's name in a route (one path " +
                     "segment, without '/')",
                 2);
   }
   cadre::serving::ModelSignature signature;
-  if (auto s = cadre::serving::LoadSignature(dir, &signature); !s.ok()) return Fail(s.message(), 2);
+  if (auto s = cadre::serving::LoadSignature(dir, &signature); !s.ok())
+    return Fail(f, s.message(), 2);
 
   std::string device;
   if (auto s = cadre::serving::ResolveDevice(f.device, &device); !s.ok())
-    return Fail(s.message(), 2);
+    return Fail(f, s.message(), 2);
   int intra = f.intra_op_threads;
   if (intra == 0) {
     intra =
@@ -122,7 +156,7 @@ int main(int argc, char** argv) {
   cadre::serving::ConfigureTorchThreads(intra, f.inter_op_threads);
   std::unique_ptr<cadre::serving::Model> model;
   if (auto s = cadre::serving::LoadTorchModel(dir, signature, device, &model); !s.ok()) {
-    return Fail(s.message(), 2);
+    return Fail(f, s.message(), 2);
   }
 
   cadre::serving::Metrics metrics(f.max_batch_size);
@@ -142,17 +176,9 @@ int main(int argc, char** argv) {
   cadre::serving::ScoringServer server(options, signature, batcher, metrics);
   std::string error;
   int port = server.Bind(f.host, f.port, &error);
-  if (port < 0) return Fail(error);
-  if (!f.port_file.empty()) {
-    std::string tmp = f.port_file + ".tmp";
-    std::error_code ec;
-    {
-      std::ofstream file(tmp);
-      file << port << "\n";
-      if (!file.flush()) ec = std::make_error_code(std::errc::io_error);
-    }
-    if (!ec) fs::rename(tmp, f.port_file, ec);
-    if (ec) return Fail("--port-file: cannot write " + f.port_file + ": " + ec.message(), 2);
+  if (port < 0) return Fail(f, error);
+  if (std::string why; !f.port_file.empty() && !WritePortFile(f.port_file, port, &why)) {
+    return Fail(f, "--port-file: " + why, 2);
   }
   std::cout << "cadre-serve: model '" << f.name << "' from " << dir.string() << " on device "
             << model->device() << "\n"
@@ -184,5 +210,5 @@ int main(int argc, char** argv) {
   pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
   batcher.Stop();
-  return ok ? 0 : Fail("the server stopped with an error");
+  return ok ? 0 : Fail(f, "the server stopped with an error");
 }
