@@ -1,4 +1,5 @@
 """Checks of an HTTP server over raw sockets, shared by cadre server's and cadre serve's tests."""
+import select
 import socket
 
 
@@ -42,3 +43,24 @@ def send_endless_head(port, head):
     answer = read_answer(sock)
     sock.close()
     return answer, sent >> 20
+
+
+def send_chunked(port, head, mib):
+    """Sends `head` (ending in a blank line, with Transfer-Encoding: chunked), then a chunked body
+    of `mib` chunks of 1 MiB, until the server answers or stops taking it: what the server sent
+    until it closed the connection, and the MiB sent."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    chunk = b"100000\r\n" + b"x" * (1 << 20) + b"\r\n"
+    sent = 0
+    try:
+        sock.sendall(head)
+        while sent < mib and not select.select([sock], [], [], 0)[0]:
+            sock.sendall(chunk)
+            sent += 1
+        if sent == mib:
+            sock.sendall(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    answer = read_answer(sock)
+    sock.close()
+    return answer, sent

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -231,6 +232,7 @@ void Server::ServeConnection(std::unique_ptr<Connection> c) {
                             Millis(write_timeout_sec_, write_timeout_usec_), pace);
     const bool last = ++c->requests >= limits_.max_requests || stopping_;
     bool closed = false;
+    const httplib::Request* served = nullptr;
     const bool ok = process_request(stream, last, closed, [&](httplib::Request& req) {
       stream.HeadRead();
       // Refused from its announced length alone: cpp-httplib would read it all (or wait out
@@ -239,9 +241,20 @@ void Server::ServeConnection(std::unique_ptr<Connection> c) {
           payload_max_length_) {
         stream.RefuseBody();
       }
+      // cpp-httplib reads a chunked body to its end, however long, into memory.
+      if (strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0) {
+        stream.LimitChunkedBody(payload_max_length_);
+        std::lock_guard<std::mutex> lock(streams_mutex_);
+        streams_[&req] = &stream;
+        served = &req;
+      }
     });
+    if (served != nullptr) {
+      std::lock_guard<std::mutex> lock(streams_mutex_);
+      streams_.erase(served);
+    }
     if (stream.body_cut()) {
-      // cpp-httplib's 413 went out; what the client still sends of the body is thrown away by
+      // The 413 went out; what the client still sends of the body is thrown away by
       // the lobby, without this worker, until it closes the connection.
       place.Release();
       Drain(*c);
@@ -264,6 +277,12 @@ void Server::ServeConnection(std::unique_ptr<Connection> c) {
   }
   // Stopping, the lobby answers a request already sent and closes an idle connection.
   lobby_->Add(std::move(c));
+}
+
+bool Server::BodyCut(const httplib::Request& req) const {
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  auto it = streams_.find(&req);
+  return it != streams_.end() && it->second->body_cut();
 }
 
 bool Server::Hold(Connection& c) {

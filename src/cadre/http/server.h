@@ -55,10 +55,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "cadre/http/lobby.h"
 
 namespace cadre::http {
+
+class ConnectionStream;
 
 struct Limits {
   size_t threads = 64;         // worker threads: requests served at once
@@ -89,6 +92,11 @@ class Server final : public httplib::Server {
   bool Serve();
   void Stop();
   bool stopping() const { return stopping_; }
+  // Whether the chunked body of `req`, a request being served, passed the size limit
+  // (set_payload_max_length): its reading stopped there and failed, which cpp-httplib answers
+  // 400; the error handler or route makes it 413. The rest of the body is not read: the
+  // connection is drained and closed after the answer.
+  bool BodyCut(const httplib::Request& req) const;
 
  private:
   // Serves requests on `c` while they are at hand; then back to the lobby, or closed.
@@ -109,6 +117,9 @@ class Server final : public httplib::Server {
   std::atomic<size_t> busy_{0};      // workers serving or holding a connection
   std::atomic<size_t> streamed_{0};  // requests whose body a worker reads
   Tally open_;
+  mutable std::mutex streams_mutex_;
+  // The stream of each request being served (its body read by a worker).
+  std::unordered_map<const httplib::Request*, const ConnectionStream*> streams_;
   std::mutex workers_mutex_;
   std::unique_ptr<httplib::TaskQueue> workers_;  // guarded by workers_mutex_; set in Serve()
   std::unique_ptr<Lobby> lobby_;

@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -29,6 +31,41 @@ void Address(int fd, bool peer, std::string& ip, int& port) {
 }
 
 }  // namespace
+
+void ChunkCount::Feed(const char* bytes, size_t size) {
+  for (size_t i = 0; i < size && state_ != State::kDone; ++i) {
+    const char ch = bytes[i];
+    switch (state_) {
+      case State::kSize:
+        if (std::isxdigit(static_cast<unsigned char>(ch))) {
+          const size_t digit = std::isdigit(static_cast<unsigned char>(ch))
+                                   ? static_cast<size_t>(ch - '0')
+                                   : static_cast<size_t>(std::tolower(ch) - 'a' + 10);
+          // A size past any limit stays past it, without overflowing.
+          size_ = std::min(size_ * 16 + digit, SIZE_MAX >> 8);
+          break;
+        }
+        state_ = State::kExtension;
+        [[fallthrough]];
+      case State::kExtension:
+        if (ch == '\n') state_ = size_ == 0 ? State::kDone : State::kData;
+        break;
+      case State::kData: {
+        const size_t take = std::min(size_, size - i);
+        data_ += take;
+        size_ -= take;
+        i += take - 1;
+        if (size_ == 0) state_ = State::kDataEnd;
+        break;
+      }
+      case State::kDataEnd:
+        if (ch == '\n') state_ = State::kSize;
+        break;
+      case State::kDone:
+        break;
+    }
+  }
+}
 
 bool WaitReady(int fd, short events, int timeout_ms) {
   pollfd p{fd, events, 0};
@@ -80,10 +117,22 @@ bool ConnectionStream::is_writable() const {
 }
 
 ssize_t ConnectionStream::read(char* ptr, size_t size) {
-  if (head_read_ && body_refused_) {
+  if (head_read_ && (body_refused_ || body_cut_)) {
     body_cut_ = true;
     return -1;
   }
+  const ssize_t n = ReadSome(ptr, size);
+  if (n > 0 && head_read_ && chunked_max_ != std::string::npos) {
+    chunks_.Feed(ptr, static_cast<size_t>(n));
+    if (chunks_.data() > chunked_max_) {
+      body_cut_ = true;
+      return -1;
+    }
+  }
+  return n;
+}
+
+ssize_t ConnectionStream::ReadSome(char* ptr, size_t size) {
   if (!head_read_) {
     if (consumed_ >= max_head_) return -1;
     size = std::min(size, max_head_ - consumed_);

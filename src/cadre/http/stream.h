@@ -34,6 +34,19 @@ struct BodyPace {
   size_t min_rate = 16 << 10;  // bytes a second; 0: no deadline
 };
 
+// Counts the data of a chunked body (RFC 9112 7.1) as its bytes go by, framing left out.
+class ChunkCount {
+ public:
+  void Feed(const char* bytes, size_t size);
+  size_t data() const { return data_; }
+
+ private:
+  enum class State { kSize, kExtension, kData, kDataEnd, kDone };
+  State state_ = State::kSize;
+  size_t size_ = 0;  // of the chunk whose size line is being read; then what is left of it
+  size_t data_ = 0;
+};
+
 class ConnectionStream final : public httplib::Stream {
  public:
   // `pending` (the connection's buffer) must outlive the stream; what this request does not use
@@ -48,7 +61,11 @@ class ConnectionStream final : public httplib::Stream {
   // The body is not to be read (its announced length is over the limit): every read of it fails
   // at once, so that cpp-httplib answers 413 without waiting for it.
   void RefuseBody() { body_refused_ = true; }
-  // A read of the refused body was tried: the connection cannot carry another request.
+  // The chunked body is not to pass `max_bytes` (chunk framing not counted): the read that
+  // takes it past fails, and every one after, so that no more of it is read or kept.
+  void LimitChunkedBody(size_t max_bytes) { chunked_max_ = max_bytes; }
+  // A read of the refused body was tried, or the chunked body passed its limit: the connection
+  // cannot carry another request.
   bool body_cut() const { return body_cut_; }
 
   bool is_readable() const override;
@@ -62,6 +79,8 @@ class ConnectionStream final : public httplib::Stream {
   socket_t socket() const override { return fd_; }
 
  private:
+  // read() without the chunked body's limit.
+  ssize_t ReadSome(char* ptr, size_t size);
   ssize_t Receive(char* ptr, size_t size);
   // How long a read may wait for the socket: the read timeout, or less as the body's deadline
   // nears; 0 once it has passed.
@@ -78,6 +97,9 @@ class ConnectionStream final : public httplib::Stream {
   bool timed_out_ = false;
   bool body_refused_ = false;
   bool body_cut_ = false;
+  // Of a chunked body: its limit (npos: none), and where the reads given out stand in its framing.
+  size_t chunked_max_ = std::string::npos;
+  ChunkCount chunks_;
   const int read_timeout_ms_;
   const int write_timeout_ms_;
 };

@@ -178,8 +178,15 @@ Status Service::Start() {
               req.method + " needs a body with a Content-Length (curl: give it -d or -F)");
     return httplib::Server::HandlerResponse::Handled;
   });
-  server.set_error_handler([max_body](const httplib::Request& req, httplib::Response& res) {
+  server.set_error_handler([max_body, &server](const httplib::Request& req,
+                                               httplib::Response& res) {
     if (!res.body.empty()) return;
+    // A chunked body stops being read once it passes the limit: cpp-httplib says 400.
+    // What the client still sends of it is not read.
+    if (res.status == 400 && server.BodyCut(req)) {
+      res.status = 413;
+      res.set_header("Connection", "close");
+    }
     // cpp-httplib parses a form-urlencoded body (what `curl -d` sends without a Content-Type)
     // as form fields and refuses one over 8 KiB with 413, far below the server's limit.
     if (res.status == 413 &&

@@ -81,10 +81,11 @@ uint64_t AnnouncedLength(const httplib::Request& req) {
 }
 
 // Reads the request's body into *body, keeping at most `max_bytes` of it: cpp-httplib refuses a
-// longer Content-Length itself, but not a chunked body, which has none. A multipart form is read
-// and thrown away. On false the refusal (411, 413, 415, or 400 for a body cut short) is set on
-// `res`.
-bool ReadBody(const httplib::Request& req, httplib::Response& res,
+// longer Content-Length itself, and `http` stops reading a chunked body, which has none, once it
+// passes the limit (what is left of it is thrown away after the answer, as the connection
+// closes). A multipart form is read and thrown away. On false the refusal (411, 413, 415, or 400
+// for a body cut short) is set on `res`.
+bool ReadBody(const http::Server& http, const httplib::Request& req, httplib::Response& res,
               const httplib::ContentReader& reader, size_t max_bytes, std::string* body) {
   // cpp-httplib 0.11 reads a body of unannounced length until the connection ends: `curl -X
   // POST` with no data would wait out the read timeout.
@@ -102,18 +103,15 @@ bool ReadBody(const httplib::Request& req, httplib::Response& res,
   }
   bool over = false;
   const bool complete = reader([&](const char* data, size_t n) {
-    // Read to the end even when over: answering before the client has sent it all would reset
-    // the connection under the answer.
-    if (!over && body->size() + n <= max_bytes) {
-      body->append(data, n);
-    } else {
-      over = true;
-      body->clear();
-    }
-    return true;
+    over = over || body->size() + n > max_bytes;
+    if (!over) body->append(data, n);
+    return !over;
   });
-  if (over || AnnouncedLength(req) > max_bytes) {
+  if (over || http.BodyCut(req) || AnnouncedLength(req) > max_bytes) {
+    body->clear();
     SetError(req, res, 413, kTooLarge);
+    // What the client still sends of the body is not read.
+    res.set_header("Connection", "close");
     return false;
   }
   if (!complete) {
@@ -271,7 +269,7 @@ void ScoringServer::Register() {
                                    const httplib::ContentReader& reader) {
       auto start = Clock::now();
       std::string body;
-      if (!ReadBody(req, res, reader, options_.max_request_bytes, &body)) {
+      if (!ReadBody(*http_, req, res, reader, options_.max_request_bytes, &body)) {
         // refused, and said so in `res`
       } else if (req.matches[1] != name) {
         unknown(req, res, req.matches[1]);
