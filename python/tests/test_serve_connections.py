@@ -19,6 +19,14 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CADRE_SERVE),
                                 reason="cadre-serve is not built (CADRE_WITH_SERVING=OFF)")
 
 
+def assert_ready(s):
+    """The scorer still answers."""
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+    conn.request("GET", "/v2/health/ready")
+    assert conn.getresponse().status == 200
+    conn.close()
+
+
 @pytest.fixture(scope="module")
 def linear(tmp_path_factory):
     torch.manual_seed(3)
@@ -70,10 +78,7 @@ def test_a_huge_request_line_is_refused_with_bounded_memory(linear):
         assert answer.startswith(b"HTTP/1.1 414 "), answer[:200]
         assert "request line is longer" in json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
         # And the scorer carries on.
-        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
-        conn.request("GET", "/v2/health/ready")
-        assert conn.getresponse().status == 200
-        conn.close()
+        assert_ready(s)
     finally:
         assert s.stop() == 0, s.output
 
@@ -100,9 +105,6 @@ def test_a_chunked_body_over_the_limit_is_refused_with_bounded_memory(linear, pa
         else:
             assert "larger than this server takes" in doc["error"], doc
         # And the scorer carries on.
-        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
-        conn.request("GET", "/v2/health/ready")
-        assert conn.getresponse().status == 200
-        conn.close()
+        assert_ready(s)
     finally:
         assert s.stop() == 0, s.output
