@@ -209,6 +209,19 @@ class SlurmCluster:
         self._daemon("slurmd-" + node, ["slurmd", "-D", "-N", node, "-f", self.conf])
         self._wait(self._all_idle, timeout, "every node idle in sinfo")
 
+    def kill_controller(self):
+        """slurmctld lost at once (SIGKILL); the nodes and their jobs' steps run on."""
+        for name, proc in self.procs:
+            if name == "slurmctld":
+                proc.kill()
+                proc.wait(timeout=15)
+        self.procs = [(n, p) for n, p in self.procs if n != "slurmctld"]
+
+    def restart_controller(self, timeout=120):
+        """Starts slurmctld again (from its saved state) and waits until every node is idle."""
+        self._daemon("slurmctld", ["slurmctld", "-D", "-i", "-f", self.conf])
+        self._wait(self._all_idle, timeout, "every node idle in sinfo")
+
     def resume(self, node, timeout=60):
         """Brings a node that a test set down back into service (it may be back already)."""
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=self.env,

@@ -333,6 +333,27 @@ def test_a_slow_runner_is_not_taken_for_a_dead_one(slurm, tmp_path):
     assert job.status()["state"] == "completed"
 
 
+def test_a_job_whose_slurm_controller_is_lost_ends_with_its_learners_outcome(slurm, tmp_path):
+    # slurmctld is SIGKILLed while the learners run, and stays down: scontrol cannot say when the
+    # job ends, but every slot records its end in the job directory, so cadre run ends with the
+    # learners' outcome (learner 2 fails) rather than waiting for the controller for ever.
+    proc = start_2x2_sleeping(slurm, tmp_path, command='echo up; sleep 4; '
+                              '[ "$LEARNER_ID" = 2 ] && { echo giving up; exit 3; }; exit 0')
+    try:
+        job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=150,
+                                while_up=slurm.kill_controller, interrupt=None)
+    finally:
+        slurm.restart_controller(timeout=300)
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "Unable to contact slurm controller" in job.stderr, job.stderr
+    assert "following the job by its slots' exit records and heartbeats" in job.stderr
+    assert "learner-2 slot" in job.stderr and "exited with code 3" in job.stderr, job.stderr
+    status = job.status()
+    assert status["state"] == "failed"
+    assert status["failed_slot"]["learner_id"] == 2, status
+    assert "exited with code 3" in status["failure"], status
+
+
 def test_a_node_lost_with_no_failing_learner_is_named_before_slurm_notices(slurm, tmp_path):
     # Node 2 is lost at once and no learner fails (they do not talk to each other): Slurm would
     # notice after SlurmdTimeout (5 minutes here); the slots' heartbeats name the node at once.

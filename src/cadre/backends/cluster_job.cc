@@ -209,6 +209,15 @@ Status ClusterJob::Run(Engine& engine, launch::JobOutcome* outcome) {
   for (;;) {
     state = engine.Poll();
     logs_.Poll();
+    // An engine that cannot be asked (Slurm's controller down) is not needed to know the job has
+    // ended: every slot records its end in the job directory, and a lost one is found by its
+    // heartbeats. The records tell the outcome (Finish).
+    if (!state.finished && state.unreachable && AllSlotsEnded()) {
+      Message("every slot of job " + layout_.training_id + " has ended (" + state.description +
+              "): taking the outcome from their exit records");
+      state.finished = true;
+      state.succeeded = true;
+    }
     if (state.finished) break;
     // A failed slot ends the job (cadre run's rule). The engine usually sees to that itself
     // (srun --kill-on-bad-exit, mpirun), but not when a node does not answer: srun then waits
@@ -270,6 +279,15 @@ std::string ClusterJob::RecordedFailure() const {
     }
   }
   return "";
+}
+
+bool ClusterJob::AllSlotsEnded() const {
+  std::vector<bool> ended(status_.slots.size());
+  for (size_t i = 0; i < ended.size(); ++i) ended[i] = status_.slots[i].lost;
+  for (const auto& e : ReadSlotExits(layout_.job_dir, spec_.nodes, spec_.slots_per_learner)) {
+    ended[SlotIndex(e.learner_id, e.local_rank)] = true;
+  }
+  return std::find(ended.begin(), ended.end(), false) == ended.end();
 }
 
 std::string ClusterJob::LostSlots() {

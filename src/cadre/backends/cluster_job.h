@@ -38,6 +38,9 @@ struct EngineState {
   bool finished = false;    // every task has ended
   bool succeeded = false;   // with `finished`: the engine counts the job a success
   std::string description;  // "Slurm job 12 RUNNING", "FAILED (ExitCode=1:0)"
+  // The engine cannot tell (Slurm's controller out of reach): the job may run on. The runner
+  // then ends it by the slots' own exit records and heartbeats, once every slot has ended.
+  bool unreachable = false;
   // With `finished`, from engines whose slots' records stay on the nodes (Kubernetes): the
   // learners' ends. Empty: the records in the job directory tell (task.h).
   std::vector<LearnerEnd> learners;
@@ -112,6 +115,8 @@ class ClusterJob {
   // off), described with their learners and nodes; "" if none. Reads the store as often as the
   // slots beat, at most once a second.
   std::string LostSlots();
+  // Whether every slot has ended: left its exit record, or was found lost (LostSlots).
+  bool AllSlotsEnded() const;
   // Ends the job's record: the state, the failure (naming the learner) and the exit code.
   int Finish(const EngineState& end, int stop_signal, const std::string& stop_reason);
   size_t SlotIndex(int learner_id, int local_rank) const {

@@ -108,21 +108,41 @@ class SlurmEngine : public Engine {
     if (!st.ok() || r.exit_code != 0 || state.empty()) {
       // Slurm forgets a job MinJobAge after it ends; a few misses in a row mean it has ended.
       // A controller that does not answer (restarting, unreachable) forgets nothing: the job may
-      // run on, so it is followed until the controller answers again.
+      // run on. It is asked again at every poll, and meanwhile the runner follows the job by its
+      // slots' exit records and heartbeats (EngineState::unreachable).
       s.description = "Slurm job " + id_ + " is unknown to scontrol: " + Trim(r.output);
       if (r.output.find("Invalid job id") != std::string::npos) {
         s.finished = ++misses_ >= 5;
-      } else if (st.ok() && r.exit_code == -1) {
-        return s;  // killed by a signal: a Ctrl-C at the terminal reaches scontrol too
-      } else if (!unreachable_) {
-        job_.Message("warning: scontrol show job " + id_ + " failed: " + st.message() +
-                     Trim(r.output) + "; still trying (Ctrl-C cancels the job)");
+        return s;
       }
-      unreachable_ = !s.finished;
+      if (st.ok() && r.exit_code == -1) {
+        return s;  // killed by a signal: a Ctrl-C at the terminal reaches scontrol too
+      }
+      s.unreachable = true;
+      s.description =
+          "Slurm job " + id_ + ": scontrol show job failed: " + st.message() + Trim(r.output);
+      s.engine_log = BatchOutput();
+      const auto now = std::chrono::steady_clock::now();
+      if (!unreachable_since_) {
+        unreachable_since_ = warned_at_ = now;
+        job_.Message("warning: scontrol show job " + id_ + " failed: " + st.message() +
+                     Trim(r.output) +
+                     "; still trying, and following the job by its slots' exit records and "
+                     "heartbeats meanwhile");
+      } else if (now - warned_at_ >= kWarnUnreachableEvery) {
+        warned_at_ = now;
+        const auto waited =
+            std::chrono::duration_cast<std::chrono::seconds>(now - *unreachable_since_);
+        job_.Message("warning: Slurm's controller has not answered for " +
+                     std::to_string(waited.count()) + " s (scontrol show job " + id_ + ": " +
+                     st.message() + Trim(r.output) +
+                     "); still trying, the job ends when its slots have");
+      }
       return s;
     }
     misses_ = 0;
-    unreachable_ = false;
+    if (unreachable_since_) job_.Message("Slurm's controller answers again");
+    unreachable_since_.reset();
     std::string reason = ScontrolField(r.output, "Reason");
     s.description = "Slurm job " + id_ + " " + state +
                     (reason.empty() || reason == "None" ? "" : " (Reason=" + reason + ")");
@@ -237,7 +257,10 @@ class SlurmEngine : public Engine {
   ClusterJob& job_;
   std::string id_;
   int misses_ = 0;
-  bool unreachable_ = false;
+  // Since when scontrol could not reach the controller, and when that was last said.
+  std::optional<std::chrono::steady_clock::time_point> unreachable_since_;
+  std::chrono::steady_clock::time_point warned_at_;
+  static constexpr std::chrono::seconds kWarnUnreachableEvery{30};
   std::string shown_pending_;
   std::optional<std::chrono::steady_clock::time_point> stopped_at_;  // the first scancel
   static constexpr std::chrono::seconds kCompletingAfterStop{30};
