@@ -217,11 +217,6 @@ class SlurmCluster:
                 proc.wait(timeout=15)
         self.procs = [(n, p) for n, p in self.procs if n != "slurmctld"]
 
-    def restart_controller(self, timeout=120):
-        """Starts slurmctld again (from its saved state) and waits until every node is idle."""
-        self._daemon("slurmctld", ["slurmctld", "-D", "-i", "-f", self.conf])
-        self._wait(self._all_idle, timeout, "every node idle in sinfo")
-
     def resume(self, node, timeout=60):
         """Brings a node that a test set down back into service (it may be back already)."""
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=self.env,

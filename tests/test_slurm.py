@@ -13,6 +13,7 @@ import types
 import pytest
 
 from runner_helpers import CADRE, ROOT, Job, interrupt_once_up
+from slurm_cluster import SlurmCluster
 
 DUMP_ENV = textwrap.dedent("""
     import json, os, socket
@@ -336,14 +337,16 @@ def test_a_slow_runner_is_not_taken_for_a_dead_one(slurm, tmp_path):
 def test_a_job_whose_slurm_controller_is_lost_ends_with_its_learners_outcome(slurm, tmp_path):
     # slurmctld is SIGKILLed while the learners run, and stays down: scontrol cannot say when the
     # job ends, but every slot records its end in the job directory, so cadre run ends with the
-    # learners' outcome (learner 2 fails) rather than waiting for the controller for ever.
-    proc = start_2x2_sleeping(slurm, tmp_path, command='echo up; sleep 4; '
-                              '[ "$LEARNER_ID" = 2 ] && { echo giving up; exit 3; }; exit 0')
+    # learners' outcome (learner 2 fails) rather than waiting for the controller for ever. A
+    # cluster of its own (`slurm` only for its skips), so the module's keeps its controller.
+    cluster = SlurmCluster(nodes=2).start()
     try:
+        proc = start_2x2_sleeping(cluster, tmp_path, command='echo up; sleep 4; '
+                                  '[ "$LEARNER_ID" = 2 ] && { echo giving up; exit 3; }; exit 0')
         job = interrupt_once_up(proc, str(tmp_path), slots=4, timeout=150,
-                                while_up=slurm.kill_controller, interrupt=None)
+                                while_up=cluster.kill_controller, interrupt=None)
     finally:
-        slurm.restart_controller(timeout=300)
+        cluster.stop()
     assert job.returncode == 1, job.stdout + job.stderr
     assert "Unable to contact slurm controller" in job.stderr, job.stderr
     assert "following the job by its slots' exit records and heartbeats" in job.stderr
