@@ -30,7 +30,7 @@ def test_every_run_starts_all_ranks(transport):
 
 
 @pytest.mark.parametrize("flag,value,message", [
-    ("--iters", "-1", "--iters must be at least 1 (or 0: chosen by size), got -1"),
+    ("--iters", "-1", "--iters must be at least 1 (leave it out: chosen by size), got -1"),
     ("--timeout", "-5", "--timeout must be above 0 and at most 86400 seconds"),
     ("--timeout", "0", "--timeout must be above 0"),
     ("--timeout", "nan", "--timeout must be above 0"),

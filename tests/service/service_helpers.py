@@ -173,7 +173,7 @@ class Server:
     def __init__(self, data_dir, slots=2, grace=2, extra=(), env=None, preexec_fn=None):
         self.preexec_fn = preexec_fn  # run in the server's process before it starts
         self.data_dir = str(data_dir)
-        self.slots = slots
+        self.slots = slots  # None: no --slots (the server's own default)
         self.grace = grace
         self.extra = list(extra)
         self.env = env  # None: the test's own
@@ -187,7 +187,8 @@ class Server:
         listen = self.url[len("http://"):] if same_port else "127.0.0.1:0"
         self.proc = subprocess.Popen(
             [CADRE, "server", "--data-dir", self.data_dir, "--listen", listen,
-             "--slots", str(self.slots), "--grace", str(self.grace), *self.extra],
+             *([] if self.slots is None else ["--slots", str(self.slots)]),
+             "--grace", str(self.grace), *self.extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
             preexec_fn=self.preexec_fn)
         found = threading.Event()

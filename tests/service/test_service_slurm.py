@@ -18,10 +18,10 @@ REPORT = ("import os\n"
 
 @pytest.fixture
 def slurm_server(make_server, slurm):
-    # --slots 0: the server asks the cluster how many CPUs it has. --heartbeat-timeout reaches
+    # No --slots: the server asks the cluster how many CPUs it has. --heartbeat-timeout reaches
     # every job's cadre run (the server passed none: each ran with cadre run's default).
-    return make_server(slots=0, extra=["--backend", "slurm", "--store-host", "127.0.0.1",
-                                       "--heartbeat-timeout", "7"], env=slurm.env)
+    return make_server(slots=None, extra=["--backend", "slurm", "--store-host", "127.0.0.1",
+                                          "--heartbeat-timeout", "7"], env=slurm.env)
 
 
 def training_log(server, tid):
