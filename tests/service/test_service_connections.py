@@ -16,6 +16,15 @@ def port_of(server):
     return int(server.url.rsplit(":", 1)[1])
 
 
+def assert_live(port):
+    """The server answers a new connection's liveness question."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/v2/health/live")
+    answer = conn.getresponse()
+    assert answer.status == 200 and answer.read() == b'{"live":true}'
+    conn.close()
+
+
 def trickle(socks, stop):
     """Sends each socket its byte every 0.2 s until `stop` (not once the server has closed it)."""
     while not stop.wait(0.2):
@@ -41,11 +50,7 @@ def test_idle_and_slow_clients_do_not_stall_the_server(make_server):
     trickler = threading.Thread(target=trickle, args=([(s, b"a") for s in slow], stop))
     trickler.start()
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        conn.request("GET", "/v2/health/live")
-        answer = conn.getresponse()
-        assert answer.status == 200 and answer.read() == b'{"live":true}'
-        conn.close()
+        assert_live(port)
         # ... while the slow clients are still sending (their connections are open).
         for s in slow:
             s.sendall(b"a")
@@ -65,10 +70,7 @@ def test_waiting_connections_never_use_up_the_servers_files(make_server):
     port = port_of(server)
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(300)]
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        conn.request("GET", "/v2/health/live")
-        assert conn.getresponse().status == 200
-        conn.close()
+        assert_live(port)
         # The first ones were closed to make room: they read the end of their connection.
         idle[0].settimeout(60)
         assert idle[0].recv(1) == b""
@@ -100,9 +102,7 @@ def test_a_huge_head_is_refused_without_being_read_into_memory(make_server, head
     assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
     assert b'"errors"' in answer and b'"trace"' in answer, answer
     # And the server carries on.
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    conn.request("GET", "/v2/health/live")
-    assert conn.getresponse().status == 200
+    assert_live(port)
 
 
 def test_a_long_uri_is_refused_in_the_services_error_shape(server):
@@ -166,11 +166,7 @@ def test_slow_bodies_are_cut_off_and_free_the_threads(make_server, kind):
     trickler.start()
     try:
         # Served while the slow one trickles.
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        conn.request("GET", "/v2/health/live")
-        answer = conn.getresponse()
-        assert answer.status == 200 and answer.read() == b'{"live":true}'
-        conn.close()
+        assert_live(port)
         # Cut off while it still sends, its worker and its place freed.
         answer = read_answer(slow)
         assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer
@@ -200,6 +196,4 @@ def test_a_large_body_sent_slowly_without_expect_gets_408(make_server):
         s.close()
     assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer
     # The server carries on.
-    conn = http.client.HTTPConnection("127.0.0.1", port_of(server), timeout=60)
-    conn.request("GET", "/v2/health/live")
-    assert conn.getresponse().status == 200
+    assert_live(port_of(server))
