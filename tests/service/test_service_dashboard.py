@@ -91,7 +91,7 @@ def test_dashboard_pages_through_older_trainings(make_server, tmp_path):
 
 
 def test_dashboard_deploys_a_model_and_deletes_the_deployment(make_server, tmp_path):
-    from test_service_deployments import GARBAGE, TINY, deploy, ml, model_of, train, \
+    from deployment_helpers import GARBAGE, TINY, deploy, ml, model_of, train, \
         wait_deployment
     chromium, node = browser()
     server = make_server(slots=2)
